@@ -1,0 +1,48 @@
+//! The seam between the SDK runtime and whatever is on the other side of the WIT imports.
+//!
+//! In a component it is the host (`wit.rs`); under `cargo test` it is the in-memory store of
+//! [`testing::Harness`](crate::testing::Harness). Everything above this trait — batch
+//! decoding, the per-batch state caches, output buffering, timer changes — is the same code in
+//! both, so an operator's unit tests exercise what runs in production.
+
+use std::fmt;
+
+use crate::{Level, Ttl};
+
+/// The three keyed state kinds of the WIT `state` interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StateKind {
+    Value,
+    List,
+    Map,
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StateKind::Value => "value",
+            StateKind::List => "list",
+            StateKind::Map => "map",
+        })
+    }
+}
+
+/// The WIT imports, one method each; buffers use the encodings of `wit/stream.wit`.
+///
+/// `keys` is the key table of the batch (or fired timers) being handled: the host knows it
+/// already and ignores it, the in-memory backend needs it to resolve key slots.
+pub(crate) trait Backend {
+    /// Declares a state (the resource constructor); returns its handle.
+    fn declare_state(&mut self, kind: StateKind, name: &str, ttl: Option<&Ttl>) -> usize;
+    /// The state's values for every key slot of the current batch.
+    fn load(&mut self, state: usize, keys: &[&[u8]]) -> Vec<u8>;
+    /// Applies one batch's changes to the state.
+    fn store(&mut self, state: usize, keys: &[&[u8]], changes: &[u8]);
+    /// Sends output records.
+    fn emit(&mut self, records: &[u8]);
+    /// Registers and deletes timers.
+    fn update_timers(&mut self, keys: &[&[u8]], changes: &[u8]);
+    fn current_watermark(&mut self) -> Option<i64>;
+    fn current_processing_time(&mut self) -> i64;
+    fn log(&mut self, level: Level, message: &str);
+}

@@ -1,0 +1,142 @@
+//! The SDK's error type: what an operator hook returns and what the host reports.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// `Result` with the SDK's [`Error`] as the default error type.
+///
+/// ```
+/// use weir_sdk::Result;
+///
+/// fn parse(text: &str) -> Result<u64> {
+///     Ok(text.parse()?)
+/// }
+/// assert_eq!(parse("42").unwrap(), 42);
+/// assert!(parse("x").is_err());
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error returned by an operator hook or by the SDK.
+///
+/// An `Err` returned from [`Operator::process`](crate::Operator::process) or another hook fails
+/// the call; the host reports the message (with the operator and the record) and restarts the
+/// job from its last checkpoint. Codec errors convert with `?`; build your own with
+/// [`Error::msg`].
+///
+/// ```
+/// use weir_sdk::Error;
+///
+/// let e = Error::msg("unknown command \"frobnicate\"");
+/// assert_eq!(e.to_string(), "unknown command \"frobnicate\"");
+/// let e = e.context("record 3");
+/// assert_eq!(e.to_string(), "record 3: unknown command \"frobnicate\"");
+/// ```
+pub struct Error {
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl Error {
+    /// An error with this message.
+    ///
+    /// ```
+    /// let e = weir_sdk::Error::msg(format_args!("bad line {}", 7));
+    /// assert_eq!(e.to_string(), "bad line 7");
+    /// ```
+    pub fn msg(message: impl fmt::Display) -> Self {
+        Error {
+            message: message.to_string(),
+            source: None,
+        }
+    }
+
+    /// Wraps an error value, keeping it as the [`source`](StdError::source).
+    ///
+    /// ```
+    /// let io = std::io::Error::other("disk on fire");
+    /// let e = weir_sdk::Error::new(io);
+    /// assert_eq!(e.to_string(), "disk on fire");
+    /// assert!(std::error::Error::source(&e).is_some());
+    /// ```
+    pub fn new(error: impl StdError + Send + Sync + 'static) -> Self {
+        Error {
+            message: error.to_string(),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// Prefixes the message with what was being done: `"{context}: {message}"`.
+    ///
+    /// ```
+    /// let e = weir_sdk::Error::msg("not a number").context("field \"age\"");
+    /// assert_eq!(e.to_string(), "field \"age\": not a number");
+    /// ```
+    #[must_use]
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `Debug` is what `unwrap()` and `fn main() -> Result` print: keep it readable.
+        write!(f, "{:?}", self.message)
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+macro_rules! from_error {
+    ($($ty:ty),* $(,)?) => {$(
+        impl From<$ty> for Error {
+            fn from(e: $ty) -> Self {
+                Error::new(e)
+            }
+        }
+    )*};
+}
+
+from_error!(
+    postcard::Error,
+    serde_json::Error,
+    weir_wire::DecodeError,
+    std::str::Utf8Error,
+    std::string::FromUtf8Error,
+    std::num::ParseIntError,
+    std::num::ParseFloatError,
+    std::fmt::Error,
+);
+
+impl From<String> for Error {
+    fn from(message: String) -> Self {
+        Error::msg(message)
+    }
+}
+
+impl From<&str> for Error {
+    fn from(message: &str) -> Self {
+        Error::msg(message)
+    }
+}
+
+impl From<Box<dyn StdError + Send + Sync + 'static>> for Error {
+    fn from(e: Box<dyn StdError + Send + Sync + 'static>) -> Self {
+        Error {
+            message: e.to_string(),
+            source: Some(e),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The `Operator` trait an author implements, and what `open` gets.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+use crate::context::log_to;
+use crate::runtime::{Core, OpenInfo};
+use crate::{Context, Error, Level, Record, Result, Timer};
+
+/// A stream operator: one required method, [`process`](Self::process); the other hooks do
+/// nothing by default.
+///
+/// The host creates one instance per parallel subtask (with `Default`, through
+/// [`export!`](crate::export)), calls [`open`](Self::open) once, then
+/// [`process`](Self::process) for each record of each batch (then
+/// [`finish_batch`](Self::finish_batch)) and
+/// [`on_timer`](Self::on_timer) for each timer that fires, and [`close`](Self::close) when
+/// the input has ended. Keep anything that must survive a failure in keyed state: an instance
+/// (and its fields) is dropped on failure, and on rescaling keys move to other instances.
+///
+/// An `Err` from a hook fails the task; the host reports it with the operator and the record
+/// and restarts the job from its last checkpoint.
+///
+/// ```
+/// use weir_sdk::prelude::*;
+///
+/// #[derive(Default)]
+/// struct Upper {
+///     prefix: String,
+/// }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     prefix: String,
+/// }
+///
+/// impl Operator for Upper {
+///     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+///         self.prefix = ctx.config::<Config>()?.prefix;
+///         Ok(())
+///     }
+///
+///     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+///         let text = rec.value_str()?.to_uppercase();
+///         ctx.emit_display(rec.key(), format_args!("{}{text}", self.prefix))
+///     }
+/// }
+///
+/// let mut h = weir_sdk::testing::Harness::<Upper>::new().with_config(r#"{"prefix": "> "}"#);
+/// assert_eq!(h.process(["hi"])[0].value_str(), "> HI");
+/// ```
+pub trait Operator {
+    /// Called once per instance before anything else: read the config here.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op { shard: u32 }
+    /// # impl Operator for Op {
+    /// fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+    ///     self.shard = ctx.subtask_index();
+    ///     ctx.log(Level::Info, format_args!("shard {} of {}", ctx.subtask_index(), ctx.parallelism()));
+    ///     Ok(())
+    /// }
+    /// # fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> { Ok(()) }
+    /// # }
+    /// # weir_sdk::testing::Harness::<Op>::new().process(["x"]);
+    /// ```
+    fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Handles one record. State reached through `ctx` is of the record's key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     if !rec.value().is_empty() {
+    ///         ctx.emit(rec.key(), rec.value())?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # }
+    /// # assert_eq!(weir_sdk::testing::Harness::<Op>::new().process(["", "x"]).len(), 1);
+    /// ```
+    fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()>;
+
+    /// Called after the last record of each batch given to [`process`](Self::process), with
+    /// no current key (keyed state and timers are not available; emitting is). Use it to
+    /// emit or log what was gathered over the batch, e.g. one warning per batch instead of
+    /// one per bad record.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op { bad: u32 }
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     match rec.value_str() {
+    ///         Ok(text) => ctx.emit(rec.key(), text),
+    ///         Err(_) => Ok(self.bad += 1),
+    ///     }
+    /// }
+    ///
+    /// fn finish_batch(&mut self, ctx: &mut Context) -> Result<()> {
+    ///     if self.bad > 0 {
+    ///         ctx.warn(format_args!("dropped {} records that are not UTF-8", self.bad));
+    ///         self.bad = 0;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # }
+    /// # use weir_sdk::testing::Input;
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([Input::new(vec![0xff]), Input::new(vec![0xfe])]);
+    /// # assert_eq!(h.logs().len(), 1);
+    /// ```
+    fn finish_batch(&mut self, ctx: &mut Context<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Handles a timer registered with
+    /// [`Context::register_event_timer`](crate::Context::register_event_timer) or
+    /// [`Context::register_processing_time_timer`](crate::Context::register_processing_time_timer).
+    /// State reached through `ctx` is of the timer's key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// # fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    /// #     ctx.list_state::<String>("window").add(rec.value_str()?)?;
+    /// #     ctx.register_event_timer(100)
+    /// # }
+    /// fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+    ///     let window = ctx.list_state::<String>("window");
+    ///     ctx.emit(Some(timer.key()), window.get()?.join(" "))?;
+    ///     window.clear()
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("k", "a"), ("k", "b")]);
+    /// # assert_eq!(h.fire_event_timers_up_to(100)[0].value_str(), "a b");
+    /// ```
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: Timer<'_>) -> Result<()> {
+        let _ = (ctx, timer);
+        Ok(())
+    }
+
+    /// Called once when the input has ended. It may emit, but there is no current key, so
+    /// keyed state and timers are not available.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op { seen: u64 }
+    /// # impl Operator for Op {
+    /// # fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> { self.seen += 1; Ok(()) }
+    /// fn close(&mut self, ctx: &mut Context) -> Result<()> {
+    ///     ctx.emit_display(None, format_args!("this instance saw {} records", self.seen))
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process(["a", "b"]);
+    /// # assert_eq!(h.close()[0].value_str(), "this instance saw 2 records");
+    /// ```
+    fn close(&mut self, ctx: &mut Context<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+}
+
+/// What [`Operator::open`] learns about its instance, and its config.
+///
+/// ```
+/// # use weir_sdk::prelude::*;
+/// # #[derive(Default)] struct Op;
+/// # impl Operator for Op {
+/// fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+///     assert_eq!(ctx.operator_uid(), "test-operator");
+///     assert!(ctx.subtask_index() < ctx.parallelism());
+///     Ok(())
+/// }
+/// # fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> { Ok(()) }
+/// # }
+/// # weir_sdk::testing::Harness::<Op>::new().with_parallelism(4).process(["x"]);
+/// ```
+pub struct OpenContext<'a> {
+    info: &'a OpenInfo,
+    core: &'a RefCell<Core>,
+}
+
+impl fmt::Debug for OpenContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenContext")
+            .field("operator_uid", &self.info.operator_uid)
+            .field("subtask_index", &self.info.subtask_index)
+            .field("parallelism", &self.info.parallelism)
+            .field("config", &self.info.config)
+            .finish()
+    }
+}
+
+impl<'a> OpenContext<'a> {
+    pub(crate) fn new(info: &'a OpenInfo, core: &'a RefCell<Core>) -> Self {
+        OpenContext { info, core }
+    }
+
+    /// The operator's `uid` in the job spec (what ties state to code across upgrades).
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// assert_eq!(ctx.operator_uid(), "test-operator");
+    /// # });
+    /// ```
+    pub fn operator_uid(&self) -> &str {
+        &self.info.operator_uid
+    }
+
+    /// Index of this parallel instance, `0 <= subtask_index < parallelism`.
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// assert_eq!(ctx.subtask_index(), 0);
+    /// # });
+    /// ```
+    pub fn subtask_index(&self) -> u32 {
+        self.info.subtask_index
+    }
+
+    /// How many parallel instances the operator has.
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// assert_eq!(ctx.parallelism(), 1);
+    /// # });
+    /// ```
+    pub fn parallelism(&self) -> u32 {
+        self.info.parallelism
+    }
+
+    /// The operator's `config` table from the job spec, parsed from JSON into `C`; absent
+    /// config reads as `{}`, so a `C` whose fields all have `#[serde(default)]` always parses.
+    ///
+    /// ```
+    /// #[derive(serde::Deserialize, Default)]
+    /// #[serde(default)]
+    /// struct Config {
+    ///     lowercase: bool,
+    /// }
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// let config: Config = ctx.config()?;
+    /// assert!(!config.lowercase);
+    /// # Ok::<(), weir_sdk::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn config<C: DeserializeOwned>(&self) -> Result<C> {
+        let text = self.config_json();
+        serde_json::from_str(text).map_err(|e| {
+            Error::new(e).context(format!(
+                "operator \"{}\": its config {text} does not fit the operator's config type",
+                self.info.operator_uid
+            ))
+        })
+    }
+
+    /// The config as JSON text (`{}` when absent).
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// assert_eq!(ctx.config_json(), "{}");
+    /// # });
+    /// ```
+    pub fn config_json(&self) -> &str {
+        match self.info.config.trim() {
+            "" => "{}",
+            text => text,
+        }
+    }
+
+    /// Sends a line to the operator's log, as [`Context::log`].
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// ctx.log(weir_sdk::Level::Info, "opened");
+    /// # });
+    /// ```
+    pub fn log(&self, level: Level, message: impl fmt::Display) {
+        log_to(self.core, level, &message);
+    }
+}

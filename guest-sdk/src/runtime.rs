@@ -1,0 +1,251 @@
+//! One operator instance: decodes what the host sends, runs the operator's hooks and sends
+//! back state changes, timer changes and output, once per batch.
+//!
+//! The component export (`wit.rs`) and the test harness (`testing.rs`) both drive an
+//! [`Instance`]; only the [`Backend`] differs.
+
+use std::cell::RefCell;
+use std::mem;
+
+use weir_wire::{BatchReader, FiredTimer, OutputWriter, TimeDomain, read_fired_timers};
+
+use crate::backend::Backend;
+use crate::state::StateEntry;
+use crate::{Context, Error, OpenContext, Operator, Record, Result, Timer};
+
+/// Output is sent to the host whenever this many bytes are buffered, and at the end of a batch.
+pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+
+/// What the hooks reach through their context: the backend and this batch's buffers.
+pub(crate) struct Core {
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) states: Vec<StateEntry>,
+    /// Incremented per batch; state caches of an older epoch are stale.
+    pub(crate) epoch: u64,
+    pub(crate) output: OutputWriter,
+    pub(crate) timer_changes: Vec<u8>,
+    store_buf: Vec<u8>,
+}
+
+impl Core {
+    pub(crate) fn new(backend: Box<dyn Backend>) -> Self {
+        Core {
+            backend,
+            states: Vec::new(),
+            epoch: 0,
+            output: OutputWriter::default(),
+            timer_changes: Vec::new(),
+            store_buf: Vec::new(),
+        }
+    }
+
+    fn begin(&mut self) {
+        self.epoch += 1;
+        self.output.clear();
+        self.timer_changes.clear();
+    }
+
+    pub(crate) fn flush_output_if_full(&mut self) {
+        if self.output.len() > OUTPUT_FLUSH_BYTES {
+            self.backend.emit(self.output.as_bytes());
+            self.output.clear();
+        }
+    }
+
+    /// Sends this batch's state changes (one `store` per changed state), timer changes (one
+    /// `update`) and the rest of the output.
+    fn finish(&mut self, keys: &[&[u8]]) {
+        let Core {
+            backend,
+            states,
+            epoch,
+            output,
+            timer_changes,
+            store_buf,
+        } = self;
+        for state in states.iter() {
+            if state.changes(*epoch, store_buf) {
+                backend.store(state.handle(), keys, store_buf);
+            }
+        }
+        if !timer_changes.is_empty() {
+            backend.update_timers(keys, timer_changes);
+            timer_changes.clear();
+        }
+        if !output.is_empty() {
+            backend.emit(output.as_bytes());
+            output.clear();
+        }
+    }
+}
+
+/// What `open` tells an instance (the WIT `open-context`).
+#[derive(Clone, Debug)]
+pub(crate) struct OpenInfo {
+    pub(crate) operator_uid: String,
+    pub(crate) subtask_index: u32,
+    pub(crate) parallelism: u32,
+    pub(crate) config: String,
+}
+
+/// An operator with its runtime state.
+pub(crate) struct Instance<T> {
+    operator: T,
+    core: RefCell<Core>,
+    info: OpenInfo,
+    // Allocations kept between calls; always empty here.
+    key_table: Vec<&'static [u8]>,
+    key_copy: Vec<&'static [u8]>,
+    fired: Vec<FiredTimer<'static>>,
+}
+
+/// Reuses the allocation of a `Vec` of references for references of another lifetime: the
+/// vector is emptied, and std collects `into_iter().map(..)` in place.
+fn recycle<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> &'b [u8] { unreachable!("the vector is empty") })
+        .collect()
+}
+
+fn recycle_timers<'b>(mut v: Vec<FiredTimer<'_>>) -> Vec<FiredTimer<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> FiredTimer<'b> { unreachable!("the vector is empty") })
+        .collect()
+}
+
+fn malformed(e: weir_wire::DecodeError) -> Error {
+    Error::new(e).context("weir-sdk: the host sent a malformed buffer")
+}
+
+/// A key for an error message: text if it is UTF-8, shortened.
+fn describe_key(key: Option<&[u8]>) -> String {
+    match key {
+        None => "without key".to_owned(),
+        Some(k) => {
+            let text = String::from_utf8_lossy(k);
+            let short: String = text.chars().take(64).collect();
+            let more = if short.len() < text.len() { "…" } else { "" };
+            format!("key \"{}{more}\"", short.escape_debug())
+        }
+    }
+}
+
+impl<T: Operator> Instance<T> {
+    pub(crate) fn new(operator: T, backend: Box<dyn Backend>, info: OpenInfo) -> Self {
+        Instance {
+            operator,
+            core: RefCell::new(Core::new(backend)),
+            info,
+            key_table: Vec::new(),
+            key_copy: Vec::new(),
+            fired: Vec::new(),
+        }
+    }
+
+    pub(crate) fn open(&mut self) -> Result<()> {
+        let mut ctx = OpenContext::new(&self.info, &self.core);
+        self.operator.open(&mut ctx)
+    }
+
+    /// Handles one batch buffer (`operator.process`).
+    pub(crate) fn process(&mut self, batch: &[u8]) -> Result<()> {
+        let mut reader =
+            BatchReader::new(batch, recycle(mem::take(&mut self.key_table))).map_err(malformed)?;
+        let mut keys = recycle(mem::take(&mut self.key_copy));
+        keys.extend_from_slice(reader.keys());
+        self.core.borrow_mut().begin();
+        let result = run_batch(&mut self.operator, &self.core, &keys, &mut reader);
+        if result.is_ok() {
+            self.core.borrow_mut().finish(&keys);
+        }
+        self.key_table = recycle(reader.into_keys());
+        self.key_copy = recycle(keys);
+        result
+    }
+
+    /// Handles a fired-timers buffer (`operator.on-timers`).
+    pub(crate) fn on_timers(&mut self, timers: &[u8]) -> Result<()> {
+        let mut keys = recycle(mem::take(&mut self.key_copy));
+        let mut fired = recycle_timers(mem::take(&mut self.fired));
+        let result = read_fired_timers(timers, &mut keys, &mut fired)
+            .map_err(malformed)
+            .and_then(|()| {
+                self.core.borrow_mut().begin();
+                run_timers(&mut self.operator, &self.core, &keys, &fired)?;
+                self.core.borrow_mut().finish(&keys);
+                Ok(())
+            });
+        self.key_copy = recycle(keys);
+        self.fired = recycle_timers(fired);
+        result
+    }
+
+    /// `operator.close`: the hook may emit, but there is no current key.
+    pub(crate) fn close(&mut self) -> Result<()> {
+        self.core.borrow_mut().begin();
+        let mut ctx = Context::new(&self.core, &[]);
+        self.operator.close(&mut ctx)?;
+        self.core.borrow_mut().finish(&[]);
+        Ok(())
+    }
+}
+
+fn run_batch<T: Operator>(
+    operator: &mut T,
+    core: &RefCell<Core>,
+    keys: &[&[u8]],
+    reader: &mut BatchReader<'_>,
+) -> Result<()> {
+    let mut ctx = Context::new(core, keys);
+    let mut index = 0;
+    while let Some(next) = reader.next() {
+        let rec = next.map_err(malformed)?;
+        ctx.slot = rec.slot;
+        ctx.timestamp = rec.record.timestamp;
+        if let Err(e) = operator.process(&mut ctx, Record::from_ref(rec.record)) {
+            return Err(e.context(format!(
+                "record {index} of the batch ({})",
+                describe_key(rec.record.key)
+            )));
+        }
+        index += 1;
+    }
+    ctx.slot = None;
+    ctx.timestamp = None;
+    operator
+        .finish_batch(&mut ctx)
+        .map_err(|e| e.context("finish_batch"))
+}
+
+fn run_timers<T: Operator>(
+    operator: &mut T,
+    core: &RefCell<Core>,
+    keys: &[&[u8]],
+    fired: &[FiredTimer<'_>],
+) -> Result<()> {
+    let mut ctx = Context::new(core, keys);
+    for t in fired {
+        ctx.slot = Some(t.slot);
+        // As in Flink: output of an event-time timer carries the timer's time, output of a
+        // processing-time timer none.
+        ctx.timestamp = match t.domain {
+            TimeDomain::EventTime => Some(t.timestamp),
+            TimeDomain::ProcessingTime => None,
+        };
+        let timer = Timer::new(t.domain, t.key, t.timestamp);
+        if let Err(e) = operator.on_timer(&mut ctx, timer) {
+            let domain = match t.domain {
+                TimeDomain::EventTime => "event-time",
+                TimeDomain::ProcessingTime => "processing-time",
+            };
+            return Err(e.context(format!(
+                "{domain} timer at {} ({})",
+                t.timestamp,
+                describe_key(Some(t.key))
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,597 @@
+//! `MapState<K, V>`: a map per key; map keys are compared by their encoded bytes.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use weir_wire::{DecodeError, MapOp, Reader, put_map_op};
+
+use super::codec::{Span, decode, encode};
+use super::{Access, Batch, Cache, StateId, decode_error, expect_end};
+use crate::{Context, Result};
+
+const NO_OVERLAY: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// The stored entries: `stored[first..first + len]`, sorted by key (valid once loaded).
+    first: u32,
+    len: u32,
+    /// The stored entries are gone (clear in this batch).
+    cleared: bool,
+    /// Index into `overlays` of this batch's puts and removes, or `NO_OVERLAY`.
+    overlay: u32,
+}
+
+const EMPTY: Slot = Slot {
+    first: 0,
+    len: 0,
+    cleared: false,
+    overlay: NO_OVERLAY,
+};
+
+/// A put (`value` is `Some`) or a remove of one map key in this batch; arena spans.
+#[derive(Clone, Copy, Debug)]
+struct Change {
+    key: Span,
+    value: Option<Span>,
+}
+
+#[derive(Default)]
+pub(crate) struct MapCache {
+    slots: Vec<Slot>,
+    /// `(key, value)` spans of the load answer, slot after slot.
+    stored: Vec<(Span, Span)>,
+    /// Pool of per-slot change lists reused across batches (first `used` in use). A map key
+    /// appears at most once in a list.
+    overlays: Vec<Vec<Change>>,
+    used: usize,
+}
+
+/// Where the current value of a map key is.
+enum Found {
+    Arena(Option<Span>),
+    Stored(Option<Span>),
+    NotLoaded,
+}
+
+impl MapCache {
+    pub(super) fn reset(&mut self, n_keys: usize) {
+        self.slots.clear();
+        self.slots.resize(n_keys, EMPTY);
+        self.stored.clear();
+        self.used = 0;
+    }
+
+    pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
+        let mut r = Reader::new(buf, "map-state load");
+        self.stored.clear();
+        for slot in &mut self.slots {
+            let n = r.count(8)?;
+            let first = self.stored.len();
+            for _ in 0..n {
+                let key = Span::of(buf, r.bytes()?);
+                let value = Span::of(buf, r.bytes()?);
+                self.stored.push((key, value));
+            }
+            // Sorted once per load so that lookups are binary searches.
+            self.stored[first..].sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
+            slot.first = first as u32;
+            slot.len = n as u32;
+        }
+        expect_end(&r, buf)
+    }
+
+    fn overlay(&mut self, slot: u32) -> &mut Vec<Change> {
+        let s = &mut self.slots[slot as usize];
+        if s.overlay == NO_OVERLAY {
+            if self.used == self.overlays.len() {
+                self.overlays.push(Vec::new());
+            }
+            self.overlays[self.used].clear();
+            s.overlay = self.used as u32;
+            self.used += 1;
+        }
+        &mut self.overlays[s.overlay as usize]
+    }
+
+    fn changes(&self, slot: u32) -> &[Change] {
+        match self.slots[slot as usize].overlay {
+            NO_OVERLAY => &[],
+            i => &self.overlays[i as usize],
+        }
+    }
+
+    fn stored(&self, slot: u32) -> &[(Span, Span)] {
+        let s = self.slots[slot as usize];
+        &self.stored[s.first as usize..(s.first + s.len) as usize]
+    }
+
+    fn find(&self, slot: u32, key: &[u8], batch: &Batch) -> Found {
+        let changed = self
+            .changes(slot)
+            .iter()
+            .find(|c| c.key.get(&batch.arena) == key);
+        if let Some(c) = changed {
+            return Found::Arena(c.value);
+        }
+        if self.slots[slot as usize].cleared {
+            return Found::Arena(None);
+        }
+        if !batch.loaded {
+            return Found::NotLoaded;
+        }
+        let stored = self.stored(slot);
+        let at = stored.binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key));
+        Found::Stored(at.ok().map(|i| stored[i].1))
+    }
+
+    /// The visible entries of a slot as `(key, value)` bytes, sorted by key bytes.
+    fn visible<'b>(&self, slot: u32, batch: &'b Batch) -> Vec<(&'b [u8], &'b [u8])> {
+        let mut changes: Vec<(&[u8], Option<&[u8]>)> = self
+            .changes(slot)
+            .iter()
+            .map(|c| {
+                (
+                    c.key.get(&batch.arena),
+                    c.value.map(|v| v.get(&batch.arena)),
+                )
+            })
+            .collect();
+        changes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let stored: &[(Span, Span)] = if self.slots[slot as usize].cleared {
+            &[]
+        } else {
+            self.stored(slot)
+        };
+        let mut stored = stored
+            .iter()
+            .map(|(k, v)| (k.get(&batch.buf), v.get(&batch.buf)))
+            .peekable();
+        let mut changes = changes.into_iter().peekable();
+        let mut out = Vec::new();
+        loop {
+            let order = match (stored.peek(), changes.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(s), Some(c)) => s.0.cmp(c.0),
+            };
+            if order != Ordering::Greater {
+                let s = stored.next();
+                if order == Ordering::Less {
+                    out.extend(s);
+                    continue;
+                }
+            }
+            if let Some((k, Some(v))) = changes.next() {
+                out.push((k, v));
+            }
+        }
+        out
+    }
+
+    pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
+        for &slot in &batch.touched {
+            let cleared = self.slots[slot as usize].cleared;
+            if cleared {
+                put_map_op(out, slot, MapOp::Clear);
+            }
+            for c in self.changes(slot) {
+                let key = c.key.get(&batch.arena);
+                match c.value {
+                    Some(v) => put_map_op(out, slot, MapOp::Put(key, v.get(&batch.arena))),
+                    None if !cleared => put_map_op(out, slot, MapOp::Remove(key)),
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+impl Cache {
+    fn map(&self) -> &MapCache {
+        match self {
+            Cache::Map(c) => c,
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+
+    fn map_mut(&mut self) -> &mut MapCache {
+        match self {
+            Cache::Map(c) => c,
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+}
+
+impl Access<'_> {
+    /// The current value bytes of `key` (loading if needed), decoded by `f`.
+    fn map_lookup<Q, R>(
+        &mut self,
+        key: &Q,
+        f: impl FnOnce(&str, Option<&[u8]>) -> Result<R>,
+    ) -> Result<R>
+    where
+        Q: Serialize + ?Sized,
+    {
+        // The key is encoded into the arena only for the lookup and then dropped again.
+        let kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+        let result = self.map_lookup_encoded(kspan, f);
+        self.batch.arena.truncate(kspan.start());
+        result
+    }
+
+    fn map_lookup_encoded<R>(
+        &mut self,
+        kspan: Span,
+        f: impl FnOnce(&str, Option<&[u8]>) -> Result<R>,
+    ) -> Result<R> {
+        let slot = self.slot;
+        let mut found = self
+            .cache
+            .map()
+            .find(slot, kspan.get(&self.batch.arena), &*self.batch);
+        if let Found::NotLoaded = found {
+            self.ensure_loaded()?;
+            found = self
+                .cache
+                .map()
+                .find(slot, kspan.get(&self.batch.arena), &*self.batch);
+        }
+        let bytes = match found {
+            Found::Arena(v) => v.map(|v| v.get(&self.batch.arena)),
+            Found::Stored(v) => v.map(|v| v.get(&self.batch.buf)),
+            Found::NotLoaded => None,
+        };
+        f(self.name, bytes)
+    }
+
+    /// Records a put (`value` is `Some`) or a remove of `key`.
+    fn map_change<Q, W>(&mut self, key: &Q, value: Option<&W>) -> Result<()>
+    where
+        Q: Serialize + ?Sized,
+        W: Serialize + ?Sized,
+    {
+        let slot = self.slot;
+        let mut kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+        let existing = self
+            .cache
+            .map()
+            .changes(slot)
+            .iter()
+            .position(|c| c.key.get(&self.batch.arena) == kspan.get(&self.batch.arena));
+        if let Some(i) = existing {
+            self.batch.arena.truncate(kspan.start());
+            kspan = self.cache.map().changes(slot)[i].key;
+        }
+        let vspan = match value {
+            Some(v) => Some(encode(v, &mut self.batch.arena).map_err(|e| self.encode_error(e))?),
+            None => None,
+        };
+        let change = Change {
+            key: kspan,
+            value: vspan,
+        };
+        let overlay = self.cache.map_mut().overlay(slot);
+        match existing {
+            Some(i) => overlay[i] = change,
+            None => overlay.push(change),
+        }
+        self.batch.touch(slot);
+        Ok(())
+    }
+}
+
+/// A map per key, like Flink's `MapState<K, V>`.
+///
+/// Get one with [`Context::map_state`]. Map keys are compared by their `postcard` encoding,
+/// so `K` must encode equal keys to equal bytes (true of strings, integers, and structs and
+/// tuples of them; not of floats with several NaNs or of hash maps).
+///
+/// ```
+/// use weir_sdk::prelude::*;
+/// use weir_sdk::testing::Harness;
+///
+/// #[derive(Default)]
+/// struct Visits;
+///
+/// impl Operator for Visits {
+///     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+///         let visits = ctx.map_state::<String, u64>("visits");
+///         let page = rec.value_str()?;
+///         let n = visits.get(page)?.unwrap_or(0) + 1;
+///         visits.put(page, &n)?;
+///         ctx.emit_display(rec.key(), n)
+///     }
+/// }
+///
+/// let mut h = Harness::<Visits>::new();
+/// let out = h.process([("ann", "/home"), ("ann", "/cart"), ("ann", "/home")]);
+/// assert_eq!(out[2].value_str(), "2");
+/// let entries = h.map_state::<String, u64>("visits", "ann");
+/// assert!(entries.contains(&("/home".to_string(), 2)));
+/// ```
+pub struct MapState<'c, K, V> {
+    ctx: &'c Context<'c>,
+    id: StateId,
+    _type: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> std::fmt::Debug for MapState<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapState").field("id", &self.id).finish()
+    }
+}
+
+impl<'c, K, V> MapState<'c, K, V>
+where
+    K: Serialize + DeserializeOwned,
+    V: Serialize + DeserializeOwned,
+{
+    pub(crate) fn new(ctx: &'c Context<'c>, id: StateId) -> Self {
+        MapState {
+            ctx,
+            id,
+            _type: PhantomData,
+        }
+    }
+
+    /// The value of map key `key` for the current key. `key` may be a borrowed form of `K`
+    /// that serializes the same way (`&str` for `String`).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let prices = ctx.map_state::<String, u32>("prices");
+    ///     match prices.get(rec.value_str()?)? {
+    ///         Some(p) => ctx.emit_display(rec.key(), p),
+    ///         None => ctx.emit(rec.key(), "unknown"),
+    ///     }
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("shop", "tea")])[0].value_str(), "unknown");
+    /// ```
+    pub fn get<Q>(&self, key: &Q) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.ctx.with_state(&self.id, |a| {
+            a.map_lookup(key, |name, bytes| {
+                bytes
+                    .map(decode)
+                    .transpose()
+                    .map_err(|e| decode_error(name, e))
+            })
+        })
+    }
+
+    /// Sets map key `key` to `value` for the current key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let (field, value) = rec.value_str()?.split_once('=').ok_or("expected field=value")?;
+    ///     ctx.map_state::<String, String>("fields").put(field, value)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("u1", "name=ann")]);
+    /// # assert_eq!(h.map_state::<String, String>("fields", "u1"), [("name".into(), "ann".into())]);
+    /// ```
+    pub fn put<Q, W>(&self, key: &Q, value: &W) -> Result<()>
+    where
+        K: Borrow<Q>,
+        V: Borrow<W>,
+        Q: Serialize + ?Sized,
+        W: Serialize + ?Sized,
+    {
+        self.ctx
+            .with_state(&self.id, |a| a.map_change(key, Some(value)))
+    }
+
+    /// Removes map key `key` for the current key (nothing happens if it is absent).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let open = ctx.map_state::<String, bool>("open-orders");
+    ///     match rec.kind() {
+    ///         Kind::Delete => open.remove(rec.value_str()?),
+    ///         _ => open.put(rec.value_str()?, &true),
+    ///     }
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # use weir_sdk::testing::Input;
+    /// # h.process([Input::keyed("c", "o1"), Input::keyed("c", "o1").with_kind(Kind::Delete)]);
+    /// # assert!(h.map_state::<String, bool>("open-orders", "c").is_empty());
+    /// ```
+    pub fn remove<Q>(&self, key: &Q) -> Result<()>
+    where
+        K: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.ctx
+            .with_state(&self.id, |a| a.map_change::<Q, V>(key, None))
+    }
+
+    /// Whether map key `key` is present for the current key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let seen = ctx.map_state::<String, ()>("seen");
+    ///     if !seen.contains(rec.value_str()?)? {
+    ///         seen.put(rec.value_str()?, &())?;
+    ///         ctx.emit(rec.key(), rec.value())?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "a"), ("k", "a"), ("k", "b")]).len(), 2);
+    /// ```
+    pub fn contains<Q>(&self, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.ctx.with_state(&self.id, |a| {
+            a.map_lookup(key, |_, bytes| Ok(bytes.is_some()))
+        })
+    }
+
+    /// All entries for the current key, ordered by their encoded map keys (for strings of
+    /// up to 127 bytes: shorter first, then byte order; sort them if you need another order).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let counts = ctx.map_state::<String, u32>("counts");
+    ///     let word = rec.value_str()?;
+    ///     counts.put(word, &(counts.get(word)?.unwrap_or(0) + 1))?;
+    ///     let total: u32 = counts.entries()?.iter().map(|(_, n)| n).sum();
+    ///     ctx.emit_display(rec.key(), total)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "a"), ("k", "b"), ("k", "a")])[2].value_str(), "3");
+    /// ```
+    pub fn entries(&self) -> Result<Vec<(K, V)>> {
+        self.with_visible(|name, entries| {
+            entries
+                .iter()
+                .map(|(k, v)| Ok((decode(k)?, decode(v)?)))
+                .collect::<postcard::Result<Vec<_>>>()
+                .map_err(|e| decode_error(name, e))
+        })
+    }
+
+    /// All map keys for the current key, in the order of [`entries`](Self::entries).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let tags = ctx.map_state::<String, ()>("tags");
+    ///     tags.put(rec.value_str()?, &())?;
+    ///     ctx.emit(rec.key(), tags.keys()?.join(","))
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "b"), ("k", "a")])[1].value_str(), "a,b");
+    /// ```
+    pub fn keys(&self) -> Result<Vec<K>> {
+        self.with_visible(|name, entries| {
+            entries
+                .iter()
+                .map(|(k, _)| decode(k))
+                .collect::<postcard::Result<Vec<_>>>()
+                .map_err(|e| decode_error(name, e))
+        })
+    }
+
+    /// All values for the current key, in the order of [`entries`](Self::entries).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let scores = ctx.map_state::<String, u32>("scores");
+    ///     let (game, score) = rec.value_str()?.split_once(':').ok_or("expected game:score")?;
+    ///     scores.put(game, &score.parse()?)?;
+    ///     let best = scores.values()?.into_iter().max().unwrap_or(0);
+    ///     ctx.emit_display(rec.key(), best)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "chess:7"), ("k", "go:3")])[1].value_str(), "7");
+    /// ```
+    pub fn values(&self) -> Result<Vec<V>> {
+        self.with_visible(|name, entries| {
+            entries
+                .iter()
+                .map(|(_, v)| decode(v))
+                .collect::<postcard::Result<Vec<_>>>()
+                .map_err(|e| decode_error(name, e))
+        })
+    }
+
+    /// Whether the map of the current key has no entries.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let m = ctx.map_state::<String, u8>("m");
+    ///     let was_empty = m.is_empty()?;
+    ///     m.put(rec.value_str()?, &1)?;
+    ///     ctx.emit_display(rec.key(), was_empty)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # let out = h.process([("k", "a"), ("k", "b")]);
+    /// # assert_eq!((out[0].value_str(), out[1].value_str()), ("true", "false"));
+    /// ```
+    pub fn is_empty(&self) -> Result<bool> {
+        self.with_visible(|_, entries| Ok(entries.is_empty()))
+    }
+
+    /// Removes all entries of the current key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let cart = ctx.map_state::<String, u32>("cart");
+    ///     match rec.value_str()? {
+    ///         "checkout" => cart.clear(),
+    ///         item => cart.put(item, &(cart.get(item)?.unwrap_or(0) + 1)),
+    ///     }
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("u", "tea"), ("u", "checkout")]);
+    /// # assert!(h.map_state::<String, u32>("cart", "u").is_empty());
+    /// ```
+    pub fn clear(&self) -> Result<()> {
+        self.ctx.with_state(&self.id, |a| {
+            let slot = a.slot;
+            let cache = a.cache.map_mut();
+            cache.slots[slot as usize].cleared = true;
+            cache.overlay(slot).clear();
+            a.batch.touch(slot);
+            Ok(())
+        })
+    }
+
+    fn with_visible<R>(&self, f: impl FnOnce(&str, &[(&[u8], &[u8])]) -> Result<R>) -> Result<R> {
+        self.ctx.with_state(&self.id, |a| {
+            let slot = a.slot;
+            if !a.cache.map().slots[slot as usize].cleared {
+                a.ensure_loaded()?;
+            }
+            let entries = a.cache.map().visible(slot, &*a.batch);
+            f(a.name, &entries)
+        })
+    }
+}

@@ -1,0 +1,223 @@
+//! Keyed state as an operator sees it: typed handles over per-batch caches.
+//!
+//! The host ships state "in" per batch and takes a diff "out" (see `wit/stream.wit`). For each
+//! state used in a batch the SDK keeps a [`StateEntry`]: the first read calls `load()` once
+//! and keeps the answer (`Batch::buf`) with per-key-slot spans into it; writes are encoded
+//! once into an arena and recorded per slot; at the end of the batch the changes of every
+//! touched slot go back in one `store()`. Nothing is hashed or allocated per record in the
+//! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
+
+mod codec;
+mod list;
+mod map;
+mod value;
+
+pub use list::ListState;
+pub use map::MapState;
+pub use value::ValueState;
+
+use list::ListCache;
+use map::MapCache;
+use value::ValueCache;
+
+use crate::backend::{Backend, StateKind};
+use crate::{Error, Result, Ttl};
+
+/// A state declared by this instance, with its cache for the current batch.
+pub(crate) struct StateEntry {
+    pub(crate) name: String,
+    pub(crate) kind: StateKind,
+    pub(crate) ttl: Option<Ttl>,
+    handle: usize,
+    /// The batch the cache belongs to; a stale cache is reset on first use.
+    epoch: u64,
+    batch: Batch,
+    cache: Cache,
+}
+
+/// The buffers of one state in one batch, shared by all kinds.
+#[derive(Default)]
+pub(crate) struct Batch {
+    loaded: bool,
+    /// The answer of `load()`.
+    buf: Vec<u8>,
+    /// Values written in this batch, postcard-encoded back to back.
+    arena: Vec<u8>,
+    /// Slots with changes, in the order they were first changed.
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
+}
+
+impl Batch {
+    fn reset(&mut self, n_keys: usize) {
+        self.loaded = false;
+        self.buf = Vec::new();
+        self.arena.clear();
+        self.touched.clear();
+        self.is_touched.clear();
+        self.is_touched.resize(n_keys, false);
+    }
+
+    fn touch(&mut self, slot: u32) {
+        let flag = &mut self.is_touched[slot as usize];
+        if !*flag {
+            *flag = true;
+            self.touched.push(slot);
+        }
+    }
+}
+
+enum Cache {
+    Value(ValueCache),
+    List(ListCache),
+    Map(MapCache),
+}
+
+impl StateEntry {
+    pub(crate) fn new(name: &str, kind: StateKind, ttl: Option<Ttl>, handle: usize) -> Self {
+        StateEntry {
+            name: name.to_owned(),
+            kind,
+            ttl,
+            handle,
+            epoch: 0,
+            batch: Batch::default(),
+            cache: match kind {
+                StateKind::Value => Cache::Value(ValueCache::default()),
+                StateKind::List => Cache::List(ListCache::default()),
+                StateKind::Map => Cache::Map(MapCache::default()),
+            },
+        }
+    }
+
+    pub(crate) fn handle(&self) -> usize {
+        self.handle
+    }
+
+    fn begin(&mut self, epoch: u64, n_keys: usize) {
+        if self.epoch == epoch {
+            return;
+        }
+        self.epoch = epoch;
+        self.batch.reset(n_keys);
+        match &mut self.cache {
+            Cache::Value(c) => c.reset(n_keys),
+            Cache::List(c) => c.reset(n_keys),
+            Cache::Map(c) => c.reset(n_keys),
+        }
+    }
+
+    /// Writes this batch's changes in the store encoding into `out` (cleared first); false
+    /// when the state has none.
+    pub(crate) fn changes(&self, epoch: u64, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        if self.epoch != epoch || self.batch.touched.is_empty() {
+            return false;
+        }
+        match &self.cache {
+            Cache::Value(c) => c.write_changes(&self.batch, out),
+            Cache::List(c) => c.write_changes(&self.batch, out),
+            Cache::Map(c) => c.write_changes(&self.batch, out),
+        }
+        !out.is_empty()
+    }
+}
+
+/// What a typed handle resolved its name to: an index into the instance's states, or the
+/// reason it cannot be used (reported by every operation on it).
+#[derive(Debug)]
+pub(crate) struct StateId(pub(crate) std::result::Result<usize, String>);
+
+/// One state of the current batch, at the current key slot.
+pub(crate) struct Access<'x> {
+    pub(crate) name: &'x str,
+    pub(crate) slot: u32,
+    batch: &'x mut Batch,
+    cache: &'x mut Cache,
+    handle: usize,
+    backend: &'x mut dyn Backend,
+    keys: &'x [&'x [u8]],
+}
+
+impl<'x> Access<'x> {
+    /// Binds the entry to the current batch and slot.
+    pub(crate) fn new(
+        entry: &'x mut StateEntry,
+        epoch: u64,
+        slot: Option<u32>,
+        backend: &'x mut dyn Backend,
+        keys: &'x [&'x [u8]],
+    ) -> Result<Self> {
+        let Some(slot) = slot.filter(|&s| (s as usize) < keys.len()) else {
+            return Err(Error::msg(format!(
+                "state \"{}\" is keyed state, but the current record has no key; key the \
+                 stream (key_by) before this operator, or do not use keyed state for records \
+                 without a key",
+                entry.name
+            )));
+        };
+        entry.begin(epoch, keys.len());
+        Ok(Access {
+            name: &entry.name,
+            slot,
+            batch: &mut entry.batch,
+            cache: &mut entry.cache,
+            handle: entry.handle,
+            backend,
+            keys,
+        })
+    }
+
+    /// Calls `load()` unless this batch already did.
+    fn ensure_loaded(&mut self) -> Result<()> {
+        if self.batch.loaded {
+            return Ok(());
+        }
+        let buf = self.backend.load(self.handle, self.keys);
+        let parsed = match &mut *self.cache {
+            Cache::Value(c) => c.apply_load(&buf),
+            Cache::List(c) => c.apply_load(&buf),
+            Cache::Map(c) => c.apply_load(&buf),
+        };
+        parsed.map_err(|e| {
+            Error::new(e).context(format!(
+                "state \"{}\": the host's load() answer does not match the batch's {} keys",
+                self.name,
+                self.keys.len()
+            ))
+        })?;
+        self.batch.buf = buf;
+        self.batch.loaded = true;
+        Ok(())
+    }
+
+    fn encode_error(&self, e: postcard::Error) -> Error {
+        Error::new(e).context(format!("state \"{}\": cannot encode the value", self.name))
+    }
+
+    fn decode_error(&self, e: postcard::Error) -> Error {
+        decode_error(self.name, e)
+    }
+}
+
+fn decode_error(name: &str, e: postcard::Error) -> Error {
+    Error::new(e).context(format!(
+        "state \"{name}\": the stored bytes do not decode as the type this operator reads them \
+         as (was the state written by a version of the operator with another type?)"
+    ))
+}
+
+/// Rejects buffers with bytes after the last key slot's entry.
+fn expect_end(
+    r: &weir_wire::Reader<'_>,
+    buf: &[u8],
+) -> std::result::Result<(), weir_wire::DecodeError> {
+    if r.is_empty() {
+        Ok(())
+    } else {
+        Err(weir_wire::DecodeError {
+            what: "state load (bytes after the last key slot)",
+            offset: buf.len(),
+        })
+    }
+}

@@ -1,0 +1,231 @@
+//! `ValueState<T>`: one value per key.
+
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use weir_wire::{DecodeError, Reader, ValueOp, put_value_op};
+
+use super::codec::{Span, decode, encode};
+use super::{Access, Batch, Cache, StateId, expect_end};
+use crate::{Context, Result};
+
+#[derive(Clone, Copy, Debug, Default)]
+enum Val {
+    /// Not loaded and not written in this batch.
+    #[default]
+    Unknown,
+    Absent,
+    /// In the load answer.
+    Stored(Span),
+    /// In the arena.
+    Written(Span),
+}
+
+#[derive(Default)]
+pub(crate) struct ValueCache {
+    slots: Vec<Val>,
+}
+
+impl ValueCache {
+    pub(super) fn reset(&mut self, n_keys: usize) {
+        self.slots.clear();
+        self.slots.resize(n_keys, Val::Unknown);
+    }
+
+    /// Fills the slots this batch has not written from the load answer.
+    pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
+        let mut r = Reader::new(buf, "value-state load");
+        for slot in &mut self.slots {
+            let stored = r.opt_bytes()?;
+            if let Val::Unknown = slot {
+                *slot = match stored {
+                    Some(bytes) => Val::Stored(Span::of(buf, bytes)),
+                    None => Val::Absent,
+                };
+            }
+        }
+        expect_end(&r, buf)
+    }
+
+    pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
+        for &slot in &batch.touched {
+            match self.slots[slot as usize] {
+                Val::Written(span) => put_value_op(out, slot, ValueOp::Set(span.get(&batch.arena))),
+                Val::Absent => put_value_op(out, slot, ValueOp::Clear),
+                Val::Unknown | Val::Stored(_) => {}
+            }
+        }
+    }
+}
+
+impl Access<'_> {
+    fn value_cache(&mut self) -> &mut ValueCache {
+        match &mut *self.cache {
+            Cache::Value(c) => c,
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+}
+
+/// A value per key, like Flink's `ValueState<T>`.
+///
+/// Get one with [`Context::value_state`]. Values are encoded with `postcard`; any
+/// `serde` type works. Reads and writes are of the current record's key.
+///
+/// ```
+/// use weir_sdk::prelude::*;
+/// use weir_sdk::testing::Harness;
+///
+/// #[derive(Default)]
+/// struct Previous;
+///
+/// impl Operator for Previous {
+///     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+///         let last = ctx.value_state::<String>("last");
+///         let previous = last.get()?;
+///         last.set(rec.value_str()?)?;
+///         ctx.emit(rec.key(), previous.as_deref().unwrap_or("-"))
+///     }
+/// }
+///
+/// let mut h = Harness::<Previous>::new();
+/// let out = h.process([("k", "a"), ("k", "b"), ("j", "c")]);
+/// let values: Vec<_> = out.iter().map(|o| o.value_str()).collect();
+/// assert_eq!(values, ["-", "a", "-"]);
+/// assert_eq!(h.value_state::<String>("last", "k"), Some("b".to_string()));
+/// ```
+pub struct ValueState<'c, T> {
+    ctx: &'c Context<'c>,
+    id: StateId,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for ValueState<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueState").field("id", &self.id).finish()
+    }
+}
+
+impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
+    pub(crate) fn new(ctx: &'c Context<'c>, id: StateId) -> Self {
+        ValueState {
+            ctx,
+            id,
+            _type: PhantomData,
+        }
+    }
+
+    /// The value of the current key, `None` if it has none.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let seen = ctx.value_state::<bool>("seen");
+    ///     if seen.get()?.is_none() {
+    ///         seen.set(&true)?;
+    ///         ctx.emit(rec.key(), rec.value())?; // first record of each key only
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("a", "1"), ("a", "2"), ("b", "3")]).len(), 2);
+    /// ```
+    pub fn get(&self) -> Result<Option<T>> {
+        self.ctx.with_state(&self.id, |a| {
+            let slot = a.slot as usize;
+            if let Val::Unknown = a.value_cache().slots[slot] {
+                a.ensure_loaded()?;
+            }
+            let bytes = match a.value_cache().slots[slot] {
+                Val::Stored(span) => span.get(&a.batch.buf),
+                Val::Written(span) => span.get(&a.batch.arena),
+                Val::Absent | Val::Unknown => return Ok(None),
+            };
+            decode(bytes).map(Some).map_err(|e| a.decode_error(e))
+        })
+    }
+
+    /// Sets the value of the current key. `value` may be a borrowed form of `T` that
+    /// serializes the same way (`&str` for `String`).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     ctx.value_state::<String>("latest").set(rec.value_str()?)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("a", "1"), ("a", "2")]);
+    /// # assert_eq!(h.value_state::<String>("latest", "a").as_deref(), Some("2"));
+    /// ```
+    pub fn set<Q>(&self, value: &Q) -> Result<()>
+    where
+        T: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.ctx.with_state(&self.id, |a| {
+            let span = encode(value, &mut a.batch.arena).map_err(|e| a.encode_error(e))?;
+            let slot = a.slot;
+            a.value_cache().slots[slot as usize] = Val::Written(span);
+            a.batch.touch(slot);
+            Ok(())
+        })
+    }
+
+    /// The same as [`set`](Self::set) (Flink's name).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     ctx.value_state::<u32>("len").update(&(rec.value().len() as u32))
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("a", "xyz")]);
+    /// # assert_eq!(h.value_state::<u32>("len", "a"), Some(3));
+    /// ```
+    pub fn update<Q>(&self, value: &Q) -> Result<()>
+    where
+        T: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.set(value)
+    }
+
+    /// Removes the value of the current key.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let total = ctx.value_state::<u64>("total");
+    ///     if rec.kind() == Kind::Delete {
+    ///         return total.clear();
+    ///     }
+    ///     total.set(&(total.get()?.unwrap_or(0) + 1))
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("a", "1")]);
+    /// # h.process([weir_sdk::testing::Input::keyed("a", "").with_kind(Kind::Delete)]);
+    /// # assert_eq!(h.value_state::<u64>("total", "a"), None);
+    /// ```
+    pub fn clear(&self) -> Result<()> {
+        self.ctx.with_state(&self.id, |a| {
+            let slot = a.slot;
+            a.value_cache().slots[slot as usize] = Val::Absent;
+            a.batch.touch(slot);
+            Ok(())
+        })
+    }
+}

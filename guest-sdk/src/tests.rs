@@ -1,0 +1,567 @@
+//! Semantics and boundary-cost tests of the runtime, through the same code path as the
+//! component export (`testing::Harness` drives `runtime::Instance`).
+
+use std::cell::RefCell;
+
+use crate::backend::{Backend, StateKind};
+use crate::prelude::*;
+use crate::runtime::{Instance, OpenInfo};
+use crate::testing::{Harness, HostCalls, Input, Output};
+
+/// A command interpreter over value state "v", list state "l" and map state "m".
+#[derive(Default)]
+struct Probe;
+
+fn list(items: &[String]) -> String {
+    format!("[{}]", items.join(","))
+}
+
+fn elements(arg: &str) -> Vec<String> {
+    if arg.is_empty() {
+        Vec::new()
+    } else {
+        arg.split(',').map(str::to_owned).collect()
+    }
+}
+
+fn run(ctx: &Context, command: &str) -> Result<String> {
+    let (cmd, arg) = command.split_once(' ').unwrap_or((command, ""));
+    let v = ctx.value_state::<String>("v");
+    let l = ctx.list_state::<String>("l");
+    let m = ctx.map_state::<String, String>("m");
+    let ok = |r: Result<()>| r.map(|()| "ok".to_owned());
+    match cmd {
+        "vset" => ok(v.set(arg)),
+        "vget" => Ok(v.get()?.unwrap_or_else(|| "none".into())),
+        "vclear" => ok(v.clear()),
+        "ladd" => ok(l.add(arg)),
+        "laddall" => ok(l.add_all(elements(arg))),
+        "lget" => Ok(list(&l.get()?)),
+        "lupdate" => ok(l.update(elements(arg))),
+        "lclear" => ok(l.clear()),
+        "mput" => {
+            let (k, val) = arg.split_once(' ').unwrap_or((arg, ""));
+            ok(m.put(k, val))
+        }
+        "mget" => Ok(m.get(arg)?.unwrap_or_else(|| "none".into())),
+        "mremove" => ok(m.remove(arg)),
+        "mcontains" => Ok(m.contains(arg)?.to_string()),
+        "mentries" => {
+            let mut e = m.entries()?;
+            e.sort();
+            let parts: Vec<_> = e.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            Ok(format!("{{{}}}", parts.join(",")))
+        }
+        "mkeys" => {
+            let mut k = m.keys()?;
+            k.sort();
+            Ok(list(&k))
+        }
+        "mvalues" => {
+            let mut v = m.values()?;
+            v.sort();
+            Ok(list(&v))
+        }
+        "misempty" => Ok(m.is_empty()?.to_string()),
+        "mclear" => ok(m.clear()),
+        "timer" => ok(ctx.register_event_timer(arg.parse()?)),
+        "deltimer" => ok(ctx.delete_event_timer(arg.parse()?)),
+        "ptimer" => ok(ctx.register_processing_time_timer(arg.parse()?)),
+        "side" => {
+            ctx.emit_to(arg, ctx.current_key(), "to the side")?;
+            Ok("ok".into())
+        }
+        "as-list" => ok(ctx.list_state::<String>("v").add("x")),
+        "fail" => Err(Error::msg("asked to fail")),
+        _ => Err(Error::msg(format!("unknown command {cmd:?}"))),
+    }
+}
+
+impl Operator for Probe {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let result = run(ctx, rec.value_str()?)?;
+        ctx.emit(rec.key(), result)
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+        let v = ctx.value_state::<String>("v");
+        let value = v.get()?.unwrap_or_else(|| "none".into());
+        if value == "again" {
+            v.set("done")?;
+            ctx.register_event_timer(timer.timestamp() + 1)?;
+        }
+        let domain = match timer.domain() {
+            TimeDomain::EventTime => "event",
+            TimeDomain::ProcessingTime => "processing",
+        };
+        ctx.emit_display(
+            Some(timer.key()),
+            format_args!("fired {domain} {} v={value}", timer.timestamp()),
+        )
+    }
+}
+
+fn values(out: &[Output]) -> Vec<&str> {
+    out.iter().map(Output::value_str).collect()
+}
+
+/// Runs `commands` on key `k` as one batch and returns the results.
+fn batch(h: &mut Harness<Probe>, commands: &[&str]) -> Vec<String> {
+    let out = h.process(commands.iter().map(|c| ("k", *c)));
+    values(&out).into_iter().map(str::to_owned).collect()
+}
+
+#[test]
+fn value_state_semantics() {
+    let mut h = Harness::<Probe>::new();
+    assert_eq!(
+        batch(
+            &mut h,
+            &["vget", "vset a", "vget", "vclear", "vget", "vset b"]
+        ),
+        ["none", "ok", "a", "ok", "none", "ok"]
+    );
+    assert_eq!(h.value_state::<String>("v", "k").as_deref(), Some("b"));
+    assert_eq!(
+        batch(&mut h, &["vget", "vset c", "vset d", "vget"]),
+        ["b", "ok", "ok", "d"]
+    );
+    assert_eq!(batch(&mut h, &["vclear"]), ["ok"]);
+    assert_eq!(h.value_state::<String>("v", "k"), None);
+    // Written before the first read of the batch: the load must not overwrite it.
+    batch(&mut h, &["vset e"]);
+    let out = h.process([("j", "vget"), ("k", "vset f"), ("k", "vget"), ("j", "vget")]);
+    assert_eq!(values(&out), ["none", "ok", "f", "none"]);
+}
+
+#[test]
+fn list_state_semantics() {
+    let mut h = Harness::<Probe>::new();
+    assert_eq!(
+        batch(&mut h, &["lget", "ladd a", "laddall b,c", "lget"]),
+        ["[]", "ok", "ok", "[a,b,c]"]
+    );
+    assert_eq!(h.list_state::<String>("l", "k"), ["a", "b", "c"]);
+    assert_eq!(
+        batch(
+            &mut h,
+            &["ladd d", "lget", "lupdate x,y", "lget", "ladd z", "lget"]
+        ),
+        ["ok", "[a,b,c,d]", "ok", "[x,y]", "ok", "[x,y,z]"]
+    );
+    assert_eq!(h.list_state::<String>("l", "k"), ["x", "y", "z"]);
+    assert_eq!(
+        batch(&mut h, &["lclear", "lget", "ladd q", "lget"]),
+        ["ok", "[]", "ok", "[q]"]
+    );
+    assert_eq!(h.list_state::<String>("l", "k"), ["q"]);
+    assert_eq!(batch(&mut h, &["lupdate ", "lget"]), ["ok", "[]"]);
+    assert!(h.list_state::<String>("l", "k").is_empty());
+    assert_eq!(batch(&mut h, &["laddall ", "lget"]), ["ok", "[]"]);
+}
+
+#[test]
+fn map_state_semantics() {
+    let mut h = Harness::<Probe>::new();
+    assert_eq!(
+        batch(
+            &mut h,
+            &[
+                "misempty",
+                "mput b 2",
+                "mput a 1",
+                "mget a",
+                "mget zz",
+                "mcontains b",
+                "misempty"
+            ]
+        ),
+        ["true", "ok", "ok", "1", "none", "true", "false"]
+    );
+    assert_eq!(
+        batch(
+            &mut h,
+            &[
+                "mentries",
+                "mput a 10",
+                "mremove b",
+                "mput c 3",
+                "mentries",
+                "mkeys",
+                "mvalues"
+            ]
+        ),
+        [
+            "{a=1,b=2}",
+            "ok",
+            "ok",
+            "ok",
+            "{a=10,c=3}",
+            "[a,c]",
+            "[10,3]"
+        ]
+    );
+    assert_eq!(
+        h.map_state::<String, String>("m", "k"),
+        [("a".into(), "10".into()), ("c".into(), "3".into())]
+    );
+    assert_eq!(
+        batch(
+            &mut h,
+            &[
+                "mremove a",
+                "mcontains a",
+                "mput a 11",
+                "mget a",
+                "mremove nothing",
+                "mentries"
+            ]
+        ),
+        ["ok", "false", "ok", "11", "ok", "{a=11,c=3}"]
+    );
+    assert_eq!(
+        batch(
+            &mut h,
+            &["mclear", "mget a", "misempty", "mput n 1", "mentries"]
+        ),
+        ["ok", "none", "true", "ok", "{n=1}"]
+    );
+    assert_eq!(
+        h.map_state::<String, String>("m", "k"),
+        [("n".into(), "1".into())]
+    );
+    assert_eq!(batch(&mut h, &["mclear"]), ["ok"]);
+    assert!(h.map_state::<String, String>("m", "k").is_empty());
+}
+
+#[test]
+fn state_is_per_key() {
+    let mut h = Harness::<Probe>::new();
+    let out = h.process([
+        ("a", "vset 1"),
+        ("b", "vset 2"),
+        ("a", "ladd x"),
+        ("b", "mput k v"),
+        ("a", "vget"),
+        ("b", "vget"),
+        ("a", "mentries"),
+        ("b", "lget"),
+    ]);
+    assert_eq!(values(&out), ["ok", "ok", "ok", "ok", "1", "2", "{}", "[]"]);
+    // The next batch has other slots for the same keys: stale caches must not leak.
+    let out = h.process([("b", "vget"), ("c", "vget"), ("a", "vget"), ("a", "lget")]);
+    assert_eq!(values(&out), ["2", "none", "1", "[x]"]);
+}
+
+#[test]
+fn many_keys_in_one_batch() {
+    let mut h = Harness::<Probe>::new();
+    let keys: Vec<String> = (0..2_000).map(|i| format!("key-{i}")).collect();
+    let sets: Vec<String> = (0..2_000).map(|i| format!("vset {i}")).collect();
+    h.process(
+        keys.iter()
+            .zip(&sets)
+            .map(|(k, v)| Input::keyed(k.as_str(), v.as_str())),
+    );
+    let out = h.process(keys.iter().rev().map(|k| Input::keyed(k.as_str(), "vget")));
+    let expected: Vec<String> = (0..2_000).rev().map(|i| i.to_string()).collect();
+    assert_eq!(values(&out), expected);
+}
+
+#[test]
+fn a_record_without_key_cannot_use_keyed_state_or_timers() {
+    let mut h = Harness::<Probe>::new();
+    for (command, state) in [("vget", "v"), ("ladd x", "l"), ("mput a b", "m")] {
+        let err = h
+            .try_process([Input::new(command)])
+            .unwrap_err()
+            .to_string();
+        // `run` declares v, l and m before dispatching; the error names the one used.
+        assert!(err.contains(&format!("state \"{state}\"")), "{err}");
+        assert!(err.contains("no key"), "{err}");
+        assert!(err.contains("record 0 of the batch (without key)"), "{err}");
+    }
+    let err = h
+        .try_process([Input::new("timer 5")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("timers are keyed"), "{err}");
+}
+
+#[test]
+fn a_failed_batch_changes_nothing() {
+    let mut h = Harness::<Probe>::new();
+    batch(&mut h, &["vset before"]);
+    let err = h
+        .try_process([("k", "vset after"), ("k", "timer 9"), ("k", "fail")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("asked to fail"), "{err}");
+    assert!(err.contains("record 2 of the batch (key \"k\")"), "{err}");
+    assert_eq!(h.value_state::<String>("v", "k").as_deref(), Some("before"));
+    assert!(h.event_timers("k").is_empty());
+    let err = h
+        .try_process([("k", "frobnicate")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown command \"frobnicate\""), "{err}");
+}
+
+#[test]
+fn one_name_cannot_be_two_kinds_of_state() {
+    let mut h = Harness::<Probe>::new();
+    let err = h.try_process([("k", "as-list")]).unwrap_err().to_string();
+    assert!(
+        err.contains("state \"v\" is a value state but is used here as a list state"),
+        "{err}"
+    );
+}
+
+#[test]
+fn event_time_timers() {
+    let mut h = Harness::<Probe>::new();
+    h.process([
+        ("a", "timer 20"),
+        ("b", "timer 10"),
+        ("a", "timer 20"),
+        ("a", "timer 30"),
+        ("a", "deltimer 30"),
+        ("b", "vset hello"),
+    ]);
+    assert_eq!(h.event_timers("a"), [20]);
+    assert!(h.fire_event_timers_up_to(9).is_empty());
+    let out = h.fire_event_timers_up_to(25);
+    assert_eq!(
+        values(&out),
+        ["fired event 10 v=hello", "fired event 20 v=none"]
+    );
+    assert_eq!(out[0].key_str(), Some("b"));
+    assert_eq!(out[0].timestamp, Some(10));
+    assert!(h.fire_event_timers_up_to(100).is_empty());
+    // A timer that registers a timer already due fires in the same advance, and may use state.
+    h.process([("c", "vset again"), ("c", "timer 200")]);
+    let out = h.fire_event_timers_up_to(300);
+    assert_eq!(
+        values(&out),
+        ["fired event 200 v=again", "fired event 201 v=done"]
+    );
+    assert_eq!(h.value_state::<String>("v", "c").as_deref(), Some("done"));
+}
+
+#[test]
+fn processing_time_timers() {
+    let mut h = Harness::<Probe>::new();
+    h.process([("a", "ptimer 1000")]);
+    assert_eq!(h.processing_time_timers("a"), [1000]);
+    assert!(h.set_processing_time(999).is_empty());
+    let out = h.set_processing_time(1000);
+    assert_eq!(values(&out), ["fired processing 1000 v=none"]);
+    assert_eq!(out[0].timestamp, None);
+}
+
+#[test]
+fn side_outputs() {
+    let mut h = Harness::<Probe>::new();
+    let out = h.process([
+        Input::keyed("k", "side late").with_timestamp(3),
+        Input::keyed("k", "vget"),
+    ]);
+    assert_eq!(out[0].side_output.as_deref(), Some("late"));
+    assert_eq!(
+        (out[0].key_str(), out[0].value_str()),
+        (Some("k"), "to the side")
+    );
+    assert_eq!(out[0].timestamp, Some(3));
+    assert_eq!(out[1].side_output, None);
+    assert_eq!(out[2].side_output, None);
+    assert_eq!(out[2].value_str(), "none");
+}
+
+/// Reads and writes three states for every record.
+#[derive(Default)]
+struct Busy;
+
+impl Operator for Busy {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let n = ctx.value_state::<u64>("n");
+        n.set(&(n.get()?.unwrap_or(0) + 1))?;
+        ctx.list_state::<u64>("appended").add(&1)?;
+        let m = ctx.map_state::<String, u64>("m");
+        m.put("x", &(m.get("x")?.unwrap_or(0) + 1))?;
+        ctx.register_event_timer(1)?;
+        ctx.emit(rec.key(), rec.value())
+    }
+}
+
+#[test]
+fn host_calls_per_batch_do_not_grow_with_records() {
+    let mut h = Harness::<Busy>::new();
+    let inputs: Vec<Input> = (0..1_000)
+        .map(|i| Input::keyed(format!("k{}", i % 37), "v"))
+        .collect();
+    h.process(inputs.clone());
+    let first = h.take_calls();
+    assert_eq!(
+        first,
+        HostCalls {
+            declare: 3,
+            // value and map are read; the list is only appended to and never loaded
+            load: 2,
+            store: 3,
+            emit: 1,
+            timers: 1,
+        }
+    );
+    h.process(inputs);
+    assert_eq!(
+        h.take_calls(),
+        HostCalls {
+            declare: 0,
+            ..first
+        }
+    );
+    assert_eq!(h.value_state::<u64>("n", "k0"), Some(2 * 28));
+    assert_eq!(h.list_state::<u64>("appended", "k1").len(), 2 * 27);
+    assert_eq!(
+        h.map_state::<String, u64>("m", "k36"),
+        [("x".into(), 2 * 27)]
+    );
+}
+
+/// Emits a 1 KiB value per record.
+#[derive(Default)]
+struct Big;
+
+impl Operator for Big {
+    fn process(&mut self, ctx: &mut Context, _rec: Record<'_>) -> Result<()> {
+        ctx.emit(None, [b'x'; 1024])
+    }
+}
+
+#[test]
+fn output_is_sent_per_64_kib() {
+    let mut h = Harness::<Big>::new();
+    let out = h.process((0..200).map(|_| "r"));
+    assert_eq!(out.len(), 200);
+    // ~1 KiB per record: 200 KiB leave in 3 full buffers and the rest at the end.
+    assert_eq!(h.take_calls().emit, 4);
+    assert!(h.process(std::iter::empty::<&str>()).is_empty());
+    assert_eq!(h.take_calls().emit, 0);
+}
+
+#[test]
+fn reads_only_store_nothing() {
+    let mut h = Harness::<Probe>::new();
+    h.process([("k", "vget"), ("k", "lget"), ("k", "mentries")]);
+    let calls = h.take_calls();
+    assert_eq!((calls.load, calls.store), (3, 0));
+}
+
+#[test]
+fn close_may_emit_but_has_no_key() {
+    #[derive(Default)]
+    struct Closer;
+    impl Operator for Closer {
+        fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> {
+            Ok(())
+        }
+        fn close(&mut self, ctx: &mut Context) -> Result<()> {
+            assert_eq!(ctx.current_key(), None);
+            let err = ctx.value_state::<u8>("s").get().unwrap_err();
+            ctx.emit(None, err.to_string())
+        }
+    }
+    let out = Harness::<Closer>::new().close();
+    assert!(
+        out[0].value_str().contains("state \"s\""),
+        "{}",
+        out[0].value_str()
+    );
+}
+
+/// A host that answers `load` with garbage.
+struct BadHost;
+
+impl Backend for BadHost {
+    fn declare_state(&mut self, _: StateKind, _: &str, _: Option<&Ttl>) -> usize {
+        0
+    }
+    fn load(&mut self, _: usize, _: &[&[u8]]) -> Vec<u8> {
+        vec![1, 2, 3]
+    }
+    fn store(&mut self, _: usize, _: &[&[u8]], _: &[u8]) {}
+    fn emit(&mut self, _: &[u8]) {}
+    fn update_timers(&mut self, _: &[&[u8]], _: &[u8]) {}
+    fn current_watermark(&mut self) -> Option<i64> {
+        None
+    }
+    fn current_processing_time(&mut self) -> i64 {
+        0
+    }
+    fn log(&mut self, _: Level, _: &str) {}
+}
+
+#[test]
+fn malformed_host_buffers_are_errors() {
+    let info = OpenInfo {
+        operator_uid: "u".into(),
+        subtask_index: 0,
+        parallelism: 1,
+        config: String::new(),
+    };
+    let mut instance = Instance::new(Probe, Box::new(BadHost), info);
+    instance.open().unwrap();
+    let mut w = weir_wire::BatchWriter::new(Vec::new());
+    let slot = w.key(b"k");
+    w.record(Some(slot), Kind::Insert, None, b"vget");
+    let err = instance.process(&w.finish()).unwrap_err().to_string();
+    assert!(
+        err.contains("state \"v\": the host's load() answer"),
+        "{err}"
+    );
+    let err = instance.process(&[9, 9]).unwrap_err().to_string();
+    assert!(err.contains("malformed"), "{err}");
+    let err = instance
+        .on_timers(&[0, 0, 0, 0, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("malformed"), "{err}");
+}
+
+#[test]
+fn config_and_open_context() {
+    #[derive(Default)]
+    struct Configured(RefCell<String>);
+    #[derive(serde::Deserialize)]
+    struct Config {
+        greeting: String,
+    }
+    impl Operator for Configured {
+        fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+            let c: Config = ctx.config()?;
+            *self.0.borrow_mut() = format!(
+                "{} from {} {}/{}",
+                c.greeting,
+                ctx.operator_uid(),
+                ctx.subtask_index(),
+                ctx.parallelism()
+            );
+            Ok(())
+        }
+        fn process(&mut self, ctx: &mut Context, _: Record<'_>) -> Result<()> {
+            ctx.emit(None, self.0.borrow().as_str())
+        }
+    }
+    let mut h = Harness::<Configured>::new()
+        .with_config(serde_json::json!({"greeting": "hi"}))
+        .with_operator_uid("op")
+        .with_parallelism(3)
+        .with_subtask_index(2);
+    assert_eq!(values(&h.process(["x"])), ["hi from op 2/3"]);
+    let mut h = Harness::<Configured>::new();
+    let err = h.try_process(["x"]).unwrap_err().to_string();
+    assert!(
+        err.contains("operator \"test-operator\": its config {}"),
+        "{err}"
+    );
+}

@@ -1,0 +1,210 @@
+//! The component side: WIT bindings, the [`Backend`] over the WIT imports, the export glue
+//! that [`export!`](crate::export) expands to, and the panic hook.
+
+use std::cell::RefCell;
+use std::sync::Once;
+
+use crate::backend::{Backend, StateKind};
+use crate::runtime::{Instance, OpenInfo};
+use crate::{Level, Operator, Result, StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
+
+#[allow(unsafe_code, missing_docs, clippy::all)]
+pub mod bindings {
+    // Generated code; `unsafe` is the canonical-ABI glue wit-bindgen emits.
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "processor",
+        pub_export_macro: true,
+        export_macro_name: "__export_processor",
+        default_bindings_module: "weir_sdk::__private::bindings",
+        runtime_path: "weir_sdk::__private::wit_bindgen_rt",
+    });
+}
+
+use bindings::weir::stream::{log, output, state, timers, types};
+
+pub use bindings::exports::weir::stream::operator::Guest;
+pub use types::OpenContext as WitOpenContext;
+
+enum WitState {
+    Value(state::ValueState),
+    List(state::ListState),
+    Map(state::MapState),
+}
+
+#[derive(Default)]
+struct WitBackend {
+    states: Vec<WitState>,
+}
+
+fn wit_ttl(ttl: &Ttl) -> types::Ttl {
+    types::Ttl {
+        ttl_ms: ttl.ttl_ms(),
+        update: match ttl.update_type() {
+            UpdateType::Disabled => types::TtlUpdate::Disabled,
+            UpdateType::OnCreateAndWrite => types::TtlUpdate::OnCreateAndWrite,
+            UpdateType::OnReadAndWrite => types::TtlUpdate::OnReadAndWrite,
+        },
+        visibility: match ttl.state_visibility() {
+            StateVisibility::NeverReturnExpired => types::TtlVisibility::NeverReturnExpired,
+            StateVisibility::ReturnExpiredIfNotCleanedUp => {
+                types::TtlVisibility::ReturnExpiredIfNotCleanedUp
+            }
+        },
+        time: match ttl.time_characteristic() {
+            TtlTimeCharacteristic::ProcessingTime => types::TtlTime::ProcessingTime,
+            TtlTimeCharacteristic::EventTime => types::TtlTime::EventTime,
+        },
+    }
+}
+
+fn wit_level(level: Level) -> types::LogLevel {
+    match level {
+        Level::Trace => types::LogLevel::Trace,
+        Level::Debug => types::LogLevel::Debug,
+        Level::Info => types::LogLevel::Info,
+        Level::Warn => types::LogLevel::Warn,
+        Level::Error => types::LogLevel::Error,
+    }
+}
+
+impl Backend for WitBackend {
+    fn declare_state(&mut self, kind: StateKind, name: &str, ttl: Option<&Ttl>) -> usize {
+        let ttl = ttl.map(wit_ttl);
+        self.states.push(match kind {
+            StateKind::Value => WitState::Value(state::ValueState::new(name, ttl)),
+            StateKind::List => WitState::List(state::ListState::new(name, ttl)),
+            StateKind::Map => WitState::Map(state::MapState::new(name, ttl)),
+        });
+        self.states.len() - 1
+    }
+
+    fn load(&mut self, state: usize, _keys: &[&[u8]]) -> Vec<u8> {
+        match &self.states[state] {
+            WitState::Value(s) => s.load(),
+            WitState::List(s) => s.load(),
+            WitState::Map(s) => s.load(),
+        }
+    }
+
+    fn store(&mut self, state: usize, _keys: &[&[u8]], changes: &[u8]) {
+        match &self.states[state] {
+            WitState::Value(s) => s.store(changes),
+            WitState::List(s) => s.store(changes),
+            WitState::Map(s) => s.store(changes),
+        }
+    }
+
+    fn emit(&mut self, records: &[u8]) {
+        output::emit(records);
+    }
+
+    fn update_timers(&mut self, _keys: &[&[u8]], changes: &[u8]) {
+        timers::update(changes);
+    }
+
+    fn current_watermark(&mut self) -> Option<i64> {
+        timers::current_watermark()
+    }
+
+    fn current_processing_time(&mut self) -> i64 {
+        timers::current_processing_time()
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        log::log(wit_level(level), message);
+    }
+}
+
+/// An instance with its operator type erased, so the export glue needs no generics.
+trait Exported {
+    fn process(&mut self, batch: &[u8]) -> Result<()>;
+    fn on_timers(&mut self, timers: &[u8]) -> Result<()>;
+    fn close(&mut self) -> Result<()>;
+}
+
+impl<T: Operator> Exported for Instance<T> {
+    fn process(&mut self, batch: &[u8]) -> Result<()> {
+        Instance::process(self, batch)
+    }
+
+    fn on_timers(&mut self, timers: &[u8]) -> Result<()> {
+        Instance::on_timers(self, timers)
+    }
+
+    fn close(&mut self) -> Result<()> {
+        Instance::close(self)
+    }
+}
+
+thread_local! {
+    static INSTANCE: RefCell<Option<Box<dyn Exported>>> = const { RefCell::new(None) };
+}
+
+/// Reports a panic through the `log` import before the trap, so the host can say what went
+/// wrong and where rather than only "wasm trap: unreachable".
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(a panic without message)");
+            let text = match info.location() {
+                Some(at) => format!(
+                    "operator panicked at {}:{}:{}: {message}",
+                    at.file(),
+                    at.line(),
+                    at.column()
+                ),
+                None => format!("operator panicked: {message}"),
+            };
+            log::log(types::LogLevel::Error, &text);
+            previous(info);
+        }));
+    });
+}
+
+fn with_instance(call: impl FnOnce(&mut dyn Exported) -> Result<()>) -> Result<(), String> {
+    install_panic_hook();
+    INSTANCE.with(|slot| match slot.borrow_mut().as_deref_mut() {
+        Some(instance) => call(instance).map_err(|e| e.to_string()),
+        None => Err("weir-sdk: the host called the operator before `open`".to_owned()),
+    })
+}
+
+/// `operator.open`: creates the instance with `T::default()` and runs its `open` hook.
+pub fn open<T: Operator + Default + 'static>(ctx: WitOpenContext) -> Result<(), String> {
+    install_panic_hook();
+    let info = OpenInfo {
+        operator_uid: ctx.operator_uid,
+        subtask_index: ctx.subtask_index,
+        parallelism: ctx.parallelism,
+        config: ctx.config,
+    };
+    let mut instance = Instance::new(T::default(), Box::new(WitBackend::default()), info);
+    instance.open().map_err(|e| e.to_string())?;
+    INSTANCE.with(|slot| *slot.borrow_mut() = Some(Box::new(instance)));
+    Ok(())
+}
+
+/// `operator.process`.
+pub fn process(batch: Vec<u8>) -> Result<(), String> {
+    with_instance(|i| i.process(&batch))
+}
+
+/// `operator.on-timers`.
+pub fn on_timers(timers: Vec<u8>) -> Result<(), String> {
+    with_instance(|i| i.on_timers(&timers))
+}
+
+/// `operator.close`: runs the `close` hook and drops the instance.
+pub fn close() -> Result<(), String> {
+    let result = with_instance(|i| i.close());
+    INSTANCE.with(|slot| *slot.borrow_mut() = None);
+    result
+}

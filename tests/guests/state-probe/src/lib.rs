@@ -1,0 +1,99 @@
+//! Test guest: a command interpreter for checking state semantics through the real host.
+//!
+//! Each record's key is the state key and its value a command; the guest emits one record
+//! with the same key whose value is the result. State: `ValueState<String>` "v",
+//! `ListState<String>` "l", `MapState<String, String>` "m".
+//!
+//! | command | result |
+//! |---|---|
+//! | `vset X`, `vclear` | `ok` |
+//! | `vget` | the value or `none` |
+//! | `ladd X`, `laddall X,Y`, `lupdate X,Y` (empty = empty list), `lclear` | `ok` |
+//! | `lget` | `[a,b]` |
+//! | `mput K V`, `mremove K`, `mclear` | `ok` |
+//! | `mget K` | the value or `none` |
+//! | `mcontains K`, `misempty` | `true` / `false` |
+//! | `mentries` | `{k1=v1,k2=v2}` sorted by key |
+//! | `mkeys` | `[k1,k2]` sorted |
+//! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
+//!
+//! An unknown command fails the batch with an error naming it.
+
+use weir_sdk::prelude::*;
+
+#[derive(Default)]
+struct StateProbe;
+
+fn list(items: &[String]) -> String {
+    format!("[{}]", items.join(","))
+}
+
+/// Elements of a comma-separated argument; empty means none.
+fn elements(arg: &str) -> Vec<String> {
+    if arg.is_empty() {
+        Vec::new()
+    } else {
+        arg.split(',').map(str::to_owned).collect()
+    }
+}
+
+fn run(ctx: &Context, command: &str) -> Result<String> {
+    let (cmd, arg) = command.split_once(' ').unwrap_or((command, ""));
+    let v = ctx.value_state::<String>("v");
+    let l = ctx.list_state::<String>("l");
+    let m = ctx.map_state::<String, String>("m");
+    let ok = || Ok("ok".to_owned());
+    match cmd {
+        "vset" => v.set(arg).and_then(|()| ok()),
+        "vget" => Ok(v.get()?.unwrap_or_else(|| "none".to_owned())),
+        "vclear" => v.clear().and_then(|()| ok()),
+        "ladd" => l.add(arg).and_then(|()| ok()),
+        "laddall" => l.add_all(elements(arg)).and_then(|()| ok()),
+        "lget" => Ok(list(&l.get()?)),
+        "lupdate" => l.update(elements(arg)).and_then(|()| ok()),
+        "lclear" => l.clear().and_then(|()| ok()),
+        "mput" => {
+            let (k, value) = arg.split_once(' ').unwrap_or((arg, ""));
+            m.put(k, value).and_then(|()| ok())
+        }
+        "mget" => Ok(m.get(arg)?.unwrap_or_else(|| "none".to_owned())),
+        "mremove" => m.remove(arg).and_then(|()| ok()),
+        "mcontains" => Ok(m.contains(arg)?.to_string()),
+        "mentries" => {
+            let mut entries = m.entries()?;
+            entries.sort();
+            let parts: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            Ok(format!("{{{}}}", parts.join(",")))
+        }
+        "mkeys" => {
+            let mut keys = m.keys()?;
+            keys.sort();
+            Ok(list(&keys))
+        }
+        "misempty" => Ok(m.is_empty()?.to_string()),
+        "mclear" => m.clear().and_then(|()| ok()),
+        "timer" => {
+            let at: i64 = arg
+                .parse()
+                .map_err(|e| Error::new(e).context(format!("timer {arg:?}")))?;
+            ctx.register_event_timer(at).and_then(|()| ok())
+        }
+        _ => Err(Error::msg(format!("unknown command {cmd:?}"))),
+    }
+}
+
+impl Operator for StateProbe {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let result = run(ctx, rec.value_str()?)?;
+        ctx.emit(rec.key(), result)
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+        ctx.emit_display(
+            Some(timer.key()),
+            format_args!("fired {}", timer.timestamp()),
+        )
+    }
+}
+
+weir_sdk::export!(StateProbe);
