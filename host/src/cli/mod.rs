@@ -1,0 +1,216 @@
+//! The `weir` command line: `run` a job locally, `validate` a job spec.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::job::spec::VertexKind;
+use crate::{Job, JobSpec, JobSummary, RunningJob, WasmEngine};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir",
+    version,
+    about = "A stream processor whose operators are WebAssembly components"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, $XDG_CACHE_HOME/weir or ~/.cache/weir].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile components on every run instead of caching them.
+    #[arg(long, global = true)]
+    no_cache: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a job locally until its input is exhausted.
+    Run {
+        /// The job spec (TOML).
+        job: PathBuf,
+        /// Never draw live progress, even on a terminal.
+        #[arg(long)]
+        no_progress: bool,
+        /// Also write the run's summary as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        summary_json: Option<PathBuf>,
+    },
+    /// Check a job spec and load its components without running it.
+    Validate {
+        /// The job spec (TOML).
+        job: PathBuf,
+    },
+}
+
+/// Entry point of the `weir` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let cache_dir = if cli.no_cache {
+        None
+    } else {
+        cli.cache_dir.or_else(WasmEngine::default_cache_dir)
+    };
+    match cli.command {
+        Command::Validate { job } => {
+            let job = load(&job, cache_dir)?;
+            let spec = job.spec();
+            println!(
+                "{}: job \"{}\" is valid ({} vertices, max_parallelism {})",
+                spec.base_dir.display(),
+                spec.name,
+                spec.vertices.len(),
+                spec.max_parallelism
+            );
+            Ok(())
+        }
+        Command::Run {
+            job,
+            no_progress,
+            summary_json,
+        } => {
+            let job = load(&job, cache_dir)?;
+            let running = job.start()?;
+            let progress = !no_progress && std::io::stderr().is_terminal();
+            let summary = watch(running, progress)?;
+            print_summary(&job, &summary);
+            if let Some(path) = summary_json {
+                write_summary_json(&path, &job, &summary)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn load(path: &Path, cache_dir: Option<PathBuf>) -> anyhow::Result<Job> {
+    let spec = JobSpec::from_file(path)?;
+    let engine = WasmEngine::new(cache_dir)?;
+    Ok(Job::new(spec, &engine)?)
+}
+
+/// Waits for the job, drawing one progress line per vertex on a terminal.
+fn watch(running: RunningJob, progress: bool) -> anyhow::Result<JobSummary> {
+    if progress {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+        let style = ProgressStyle::with_template("{prefix:>12} {msg}").context("progress style")?;
+        let bars: Vec<ProgressBar> = running
+            .metrics()
+            .vertices
+            .iter()
+            .map(|v| {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(style.clone());
+                bar.set_prefix(v.name.clone());
+                bar
+            })
+            .collect();
+        let mut last: Vec<(u64, u64)> = vec![(0, 0); bars.len()];
+        let mut at = Instant::now();
+        while !running.is_finished() {
+            std::thread::sleep(Duration::from_millis(250));
+            let dt = at.elapsed().as_secs_f64().max(1e-3);
+            at = Instant::now();
+            for ((bar, v), prev) in bars.iter().zip(&running.metrics().vertices).zip(&mut last) {
+                let (i, o) = (
+                    v.records_in.load(Ordering::Relaxed),
+                    v.records_out.load(Ordering::Relaxed),
+                );
+                bar.set_message(format!(
+                    "in {:>12} ({:>9}/s)  out {:>12} ({:>9}/s)",
+                    i,
+                    human((i - prev.0) as f64 / dt),
+                    o,
+                    human((o - prev.1) as f64 / dt)
+                ));
+                *prev = (i, o);
+            }
+        }
+        multi.clear().ok();
+    }
+    Ok(running.wait()?)
+}
+
+fn human(rate: f64) -> String {
+    match rate {
+        r if r >= 1e6 => format!("{:.2}M", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
+}
+
+/// Prints the summary table; a closed stdout (`weir run ... | head`) is not an error.
+fn print_summary(job: &Job, summary: &JobSummary) {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let secs = summary.duration.as_secs_f64();
+    let _ = writeln!(s, "job \"{}\" finished in {secs:.2} s", job.spec().name);
+    let _ = writeln!(
+        s,
+        "  {:<16} {:>8} {:>14} {:>14}",
+        "vertex", "role", "records in", "records out"
+    );
+    for v in &summary.vertices {
+        let _ = writeln!(
+            s,
+            "  {:<16} {:>8} {:>14} {:>14}",
+            v.name, v.role, v.records_in, v.records_out
+        );
+    }
+    for v in &job.spec().vertices {
+        if let VertexKind::Sink(config) = &v.kind
+            && let Some(location) = config.location(&job.spec().base_dir)
+        {
+            let _ = writeln!(s, "  output of sink \"{}\": {}", v.name, location.display());
+        }
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), s.as_bytes());
+}
+
+fn write_summary_json(path: &Path, job: &Job, summary: &JobSummary) -> anyhow::Result<()> {
+    let vertices: Vec<_> = summary
+        .vertices
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "name": v.name, "role": v.role,
+                "records_in": v.records_in, "records_out": v.records_out,
+            })
+        })
+        .collect();
+    let json = serde_json::json!({
+        "job": job.spec().name,
+        "duration_seconds": summary.duration.as_secs_f64(),
+        "vertices": vertices,
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+        .with_context(|| format!("cannot write the summary to {}", path.display()))
+}

@@ -1,0 +1,318 @@
+//! Sources and sinks, each behind one small trait.
+//!
+//! A source subtask reads its share of the input (its *splits*) into batches and can report
+//! and restore its position, so that input is replayable from a checkpoint. A sink subtask
+//! writes batches out. The job spec selects a connector with `type = "..."` in a `[[source]]`
+//! or `[[sink]]` table; the other keys of that table are the connector's configuration:
+//!
+//! ```toml
+//! [[source]]
+//! name = "lines"
+//! type = "file"
+//! path = "data/"          # every regular, non-hidden file in data/, sorted
+//!
+//! [[sink]]
+//! name = "out"
+//! input = "count"
+//! type = "file"
+//! path = "out/"           # subtask s writes out/part-<s>
+//! format = "key_value"
+//! ```
+//!
+//! Connectors v0: [`FileSourceConfig`] (`type = "file"`), [`GeneratorConfig`]
+//! (`type = "generator"`), [`PrintSinkConfig`] (`type = "print"`) and [`FileSinkConfig`]
+//! (`type = "file"`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::batch::Batch;
+
+mod discard_sink;
+mod file_sink;
+mod file_source;
+mod generator;
+mod line_format;
+mod print_sink;
+
+pub use discard_sink::DiscardSinkConfig;
+pub use file_sink::FileSinkConfig;
+pub use file_source::FileSourceConfig;
+pub use generator::{GeneratorConfig, GeneratorMode};
+pub use line_format::LineFormat;
+pub use print_sink::PrintSinkConfig;
+
+/// Where a source subtask stands in its input. Restoring it makes the source continue with
+/// the first record it had not emitted when the position was taken.
+pub type SourcePosition = serde_json::Value;
+
+/// What a source has to say after a poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    /// Records may have been added; poll again.
+    Ready,
+    /// Nothing to emit now (for example a rate limit); poll again after this long at most.
+    Idle(Duration),
+    /// The input is exhausted: this subtask's splits are done.
+    Finished,
+}
+
+/// A failure in a connector, naming the file or setting involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    /// Reading or writing `path` failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory (or `stdout`) involved.
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operation on a file or directory failed; `action` says which ("create the output
+    /// directory", "read", ...).
+    #[error("cannot {action} {path}: {source}")]
+    File {
+        /// What the connector was doing, as a verb phrase.
+        action: &'static str,
+        /// The file or directory.
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration or a restored position that the connector cannot work with.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ConnectorError {
+    /// `action` (a verb phrase such as "read") on `path` failed with `source`.
+    pub(crate) fn file(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        ConnectorError::File {
+            action,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// One subtask of a source: reads its splits into batches.
+pub trait Source: Send {
+    /// Appends up to `max_records` records to `out`.
+    fn poll(&mut self, out: &mut Batch, max_records: usize) -> Result<Poll, ConnectorError>;
+    /// The position after the last record appended.
+    fn position(&self) -> SourcePosition;
+    /// Continues from `position`, as returned by [`Source::position`] of the same subtask.
+    fn restore(&mut self, position: &SourcePosition) -> Result<(), ConnectorError>;
+}
+
+/// One subtask of a sink: writes batches out.
+pub trait Sink: Send {
+    /// Writes every record of `batch`.
+    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError>;
+    /// Makes everything written so far durable (at the end of input, later on barriers).
+    fn flush(&mut self) -> Result<(), ConnectorError>;
+}
+
+/// The configuration of a `[[source]]` table, selected by its `type` key.
+///
+/// ```
+/// use weir::connectors::SourceConfig;
+///
+/// let cfg: SourceConfig = toml::from_str(r#"
+///     type = "generator"
+///     mode = "keyed_words"
+///     count = 1000
+/// "#).unwrap();
+/// assert!(cfg.produces_keys() && cfg.is_bounded());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceConfig {
+    /// Lines of text files (`type = "file"`).
+    File(FileSourceConfig),
+    /// Deterministic synthetic records (`type = "generator"`).
+    Generator(GeneratorConfig),
+}
+
+impl SourceConfig {
+    /// Checks the configuration (including that input files exist); the message names the
+    /// setting at fault and says what to do. Relative paths are resolved against `base_dir`,
+    /// the directory of the job spec.
+    pub fn validate(&self, base_dir: &Path) -> Result<(), String> {
+        match self {
+            SourceConfig::File(c) => c.validate(base_dir),
+            SourceConfig::Generator(c) => c.validate(),
+        }
+    }
+
+    /// Whether the records carry keys (so that a `key_by` edge can follow without a key
+    /// extractor).
+    pub fn produces_keys(&self) -> bool {
+        match self {
+            SourceConfig::File(_) => false,
+            SourceConfig::Generator(c) => c.produces_keys(),
+        }
+    }
+
+    /// Whether the input ends (files; a generator with a `count`).
+    pub fn is_bounded(&self) -> bool {
+        match self {
+            SourceConfig::File(_) => true,
+            SourceConfig::Generator(c) => c.is_bounded(),
+        }
+    }
+
+    /// Builds subtask `subtask` of `parallelism`.
+    pub fn build(
+        &self,
+        base_dir: &Path,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Box<dyn Source>, ConnectorError> {
+        check_subtask(subtask, parallelism)?;
+        Ok(match self {
+            SourceConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism)?),
+            SourceConfig::Generator(c) => Box::new(c.build(subtask, parallelism)?),
+        })
+    }
+}
+
+/// The configuration of a `[[sink]]` table, selected by its `type` key.
+///
+/// ```
+/// use weir::connectors::SinkConfig;
+///
+/// let cfg: SinkConfig = toml::from_str(r#"type = "print""#).unwrap();
+/// assert!(cfg.validate(std::path::Path::new(".")).is_ok());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SinkConfig {
+    /// One line per record on standard output (`type = "print"`).
+    Print(PrintSinkConfig),
+    /// One line per record into `part-<subtask>` files of a directory (`type = "file"`).
+    File(FileSinkConfig),
+    /// Drops every record (`type = "discard"`), for benchmarks.
+    Discard(DiscardSinkConfig),
+}
+
+impl SinkConfig {
+    /// Checks the configuration; the message names the setting at fault and says what to do.
+    /// Relative paths are resolved against `base_dir`, the directory of the job spec.
+    pub fn validate(&self, base_dir: &Path) -> Result<(), String> {
+        match self {
+            SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
+            SinkConfig::File(c) => c.validate(base_dir),
+        }
+    }
+
+    /// Where the sink's output can be found, if it writes files.
+    pub fn location(&self, base_dir: &Path) -> Option<PathBuf> {
+        match self {
+            SinkConfig::Print(_) | SinkConfig::Discard(_) => None,
+            SinkConfig::File(c) => Some(resolve(base_dir, &c.path)),
+        }
+    }
+
+    /// Builds subtask `subtask` of `parallelism`.
+    pub fn build(
+        &self,
+        base_dir: &Path,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Box<dyn Sink>, ConnectorError> {
+        check_subtask(subtask, parallelism)?;
+        Ok(match self {
+            SinkConfig::Print(c) => Box::new(c.build(subtask, parallelism)),
+            SinkConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism)?),
+            SinkConfig::Discard(_) => Box::new(discard_sink::DiscardSink),
+        })
+    }
+}
+
+fn check_subtask(subtask: usize, parallelism: usize) -> Result<(), ConnectorError> {
+    if subtask >= parallelism {
+        return Err(ConnectorError::Invalid(format!(
+            "subtask index {subtask} is out of range for parallelism {parallelism}"
+        )));
+    }
+    Ok(())
+}
+
+/// `path` as given, resolved against `base_dir` when relative.
+fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    base_dir.join(path)
+}
+
+/// The explanation to append to a message about a path the user wrote.
+fn resolved_note(base_dir: &Path, path: &Path) -> String {
+    if path.is_absolute() {
+        String::new()
+    } else {
+        format!(
+            " (relative paths are resolved against the job spec's directory {})",
+            base_dir.display()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_from_toml_tables() {
+        let cfg: SourceConfig =
+            toml::from_str("type = \"file\"\npath = \"in.txt\"\nsplit_size = 1024").unwrap();
+        match &cfg {
+            SourceConfig::File(f) => assert_eq!(f.split_size, 1024),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(cfg.is_bounded() && !cfg.produces_keys());
+
+        let cfg: SourceConfig = toml::from_str("type = \"generator\"\nrate = 1000").unwrap();
+        assert!(!cfg.is_bounded() && !cfg.produces_keys());
+
+        let cfg: SinkConfig = toml::from_str("type = \"file\"\npath = \"out\"").unwrap();
+        assert!(matches!(cfg, SinkConfig::File(_)));
+        let cfg: SinkConfig = toml::from_str("type = \"print\"\nformat = \"key_value\"").unwrap();
+        match cfg {
+            SinkConfig::Print(p) => assert_eq!(p.format, LineFormat::KeyValue),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_settings_and_types_are_rejected() {
+        let err = toml::from_str::<SourceConfig>("type = \"file\"\npaht = \"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("paht"), "{err}");
+        let err = toml::from_str::<SourceConfig>("type = \"kafka\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kafka"), "{err}");
+        let err = toml::from_str::<SinkConfig>("type = \"print\"\nformat = \"json\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("json"), "{err}");
+    }
+
+    #[test]
+    fn configs_round_trip_through_json() {
+        let cfg: SourceConfig =
+            toml::from_str("type = \"generator\"\nmode = \"words\"\nseed = 7").unwrap();
+        let json = serde_json::to_string(&cfg).unwrap();
+        let back: SourceConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(format!("{cfg:?}"), format!("{back:?}"));
+    }
+
+    #[test]
+    fn subtask_out_of_range_is_an_error() {
+        let cfg: SourceConfig = toml::from_str("type = \"generator\"").unwrap();
+        assert!(cfg.build(Path::new("."), 2, 2).is_err());
+        assert!(cfg.build(Path::new("."), 0, 0).is_err());
+    }
+}

@@ -1,0 +1,660 @@
+//! The job spec file (TOML) and its validation.
+//!
+//! ```toml
+//! [job]
+//! name = "wordcount"
+//! parallelism = 2          # default for every vertex
+//! max_parallelism = 128    # number of key groups
+//!
+//! [[source]]
+//! name = "lines"
+//! type = "file"            # the connector; the other keys are its configuration
+//! path = "input.txt"
+//!
+//! [[operator]]
+//! name = "split"
+//! uid = "split"            # ties state to code across upgrades: never change it
+//! wasm = "split.wasm"      # or `native = "split_words"` for a built-in
+//! input = "lines"          # or a list of inputs
+//! edge = "rebalance"       # forward (default) | key_by | rebalance
+//! config = { lowercase = true }
+//!
+//! [[sink]]
+//! name = "out"
+//! type = "print"
+//! input = "split"
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::connectors::{SinkConfig, SourceConfig};
+use crate::runtime::native;
+
+/// Flink's default number of key groups.
+pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
+/// Flink's upper bound for `max_parallelism`.
+pub const MAX_MAX_PARALLELISM: u32 = 32_768;
+
+/// A spec that cannot run, with what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read job spec {path}: {cause}")]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("job spec {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("job spec {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// How records travel from one vertex to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    /// Subtask `i` feeds subtask `i` (same parallelism); chained into one thread when possible.
+    #[default]
+    Forward,
+    /// By key group of the record's key, so each key always reaches the same subtask.
+    KeyBy,
+    /// Round-robin over the downstream subtasks.
+    Rebalance,
+}
+
+/// What an operator runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorCode {
+    /// A WebAssembly component (absolute path).
+    Wasm(PathBuf),
+    /// A built-in native operator by name.
+    Native(String),
+}
+
+/// Kind of a vertex of the job graph.
+#[derive(Debug, Clone)]
+pub enum VertexKind {
+    Source(SourceConfig),
+    Operator {
+        uid: String,
+        code: OperatorCode,
+        /// The `config` table as JSON, handed to the operator's `open`.
+        config: String,
+    },
+    Sink(SinkConfig),
+}
+
+/// A vertex of the logical job graph: a source, an operator or a sink.
+#[derive(Debug, Clone)]
+pub struct Vertex {
+    pub name: String,
+    pub parallelism: u32,
+    /// Upstream vertices by index into [`JobSpec::vertices`], each with its edge.
+    pub inputs: Vec<(usize, EdgeKind)>,
+    pub kind: VertexKind,
+}
+
+/// A validated job: vertices in topological order (every input before its consumer).
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub name: String,
+    pub max_parallelism: u32,
+    pub vertices: Vec<Vertex>,
+    /// The directory relative paths in the spec are resolved against.
+    pub base_dir: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    job: Option<RawJob>,
+    #[serde(default)]
+    source: Vec<toml::Table>,
+    #[serde(default)]
+    operator: Vec<RawOperator>,
+    #[serde(default)]
+    sink: Vec<toml::Table>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Option<String>,
+    parallelism: Option<u32>,
+    max_parallelism: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Inputs {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperator {
+    name: String,
+    uid: Option<String>,
+    wasm: Option<PathBuf>,
+    native: Option<String>,
+    input: Option<Inputs>,
+    #[serde(default)]
+    edge: EdgeKind,
+    parallelism: Option<u32>,
+    config: Option<toml::Table>,
+}
+
+/// The keys every vertex table has besides its connector configuration.
+struct Common {
+    name: String,
+    parallelism: Option<u32>,
+    inputs: Vec<String>,
+    edge: EdgeKind,
+}
+
+fn take_common(table: &mut toml::Table, what: &str, index: usize) -> Result<Common, String> {
+    let name = match table.remove("name") {
+        Some(toml::Value::String(s)) => s,
+        Some(_) => return Err(format!("{what} #{}: `name` must be a string", index + 1)),
+        None => return Err(format!("{what} #{} has no `name`", index + 1)),
+    };
+    let parallelism = match table.remove("parallelism") {
+        None => None,
+        Some(toml::Value::Integer(p)) => Some(u32::try_from(p).map_err(|_| {
+            format!("{what} \"{name}\": parallelism {p} is out of range; use 1 to max_parallelism")
+        })?),
+        Some(_) => {
+            return Err(format!(
+                "{what} \"{name}\": `parallelism` must be an integer"
+            ));
+        }
+    };
+    let inputs = match table.remove("input") {
+        None => Vec::new(),
+        Some(v) => match Inputs::deserialize(v) {
+            Ok(Inputs::One(s)) => vec![s],
+            Ok(Inputs::Many(v)) => v,
+            Err(_) => {
+                return Err(format!(
+                    "{what} \"{name}\": `input` must be a vertex name or a list of names"
+                ));
+            }
+        },
+    };
+    let edge = match table.remove("edge") {
+        None => EdgeKind::Forward,
+        Some(v) => EdgeKind::deserialize(v).map_err(|e| format!("{what} \"{name}\": edge: {e}"))?,
+    };
+    Ok(Common {
+        name,
+        parallelism,
+        inputs,
+        edge,
+    })
+}
+
+impl JobSpec {
+    /// Reads and validates a spec file.
+    pub fn from_file(path: &Path) -> Result<JobSpec, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|cause| SpecError::Read {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .unwrap_or(Path::new("."));
+        let base_dir = std::fs::canonicalize(base_dir).unwrap_or_else(|_| base_dir.to_path_buf());
+        let default_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "job".into());
+        Self::parse(&text, &base_dir, &default_name).map_err(|e| match e {
+            ParseError::Syntax(message) => SpecError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            ParseError::Invalid(message) => SpecError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            },
+        })
+    }
+
+    /// Parses and validates spec text; relative paths resolve against `base_dir`.
+    pub(crate) fn parse(
+        text: &str,
+        base_dir: &Path,
+        default_name: &str,
+    ) -> Result<JobSpec, ParseError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ParseError::Syntax(e.to_string()))?;
+        build(raw, base_dir, default_name).map_err(ParseError::Invalid)
+    }
+
+    /// Index of the vertex called `name`.
+    pub fn vertex(&self, name: &str) -> Option<usize> {
+        self.vertices.iter().position(|v| v.name == name)
+    }
+
+    /// Consumers of vertex `v`: `(consumer index, position of v among its inputs, edge)`.
+    pub fn consumers(&self, v: usize) -> Vec<(usize, usize, EdgeKind)> {
+        let mut out = Vec::new();
+        for (c, vertex) in self.vertices.iter().enumerate() {
+            for (pos, &(from, edge)) in vertex.inputs.iter().enumerate() {
+                if from == v {
+                    out.push((c, pos, edge));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum ParseError {
+    Syntax(String),
+    Invalid(String),
+}
+
+fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, String> {
+    let job = raw.job.unwrap_or_default();
+    let max_parallelism = job.max_parallelism.unwrap_or(DEFAULT_MAX_PARALLELISM);
+    if max_parallelism == 0 || max_parallelism > MAX_MAX_PARALLELISM {
+        return Err(format!(
+            "max_parallelism {max_parallelism} is out of range; use 1 to {MAX_MAX_PARALLELISM} \
+             (default {DEFAULT_MAX_PARALLELISM})"
+        ));
+    }
+    let default_parallelism = job.parallelism.unwrap_or(1);
+
+    // Collect every vertex with its unresolved inputs.
+    struct Pending {
+        common: Common,
+        kind: VertexKind,
+        role: &'static str,
+    }
+    let mut pending = Vec::new();
+    for (i, mut table) in raw.source.into_iter().enumerate() {
+        let common = take_common(&mut table, "source", i)?;
+        if !common.inputs.is_empty() {
+            return Err(format!(
+                "source \"{}\" has an `input`; sources read from outside the job, remove it",
+                common.name
+            ));
+        }
+        let config = SourceConfig::deserialize(toml::Value::Table(table))
+            .map_err(|e| format!("source \"{}\": {}", common.name, e.message()))?;
+        config
+            .validate(base_dir)
+            .map_err(|e| format!("source \"{}\": {e}", common.name))?;
+        pending.push(Pending {
+            common,
+            kind: VertexKind::Source(config),
+            role: "source",
+        });
+    }
+    let mut uids = HashSet::new();
+    for op in raw.operator {
+        let name = op.name;
+        let code = match (op.wasm, op.native) {
+            (Some(path), None) => OperatorCode::Wasm(base_dir.join(path)),
+            (None, Some(native)) => {
+                if !native::exists(&native) {
+                    return Err(format!(
+                        "operator \"{name}\": unknown native operator \"{native}\"; built-ins are: {}",
+                        native::NAMES.join(", ")
+                    ));
+                }
+                OperatorCode::Native(native)
+            }
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "operator \"{name}\" sets both `wasm` and `native`; keep one"
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "operator \"{name}\" needs `wasm = \"path/to/operator.wasm\"` (or `native = \"...\"` for a built-in)"
+                ));
+            }
+        };
+        let uid = match op.uid {
+            Some(uid) if uid.is_empty() => {
+                return Err(format!("operator \"{name}\": `uid` must not be empty"));
+            }
+            Some(uid) => uid,
+            None => {
+                return Err(format!(
+                    "operator \"{name}\" has no `uid`; give it a stable id (e.g. uid = \"{name}\") \
+                     that never changes, it ties the operator's state to it across upgrades"
+                ));
+            }
+        };
+        if !uids.insert(uid.clone()) {
+            return Err(format!(
+                "operator \"{name}\": uid \"{uid}\" is used by another operator; uids must be unique"
+            ));
+        }
+        let config = serde_json::to_string(&op.config.unwrap_or_default())
+            .map_err(|e| format!("operator \"{name}\": config: {e}"))?;
+        let inputs = match op.input {
+            None => Vec::new(),
+            Some(Inputs::One(s)) => vec![s],
+            Some(Inputs::Many(v)) => v,
+        };
+        pending.push(Pending {
+            common: Common {
+                name,
+                parallelism: op.parallelism,
+                inputs,
+                edge: op.edge,
+            },
+            kind: VertexKind::Operator { uid, code, config },
+            role: "operator",
+        });
+    }
+    for (i, mut table) in raw.sink.into_iter().enumerate() {
+        let common = take_common(&mut table, "sink", i)?;
+        let config = SinkConfig::deserialize(toml::Value::Table(table))
+            .map_err(|e| format!("sink \"{}\": {}", common.name, e.message()))?;
+        config
+            .validate(base_dir)
+            .map_err(|e| format!("sink \"{}\": {e}", common.name))?;
+        pending.push(Pending {
+            common,
+            kind: VertexKind::Sink(config),
+            role: "sink",
+        });
+    }
+
+    if !pending
+        .iter()
+        .any(|p| matches!(p.kind, VertexKind::Source(_)))
+    {
+        return Err("the job has no [[source]]; add one".into());
+    }
+    let mut index = HashMap::new();
+    for (i, p) in pending.iter().enumerate() {
+        if p.common.name.is_empty() {
+            return Err(format!("a {} has an empty name", p.role));
+        }
+        if index.insert(p.common.name.clone(), i).is_some() {
+            return Err(format!(
+                "two vertices are named \"{}\"; names must be unique across sources, operators and sinks",
+                p.common.name
+            ));
+        }
+    }
+
+    // Resolve inputs and check edges.
+    let mut inputs: Vec<Vec<(usize, EdgeKind)>> = Vec::with_capacity(pending.len());
+    for p in &pending {
+        let name = &p.common.name;
+        if p.role != "source" && p.common.inputs.is_empty() {
+            return Err(format!(
+                "{} \"{name}\" has no `input`; name the vertex it reads from",
+                p.role
+            ));
+        }
+        let mut resolved = Vec::new();
+        for input in &p.common.inputs {
+            let Some(&from) = index.get(input) else {
+                let known: Vec<_> = pending
+                    .iter()
+                    .filter(|q| !matches!(q.kind, VertexKind::Sink(_)))
+                    .map(|q| q.common.name.as_str())
+                    .collect();
+                return Err(format!(
+                    "{} \"{name}\" reads from \"{input}\", which is not defined; known sources and operators: {}",
+                    p.role,
+                    known.join(", ")
+                ));
+            };
+            if matches!(pending[from].kind, VertexKind::Sink(_)) {
+                return Err(format!(
+                    "{} \"{name}\" reads from sink \"{input}\"; sinks have no output",
+                    p.role
+                ));
+            }
+            resolved.push((from, p.common.edge));
+        }
+        inputs.push(resolved);
+    }
+
+    // Parallelism.
+    let parallelism: Vec<u32> = pending
+        .iter()
+        .map(|p| p.common.parallelism.unwrap_or(default_parallelism))
+        .collect();
+    for (p, &par) in pending.iter().zip(&parallelism) {
+        if par == 0 || par > max_parallelism {
+            return Err(format!(
+                "{} \"{}\": parallelism {par} is out of range; use 1 to max_parallelism ({max_parallelism})",
+                p.role, p.common.name
+            ));
+        }
+    }
+
+    // Topological order (Kahn); whatever remains lies on a cycle.
+    let order = topological_order(&inputs).map_err(|on_cycle| {
+        let names: Vec<_> = on_cycle
+            .iter()
+            .map(|&i| pending[i].common.name.as_str())
+            .collect();
+        format!(
+            "the job graph has a cycle through {}; streams must flow from sources to sinks",
+            names.join(" -> ")
+        )
+    })?;
+
+    // Edge rules that need the whole graph.
+    let keyed = keys_known(
+        &pending.iter().map(|p| &p.kind).collect::<Vec<_>>(),
+        &inputs,
+        &order,
+    );
+    for (v, ins) in inputs.iter().enumerate() {
+        for &(from, edge) in ins {
+            let (name, up) = (&pending[v].common.name, &pending[from].common.name);
+            if edge == EdgeKind::Forward && parallelism[from] != parallelism[v] {
+                return Err(format!(
+                    "{} \"{name}\" (parallelism {}) reads from \"{up}\" (parallelism {}) over a forward edge, \
+                     which needs equal parallelism; set edge = \"rebalance\" or \"key_by\", or equal parallelism",
+                    pending[v].role, parallelism[v], parallelism[from]
+                ));
+            }
+            if edge == EdgeKind::KeyBy && keyed[from] == Some(false) {
+                return Err(format!(
+                    "{} \"{name}\" reads from \"{up}\" with edge = \"key_by\", but \"{up}\" emits records without keys; \
+                     put an operator that sets keys in between (e.g. one that emits with a key) or use another edge",
+                    pending[v].role
+                ));
+            }
+        }
+    }
+
+    let mut position = vec![0; pending.len()];
+    for (new, &old) in order.iter().enumerate() {
+        position[old] = new;
+    }
+    let mut slots: Vec<Option<Pending>> = pending.into_iter().map(Some).collect();
+    let vertices = order
+        .iter()
+        .map(|&old| {
+            let p = slots[old].take().expect("each vertex is placed once");
+            Vertex {
+                name: p.common.name,
+                parallelism: parallelism[old],
+                inputs: inputs[old]
+                    .iter()
+                    .map(|&(from, e)| (position[from], e))
+                    .collect(),
+                kind: p.kind,
+            }
+        })
+        .collect();
+    Ok(JobSpec {
+        name: job.name.unwrap_or_else(|| default_name.to_string()),
+        max_parallelism,
+        vertices,
+        base_dir: base_dir.to_path_buf(),
+    })
+}
+
+/// Kahn's algorithm; `Err` holds the vertices left on or behind a cycle.
+fn topological_order(inputs: &[Vec<(usize, EdgeKind)>]) -> Result<Vec<usize>, Vec<usize>> {
+    let n = inputs.len();
+    let mut indegree: Vec<usize> = inputs.iter().map(Vec::len).collect();
+    let mut consumers: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (v, ins) in inputs.iter().enumerate() {
+        for &(from, _) in ins {
+            consumers.entry(from).or_default().push(v);
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).rev().filter(|&v| indegree[v] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(v) = ready.pop() {
+        order.push(v);
+        for &c in consumers.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+            indegree[c] -= 1;
+            if indegree[c] == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    if order.len() == n {
+        Ok(order)
+    } else {
+        Err((0..n).filter(|&v| indegree[v] > 0).collect())
+    }
+}
+
+/// For each vertex: `Some(false)` when its records certainly have no key, `Some(true)` when
+/// they certainly have one, `None` when only running it tells (WASM operators).
+fn keys_known(
+    kinds: &[&VertexKind],
+    inputs: &[Vec<(usize, EdgeKind)>],
+    order: &[usize],
+) -> Vec<Option<bool>> {
+    let mut keyed = vec![None; kinds.len()];
+    for &v in order {
+        keyed[v] = match kinds[v] {
+            VertexKind::Source(c) => Some(c.produces_keys()),
+            VertexKind::Operator {
+                code: OperatorCode::Native(name),
+                ..
+            } => native::emits_keys(name, inputs[v].iter().map(|&(from, _)| keyed[from])),
+            _ => None,
+        };
+    }
+    keyed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<JobSpec, String> {
+        JobSpec::parse(text, Path::new("/nonexistent"), "job").map_err(|e| match e {
+            ParseError::Syntax(m) | ParseError::Invalid(m) => m,
+        })
+    }
+
+    const GEN: &str = "[[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\n";
+
+    #[test]
+    fn minimal_job_orders_vertices_topologically() {
+        let spec = parse(&format!(
+            "[[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"split\"\n\
+             [[operator]]\nname = \"split\"\nuid = \"s\"\nnative = \"split_words\"\ninput = \"gen\"\n{GEN}"
+        ))
+        .unwrap();
+        let names: Vec<_> = spec.vertices.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["gen", "split", "out"]);
+        assert_eq!(spec.vertices[2].inputs, vec![(1, EdgeKind::Forward)]);
+        assert_eq!(spec.max_parallelism, 128);
+    }
+
+    #[test]
+    fn bad_specs_name_the_problem() {
+        let cases = [
+            ("[[source]\n", "TOML parse error"),
+            ("[job]\nname = 'x'\n", "no [[source]]"),
+            (
+                &format!("{GEN}[[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"nope\"\n"),
+                "reads from \"nope\", which is not defined",
+            ),
+            (
+                &format!("{GEN}parallelism = 0\n"),
+                "parallelism 0 is out of range",
+            ),
+            (
+                &format!("[job]\nmax_parallelism = 4\n{GEN}parallelism = 5\n"),
+                "parallelism 5 is out of range",
+            ),
+            (
+                &format!(
+                    "{GEN}[[operator]]\nname = \"a\"\nuid = \"a\"\nnative = \"split_words\"\ninput = [\"gen\", \"b\"]\n\
+                     [[operator]]\nname = \"b\"\nuid = \"b\"\nnative = \"split_words\"\ninput = \"a\"\n"
+                ),
+                "cycle through a -> b",
+            ),
+            (
+                &format!(
+                    "{GEN}[[operator]]\nname = \"c\"\nuid = \"c\"\nnative = \"count_words\"\ninput = \"gen\"\nedge = \"key_by\"\n"
+                ),
+                "emits records without keys",
+            ),
+            (
+                &format!(
+                    "{GEN}[[operator]]\nname = \"c\"\nnative = \"count_words\"\ninput = \"gen\"\n"
+                ),
+                "has no `uid`",
+            ),
+            (
+                &format!("{GEN}[[operator]]\nname = \"c\"\nuid = \"c\"\ninput = \"gen\"\n"),
+                "needs `wasm = ",
+            ),
+            (
+                &format!(
+                    "{GEN}[[operator]]\nname = \"c\"\nuid = \"c\"\nnative = \"split_words\"\ninput = \"gen\"\nparallelism = 2\n"
+                ),
+                "which needs equal parallelism",
+            ),
+            (
+                &format!("{GEN}[[sink]]\nname = \"gen\"\ntype = \"print\"\ninput = \"gen\"\n"),
+                "two vertices are named \"gen\"",
+            ),
+            (&format!("{GEN}bogus = 1\n"), "bogus"),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).expect_err(text);
+            assert!(
+                err.contains(want),
+                "{text:?}\n gave: {err}\n wanted: {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_by_after_keyed_native_operator_is_allowed() {
+        let spec = parse(&format!(
+            "[job]\nparallelism = 2\n{GEN}parallelism = 1\n\
+             [[operator]]\nname = \"split\"\nuid = \"s\"\nnative = \"split_words\"\ninput = \"gen\"\nedge = \"rebalance\"\n\
+             [[operator]]\nname = \"count\"\nuid = \"c\"\nnative = \"count_words\"\ninput = \"split\"\nedge = \"key_by\"\n"
+        ))
+        .unwrap();
+        assert_eq!(spec.vertices.len(), 3);
+        assert_eq!(spec.vertices[2].inputs, vec![(1, EdgeKind::KeyBy)]);
+    }
+}

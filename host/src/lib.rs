@@ -1,0 +1,33 @@
+//! weir: a stream processor whose user operators are sandboxed WebAssembly components.
+//!
+//! The host owns the dataflow, keyed state and connectors; operators are components built
+//! against `wit/stream.wit` (with the `weir-sdk` crate for Rust) and reach their state
+//! through WIT interfaces. Run a job from its spec file:
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use weir::{Job, JobSpec, WasmEngine};
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! let spec = JobSpec::from_file(Path::new("examples/wordcount/job.toml"))?;
+//! let engine = WasmEngine::new(WasmEngine::default_cache_dir())?;
+//! let job = Job::new(spec, &engine)?;
+//! let summary = job.start()?.wait()?;
+//! for v in &summary.vertices {
+//!     println!("{}: {} in, {} out", v.name, v.records_in, v.records_out);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+pub(crate) mod batch;
+pub mod cli;
+pub mod connectors;
+pub(crate) mod job;
+pub(crate) mod runtime;
+pub(crate) mod state;
+pub(crate) mod wasm;
+
+pub use job::spec::{EdgeKind, JobSpec, SpecError};
+pub use runtime::{Job, JobError, JobSummary, Metrics, RunningJob, VertexMetrics, VertexSummary};
+pub use wasm::{WasmEngine, WasmError};

@@ -1,0 +1,178 @@
+//! Built-in operators written in Rust, run behind the same [`Operator`] trait as WebAssembly
+//! components. They serve as building blocks and as the baseline of the WASM-vs-native
+//! benchmark: `split_words` and `count_words` do exactly what the word count example's
+//! guests do, on the same batches and the same keyed state store.
+
+use std::io::Write;
+
+use weir_wire::Kind;
+
+use super::operator::{Operator, OperatorContext, OperatorError};
+use crate::batch::Batch;
+use crate::state::{KeyedState, StateId, StateKind};
+
+/// Names of the built-in operators, for `native = "..."` in a job spec.
+pub const NAMES: &[&str] = &["split_words", "count_words"];
+
+pub fn exists(name: &str) -> bool {
+    NAMES.contains(&name)
+}
+
+/// Whether the operator's records have keys (`None`: depends on its input).
+pub fn emits_keys(name: &str, _inputs: impl Iterator<Item = Option<bool>>) -> Option<bool> {
+    match name {
+        "split_words" | "count_words" => Some(true),
+        _ => None,
+    }
+}
+
+pub fn build(name: &str, ctx: &OperatorContext) -> Result<Box<dyn Operator>, OperatorError> {
+    match name {
+        "split_words" => Ok(Box::new(SplitWords)),
+        "count_words" => {
+            let mut state = KeyedState::new(ctx.max_parallelism, ctx.key_groups.clone());
+            let count = state
+                .declare("count", StateKind::Value, None)
+                .map_err(|e| OperatorError::Contract(e.to_string()))?;
+            Ok(Box::new(CountWords { state, count }))
+        }
+        other => Err(OperatorError::Contract(format!(
+            "unknown native operator \"{other}\""
+        ))),
+    }
+}
+
+/// Splits each line on ASCII whitespace; emits every word with key = value = the word.
+struct SplitWords;
+
+impl Operator for SplitWords {
+    fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        for rec in input.iter() {
+            for word in rec.value.split(u8::is_ascii_whitespace) {
+                if !word.is_empty() {
+                    out.push_with(Kind::Insert, Some(word), rec.timestamp, |b| {
+                        b.extend_from_slice(word)
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts records per key in a value state; emits key = word, value = the new count.
+struct CountWords {
+    state: KeyedState,
+    count: StateId,
+}
+
+impl Operator for CountWords {
+    fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        for rec in input.iter() {
+            let key = rec.key.ok_or_else(|| {
+                OperatorError::Contract("count_words got a record without a key".into())
+            })?;
+            let g = self
+                .state
+                .locate(self.count, key)
+                .map_err(|e| OperatorError::Contract(e.to_string()))?;
+            let n = self
+                .state
+                .value(self.count, g, key)
+                .map(|v| decode_varint(v).0)
+                .unwrap_or(0)
+                + 1;
+            let mut buf = [0u8; 10];
+            let len = encode_varint(n, &mut buf);
+            self.state.set_value(self.count, g, key, &buf[..len]);
+            let kind = if n == 1 {
+                Kind::Insert
+            } else {
+                Kind::UpdateAfter
+            };
+            out.push_with(kind, Some(key), rec.timestamp, |b| {
+                let _ = write!(b, "{n}");
+            });
+        }
+        Ok(())
+    }
+}
+
+/// LEB128, the encoding the guest SDK's codec (postcard) gives a `u64`.
+fn encode_varint(mut n: u64, buf: &mut [u8; 10]) -> usize {
+    let mut i = 0;
+    while n >= 0x80 {
+        buf[i] = (n as u8) | 0x80;
+        n >>= 7;
+        i += 1;
+    }
+    buf[i] = n as u8;
+    i + 1
+}
+
+fn decode_varint(b: &[u8]) -> (u64, usize) {
+    let mut n = 0u64;
+    for (i, &byte) in b.iter().enumerate().take(10) {
+        n |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return (n, i + 1);
+        }
+    }
+    (n, b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> OperatorContext {
+        OperatorContext {
+            job: "j".into(),
+            uid: "u".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            config: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn split_then_count() {
+        let mut lines = Batch::default();
+        lines.push_with(Kind::Insert, None, None, |b| {
+            b.extend_from_slice(b" a b  a\t")
+        });
+        let mut words = Batch::default();
+        build("split_words", &ctx())
+            .unwrap()
+            .process(&lines, &mut words)
+            .unwrap();
+        let mut counts = Batch::default();
+        build("count_words", &ctx())
+            .unwrap()
+            .process(&words, &mut counts)
+            .unwrap();
+        let got: Vec<_> = counts
+            .iter()
+            .map(|r| (r.key.unwrap().to_vec(), r.value.to_vec(), r.kind))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"a".to_vec(), b"1".to_vec(), Kind::Insert),
+                (b"b".to_vec(), b"1".to_vec(), Kind::Insert),
+                (b"a".to_vec(), b"2".to_vec(), Kind::UpdateAfter),
+            ]
+        );
+    }
+
+    #[test]
+    fn varint_round_trip() {
+        for n in [0, 1, 127, 128, 300, u64::MAX] {
+            let mut buf = [0; 10];
+            let len = encode_varint(n, &mut buf);
+            assert_eq!(decode_varint(&buf[..len]), (n, len));
+        }
+    }
+}

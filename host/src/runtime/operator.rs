@@ -1,0 +1,49 @@
+//! The operator trait every operator instance implements, WebAssembly or native.
+
+use std::ops::Range;
+
+use crate::batch::Batch;
+
+/// What an operator subtask knows about itself.
+#[derive(Debug, Clone)]
+pub struct OperatorContext {
+    pub job: String,
+    pub uid: String,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    /// The key groups this subtask owns.
+    pub key_groups: Range<u32>,
+    /// The operator's `config` table as JSON.
+    pub config: String,
+}
+
+/// Why an operator failed. The runtime adds the operator's name and uid.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// The operator returned an error for a batch or hook.
+    #[error("{0}")]
+    Failed(String),
+    /// The guest trapped (panic, out-of-bounds access, unreachable, limit).
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The operator broke the host contract (bad buffer, foreign key, wrong state kind).
+    #[error("{0}")]
+    Contract(String),
+}
+
+/// An operator instance of one subtask.
+pub trait Operator: Send {
+    /// Called once before the first batch.
+    fn open(&mut self) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    /// Handles one batch, appending what it emits to `out`.
+    fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError>;
+
+    /// The input has ended: fire what remains (event-time timers) and append the last output.
+    fn close(&mut self, _out: &mut Batch) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! The output of a chain: partitions records to the subtasks of downstream chains over
+//! bounded channels.
+//!
+//! Records are collected per downstream subtask and sent as full batches; a full channel
+//! blocks the sender, which is how backpressure reaches the sources.
+
+use crossbeam_channel::Sender;
+
+use super::key_group::{key_group, subtask_for_key_group};
+use crate::batch::Batch;
+use crate::job::spec::EdgeKind;
+
+/// What travels on a channel.
+#[derive(Debug)]
+pub enum Message {
+    Data(Batch),
+    /// The sender has no more records.
+    End,
+}
+
+/// The receiving side went away: its task failed or the job is being cancelled.
+#[derive(Debug)]
+pub struct Disconnected;
+
+/// One downstream chain.
+pub(crate) struct Target {
+    edge: EdgeKind,
+    /// One sender per downstream subtask (one in total for a forward edge).
+    senders: Vec<Sender<Message>>,
+    pending: Vec<Batch>,
+    next: usize,
+    max_parallelism: u32,
+}
+
+impl Target {
+    pub(crate) fn new(edge: EdgeKind, senders: Vec<Sender<Message>>, max_parallelism: u32) -> Self {
+        Target {
+            edge,
+            pending: senders.iter().map(|_| Batch::default()).collect(),
+            senders,
+            next: 0,
+            max_parallelism,
+        }
+    }
+
+    fn send(&mut self, i: usize) -> Result<(), Disconnected> {
+        let batch = std::mem::take(&mut self.pending[i]);
+        self.senders[i]
+            .send(Message::Data(batch))
+            .map_err(|_| Disconnected)
+    }
+}
+
+/// Sends a chain's output to every downstream chain.
+pub(crate) struct Output {
+    targets: Vec<Target>,
+}
+
+impl Output {
+    pub(crate) fn new(targets: Vec<Target>) -> Self {
+        Output { targets }
+    }
+
+    /// Partitions `batch` into the pending batches, sending those that fill up.
+    pub(crate) fn push(&mut self, batch: &Batch) -> Result<(), Disconnected> {
+        for t in &mut self.targets {
+            match t.edge {
+                EdgeKind::KeyBy => {
+                    let p = t.senders.len() as u32;
+                    for rec in batch.iter() {
+                        // The spec check and the operators guarantee keys here; a record
+                        // without one goes to subtask 0 rather than being lost.
+                        let i = rec
+                            .key
+                            .map(|k| {
+                                subtask_for_key_group(
+                                    key_group(k, t.max_parallelism),
+                                    t.max_parallelism,
+                                    p,
+                                )
+                            })
+                            .unwrap_or(0) as usize;
+                        t.pending[i].push(&rec);
+                        if t.pending[i].is_full() {
+                            t.send(i)?;
+                        }
+                    }
+                }
+                // Forward has a single sender; rebalance deals whole batches round-robin.
+                EdgeKind::Forward | EdgeKind::Rebalance => {
+                    let i = t.next;
+                    for rec in batch.iter() {
+                        t.pending[i].push(&rec);
+                    }
+                    if t.pending[i].is_full() {
+                        t.send(i)?;
+                        t.next = (t.next + 1) % t.senders.len();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every non-empty pending batch.
+    pub(crate) fn flush(&mut self) -> Result<(), Disconnected> {
+        for t in &mut self.targets {
+            for i in 0..t.senders.len() {
+                if !t.pending[i].is_empty() {
+                    t.send(i)?;
+                }
+            }
+            if t.edge == EdgeKind::Rebalance {
+                t.next = (t.next + 1) % t.senders.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and tells every downstream subtask that this one is done.
+    pub(crate) fn end(&mut self) -> Result<(), Disconnected> {
+        self.flush()?;
+        for t in &self.targets {
+            for s in &t.senders {
+                s.send(Message::End).map_err(|_| Disconnected)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+    use weir_wire::Kind;
+
+    fn drain(rx: &crossbeam_channel::Receiver<Message>) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            match m {
+                Message::Data(b) => out.extend(b.iter().map(|r| r.value.to_vec())),
+                Message::End => out.push(b"<end>".to_vec()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn key_by_sends_each_key_to_its_owner() {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(100)).unzip();
+        let mut out = Output::new(vec![Target::new(EdgeKind::KeyBy, txs, 128)]);
+        let mut b = Batch::default();
+        for i in 0..100 {
+            let k = format!("k{i}");
+            b.push_with(Kind::Insert, Some(k.as_bytes()), None, |v| {
+                v.extend_from_slice(k.as_bytes())
+            });
+        }
+        out.push(&b).unwrap();
+        out.end().unwrap();
+        let mut total = 0;
+        for (i, rx) in rxs.iter().enumerate() {
+            let got = drain(rx);
+            assert_eq!(got.last().unwrap(), b"<end>");
+            for v in &got[..got.len() - 1] {
+                let g = key_group(v, 128);
+                assert_eq!(subtask_for_key_group(g, 128, 3) as usize, i);
+                total += 1;
+            }
+        }
+        assert_eq!(total, 100);
+    }
+
+    #[test]
+    fn a_dropped_receiver_is_reported() {
+        let (tx, rx) = bounded(1);
+        drop(rx);
+        let mut out = Output::new(vec![Target::new(EdgeKind::Forward, vec![tx], 128)]);
+        assert!(out.end().is_err());
+    }
+}

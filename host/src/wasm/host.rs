@@ -1,0 +1,398 @@
+//! The host side of the WIT imports: keyed state, timers, output and log.
+//!
+//! A guest addresses keys only by *slot* of the batch (or timer batch) being handled; the
+//! host keeps the slot table of the current call and refuses state access outside a call or
+//! for keys outside the subtask's key groups. Every failure traps the guest call with a
+//! message naming the state or buffer, which the runtime reports with the operator's uid.
+
+use std::collections::BTreeSet;
+
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use weir_wire::{
+    ListOp, MapOp, TimeDomain, ValueOp, put_bytes, put_opt_bytes, put_u32, read_list_ops,
+    read_map_ops, read_timer_ops, read_value_ops,
+};
+
+use super::weir::stream::{log, output, state, timers, types};
+use crate::batch::Batch;
+use crate::runtime::key_group::key_group;
+use crate::runtime::operator::OperatorContext;
+use crate::state::{KeyGroupIndex, KeyedState, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility};
+
+/// Event-time timers: `(timestamp, key)` in firing order.
+pub(crate) type TimerSet = BTreeSet<(i64, Box<[u8]>)>;
+
+/// The data of one operator instance's wasmtime store.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) ctx: OperatorContext,
+    pub(crate) state: KeyedState,
+    /// Declared states by resource rep.
+    declared: Vec<StateId>,
+    /// The key of every slot of the current call, as `(start, length)` in `slot_bytes`, and
+    /// its key group.
+    slot_ranges: Vec<(u32, u32, u32)>,
+    slot_bytes: Vec<u8>,
+    pub(crate) in_call: bool,
+    /// Where emitted records go during a call.
+    pub(crate) out: Batch,
+    pub(crate) side_outputs_dropped: u64,
+    pub(crate) event_timers: TimerSet,
+    pub(crate) processing_timers: TimerSet,
+    pub(crate) watermark: Option<i64>,
+    /// The last error the guest logged (its panic hook logs the panic message there).
+    pub(crate) last_error: Option<String>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HostState {
+    pub(crate) fn new(ctx: OperatorContext) -> Self {
+        let state = KeyedState::new(ctx.max_parallelism, ctx.key_groups.clone());
+        HostState {
+            // No preopened directories, environment, arguments or inherited stdio.
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            ctx,
+            state,
+            declared: Vec::new(),
+            slot_ranges: Vec::new(),
+            slot_bytes: Vec::new(),
+            in_call: false,
+            out: Batch::default(),
+            side_outputs_dropped: 0,
+            event_timers: TimerSet::new(),
+            processing_timers: TimerSet::new(),
+            watermark: None,
+            last_error: None,
+        }
+    }
+
+    /// Starts a new slot table for the next call.
+    pub(crate) fn clear_slots(&mut self) {
+        self.slot_ranges.clear();
+        self.slot_bytes.clear();
+    }
+
+    /// Adds the key of the next slot.
+    pub(crate) fn push_slot(&mut self, key: &[u8]) {
+        let at = self.slot_bytes.len() as u32;
+        self.slot_bytes.extend_from_slice(key);
+        let group = key_group(key, self.ctx.max_parallelism);
+        self.slot_ranges.push((at, key.len() as u32, group));
+    }
+
+    /// The key of `slot` and its key group.
+    fn slot_key(&self, slot: u32) -> wasmtime::Result<(&[u8], u32)> {
+        let &(at, len, group) = self.slot_ranges.get(slot as usize).ok_or_else(|| {
+            wasmtime::format_err!(
+                "key slot {slot} does not exist: the current batch has {} keys",
+                self.slot_ranges.len()
+            )
+        })?;
+        Ok((&self.slot_bytes[at as usize..(at + len) as usize], group))
+    }
+
+    fn declare(
+        &mut self,
+        name: String,
+        kind: StateKind,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<u32> {
+        let ttl = ttl.map(|t| Ttl {
+            ttl_ms: t.ttl_ms,
+            update: match t.update {
+                types::TtlUpdate::OnCreateAndWrite => TtlUpdate::OnCreateAndWrite,
+                types::TtlUpdate::OnReadAndWrite => TtlUpdate::OnReadAndWrite,
+                types::TtlUpdate::Disabled => TtlUpdate::Disabled,
+            },
+            visibility: match t.visibility {
+                types::TtlVisibility::NeverReturnExpired => TtlVisibility::NeverReturnExpired,
+                types::TtlVisibility::ReturnExpiredIfNotCleanedUp => {
+                    TtlVisibility::ReturnExpiredIfNotCleanedUp
+                }
+            },
+            event_time: matches!(t.time, types::TtlTime::EventTime),
+        });
+        let id = self
+            .state
+            .declare(&name, kind, ttl)
+            .map_err(|e| wasmtime::format_err!("{e}"))?;
+        self.declared.push(id);
+        Ok((self.declared.len() - 1) as u32)
+    }
+
+    fn state_id(&self, rep: u32, kind: StateKind) -> wasmtime::Result<StateId> {
+        let id = *self
+            .declared
+            .get(rep as usize)
+            .ok_or_else(|| wasmtime::format_err!("unknown state handle {rep}"))?;
+        if self.state.kind(id) != kind {
+            return Err(wasmtime::format_err!(
+                "state \"{}\" is {} state, not {kind} state",
+                self.state.name(id),
+                self.state.kind(id)
+            ));
+        }
+        if !self.in_call {
+            return Err(wasmtime::format_err!(
+                "state \"{}\" was accessed outside of process or on-timers; keyed state needs a current key",
+                self.state.name(id)
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Locates the key of `slot` for state `id`.
+    fn locate(&self, id: StateId, slot: u32) -> wasmtime::Result<(KeyGroupIndex, &[u8])> {
+        let (key, group) = self.slot_key(slot)?;
+        let g = self
+            .state
+            .group_index(id, group)
+            .map_err(|e| wasmtime::format_err!("{e}"))?;
+        Ok((g, key))
+    }
+
+    fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
+        let id = self.state_id(rep, kind)?;
+        let mut buf = Vec::new();
+        for slot in 0..self.slot_ranges.len() as u32 {
+            let (g, key) = self.locate(id, slot)?;
+            match kind {
+                StateKind::Value => put_opt_bytes(&mut buf, self.state.value(id, g, key)),
+                StateKind::List => {
+                    let list = self.state.list(id, g, key);
+                    put_u32(&mut buf, list.len() as u32);
+                    for e in list {
+                        put_bytes(&mut buf, e);
+                    }
+                }
+                StateKind::Map => match self.state.map(id, g, key) {
+                    Some(map) => {
+                        put_u32(&mut buf, map.len() as u32);
+                        for (k, v) in map {
+                            put_bytes(&mut buf, k);
+                            put_bytes(&mut buf, v);
+                        }
+                    }
+                    None => put_u32(&mut buf, 0),
+                },
+            }
+        }
+        Ok(buf)
+    }
+
+    fn store(&mut self, rep: u32, kind: StateKind, changes: &[u8]) -> wasmtime::Result<()> {
+        let id = self.state_id(rep, kind)?;
+        let name = self.state.name(id).to_string();
+        let bad = |e: weir_wire::DecodeError| wasmtime::format_err!("state \"{name}\": {e}");
+        // Resolve each slot's key once into an owned copy, so the state can be mutated.
+        let mut key = Vec::new();
+        match kind {
+            StateKind::Value => {
+                for op in read_value_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let g = self.key_into(id, slot, &mut key)?;
+                    match op {
+                        ValueOp::Set(v) => self.state.set_value(id, g, &key, v),
+                        ValueOp::Clear => self.state.clear(id, g, &key),
+                    }
+                }
+            }
+            StateKind::List => {
+                for op in read_list_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let g = self.key_into(id, slot, &mut key)?;
+                    match op {
+                        ListOp::Clear => self.state.clear(id, g, &key),
+                        ListOp::Replace(elems) => self.state.extend_list(id, g, &key, true, elems),
+                        ListOp::Append(elems) => self.state.extend_list(id, g, &key, false, elems),
+                    }
+                }
+            }
+            StateKind::Map => {
+                for op in read_map_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let g = self.key_into(id, slot, &mut key)?;
+                    match op {
+                        MapOp::Clear => self.state.clear(id, g, &key),
+                        MapOp::Put(k, v) => self.state.put_map(id, g, &key, k, v),
+                        MapOp::Remove(k) => self.state.remove_map(id, g, &key, k),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn key_into(
+        &self,
+        id: StateId,
+        slot: u32,
+        key: &mut Vec<u8>,
+    ) -> wasmtime::Result<KeyGroupIndex> {
+        let (g, k) = self.locate(id, slot)?;
+        key.clear();
+        key.extend_from_slice(k);
+        Ok(g)
+    }
+}
+
+impl types::Host for HostState {}
+
+impl state::Host for HostState {}
+
+impl state::HostValueState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::ValueState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::Value,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::ValueState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::Value)
+    }
+
+    fn store(&mut self, s: Resource<state::ValueState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::Value, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::ValueState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl state::HostListState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::ListState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::List,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::ListState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::List)
+    }
+
+    fn store(&mut self, s: Resource<state::ListState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::List, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::ListState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl state::HostMapState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::MapState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::Map,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::MapState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::Map)
+    }
+
+    fn store(&mut self, s: Resource<state::MapState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::Map, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::MapState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl timers::Host for HostState {
+    fn current_watermark(&mut self) -> wasmtime::Result<Option<i64>> {
+        Ok(self.watermark)
+    }
+
+    fn current_processing_time(&mut self) -> wasmtime::Result<i64> {
+        Ok(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0))
+    }
+
+    fn update(&mut self, changes: Vec<u8>) -> wasmtime::Result<()> {
+        if !self.in_call {
+            return Err(wasmtime::format_err!(
+                "timers were changed outside of process or on-timers; timers need a current key"
+            ));
+        }
+        for op in read_timer_ops(&changes) {
+            let op = op.map_err(|e| wasmtime::format_err!("{e}"))?;
+            let key: Box<[u8]> = self.slot_key(op.slot)?.0.into();
+            let set = match op.domain {
+                TimeDomain::EventTime => &mut self.event_timers,
+                TimeDomain::ProcessingTime => &mut self.processing_timers,
+            };
+            if op.register {
+                set.insert((op.timestamp, key));
+            } else {
+                set.remove(&(op.timestamp, key));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl output::Host for HostState {
+    fn emit(&mut self, records: Vec<u8>) -> wasmtime::Result<()> {
+        if !self.in_call {
+            return Err(wasmtime::format_err!(
+                "records were emitted outside of process, on-timers or close"
+            ));
+        }
+        // Side outputs are not routed to consumers yet: count what is dropped.
+        self.side_outputs_dropped += self
+            .out
+            .extend_from_output(&records)
+            .map_err(|e| wasmtime::format_err!("{e}"))?;
+        Ok(())
+    }
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        let (job, op, subtask) = (&self.ctx.job, &self.ctx.uid, self.ctx.subtask);
+        match level {
+            types::LogLevel::Trace => tracing::trace!(job, operator = op, subtask, "{message}"),
+            types::LogLevel::Debug => tracing::debug!(job, operator = op, subtask, "{message}"),
+            types::LogLevel::Info => tracing::info!(job, operator = op, subtask, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(job, operator = op, subtask, "{message}"),
+            types::LogLevel::Error => {
+                tracing::error!(job, operator = op, subtask, "{message}");
+                self.last_error = Some(message);
+            }
+        }
+        Ok(())
+    }
+}

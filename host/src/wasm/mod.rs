@@ -1,0 +1,16 @@
+//! WebAssembly operators: the wasmtime engine and compiled-component cache (`engine`), the
+//! host side of the WIT imports (`host`) and the operator that runs a component instance
+//! (`operator`).
+
+mod engine;
+mod host;
+mod operator;
+
+pub use engine::{OperatorComponent, WasmEngine, WasmError};
+pub(crate) use operator::WasmOperator;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "processor",
+    imports: { default: trappable },
+});

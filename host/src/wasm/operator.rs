@@ -1,0 +1,186 @@
+//! An operator subtask running a component instance.
+
+use wasmtime::Store;
+use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
+
+use super::OperatorComponent;
+use super::Processor;
+use super::exports::weir::stream::operator::OpenContext;
+use super::host::HostState;
+use crate::batch::{BATCH_RECORDS, Batch};
+use crate::runtime::operator::{Operator, OperatorContext, OperatorError};
+use crate::state::FastMap;
+
+/// Runs one instance of an operator component for one subtask.
+pub(crate) struct WasmOperator {
+    store: Store<HostState>,
+    bindings: Processor,
+    /// Reused encoding buffer for batches.
+    buf: Vec<u8>,
+}
+
+impl WasmOperator {
+    pub(crate) fn new(
+        component: &OperatorComponent,
+        ctx: OperatorContext,
+    ) -> Result<Self, OperatorError> {
+        let engine = component.pre.engine();
+        let mut store = Store::new(engine, HostState::new(ctx));
+        let bindings = component
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| OperatorError::Trap(format!("instantiation failed: {e:#}")))?;
+        Ok(WasmOperator {
+            store,
+            bindings,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Turns the result of a guest call into the operator's result.
+    fn check(
+        &mut self,
+        hook: &str,
+        result: wasmtime::Result<Result<(), String>>,
+    ) -> Result<(), OperatorError> {
+        let data = self.store.data_mut();
+        data.in_call = false;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(OperatorError::Failed(format!("{hook} failed: {message}"))),
+            Err(trap) => {
+                // The wasm backtrace goes to the debug log; the error keeps the cause.
+                tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
+                let mut message = format!("in {hook}: {}", trap.root_cause());
+                if let Some(logged) = data.last_error.take() {
+                    message = format!("{logged} ({message})");
+                }
+                Err(OperatorError::Trap(message))
+            }
+        }
+    }
+
+    /// Hands the guest's output of the last call to `out`.
+    fn take_output(&mut self, out: &mut Batch) {
+        let data = self.store.data_mut();
+        if out.is_empty() {
+            std::mem::swap(out, &mut data.out);
+        } else {
+            for rec in data.out.iter() {
+                out.push(&rec);
+            }
+            data.out.clear();
+        }
+    }
+
+    /// Fires every registered event-time timer in timestamp order, as at the end of input
+    /// (the watermark jumps to the end of time), in batches.
+    fn fire_all_event_timers(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+        self.store.data_mut().watermark = Some(i64::MAX);
+        loop {
+            let data = self.store.data_mut();
+            if data.event_timers.is_empty() {
+                return Ok(());
+            }
+            let mut fired = Vec::with_capacity(BATCH_RECORDS.min(data.event_timers.len()));
+            while fired.len() < BATCH_RECORDS {
+                match data.event_timers.pop_first() {
+                    Some(t) => fired.push(t),
+                    None => break,
+                }
+            }
+            data.clear_slots();
+            let mut slots: FastMap<&[u8], u32> = FastMap::default();
+            let mut keys: Vec<&[u8]> = Vec::new();
+            let mut entries = Vec::with_capacity(fired.len());
+            for (ts, key) in &fired {
+                let slot = *slots.entry(&key[..]).or_insert_with(|| {
+                    keys.push(&key[..]);
+                    (keys.len() - 1) as u32
+                });
+                entries.push((TimeDomain::EventTime, slot, *ts));
+            }
+            for k in &keys {
+                data.push_slot(k);
+            }
+            write_fired_timers(&mut self.buf, &keys, entries.into_iter());
+            data.in_call = true;
+            let result = self
+                .bindings
+                .weir_stream_operator()
+                .call_on_timers(&mut self.store, &self.buf);
+            self.check("on-timers", result)?;
+            self.take_output(out);
+        }
+    }
+}
+
+impl Operator for WasmOperator {
+    fn open(&mut self) -> Result<(), OperatorError> {
+        let c = &self.store.data().ctx;
+        let ctx = OpenContext {
+            operator_uid: c.uid.clone(),
+            subtask_index: c.subtask,
+            parallelism: c.parallelism,
+            config: c.config.clone(),
+        };
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_open(&mut self.store, &ctx);
+        self.check("open", result)
+    }
+
+    fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        // Deduplicate the batch's keys into slots; the guest sees each key once.
+        let data = self.store.data_mut();
+        data.clear_slots();
+        let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
+        let mut slots: FastMap<&[u8], u32> =
+            FastMap::with_capacity_and_hasher(input.len(), Default::default());
+        for rec in input.iter() {
+            if let Some(key) = rec.key {
+                slots.entry(key).or_insert_with(|| {
+                    data.push_slot(key);
+                    writer.key(key)
+                });
+            }
+        }
+        for rec in input.iter() {
+            let slot = rec.key.map(|k| slots[k]);
+            writer.record(slot, rec.kind, rec.timestamp, rec.value);
+        }
+        self.buf = writer.finish();
+        data.in_call = true;
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_process(&mut self.store, &self.buf);
+        self.check("process", result)?;
+        self.take_output(out);
+        Ok(())
+    }
+
+    fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+        self.fire_all_event_timers(out)?;
+        let data = self.store.data_mut();
+        data.clear_slots();
+        data.in_call = true;
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_close(&mut self.store);
+        self.check("close", result)?;
+        self.take_output(out);
+        let dropped = self.store.data().side_outputs_dropped;
+        if dropped > 0 {
+            let c = &self.store.data().ctx;
+            tracing::warn!(
+                operator = c.uid,
+                subtask = c.subtask,
+                "{dropped} records were emitted to side outputs, which this version does not route yet; they were dropped"
+            );
+        }
+        Ok(())
+    }
+}
