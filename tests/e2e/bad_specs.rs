@@ -1,0 +1,222 @@
+//! Every bad input is refused before the job starts, with an error that names the item at
+//! fault; `weir validate` gives the same verdict without running anything.
+
+use std::path::Path;
+
+use crate::support::{Run, Workspace, operator, repo, toml_path, wasm, weir};
+
+/// The pieces of a good job, to break one at a time.
+struct Job {
+    job: String,
+    source: String,
+    split: String,
+    count: String,
+}
+
+impl Job {
+    fn new(ws: &Workspace) -> Job {
+        let input = ws.write("input.txt", "to be or not to be\n");
+        Job {
+            job: "[job]\nname = \"bad\"\nparallelism = 2\n".into(),
+            source: format!(
+                "[[source]]\nname = \"lines\"\ntype = \"file\"\npath = {}\n",
+                toml_path(&input)
+            ),
+            split: format!(
+                "[[operator]]\nname = \"split\"\nuid = \"split-uid\"\n{}\ninput = \"lines\"\nedge = \"rebalance\"\n",
+                wasm("wordcount_split")
+            ),
+            count: format!(
+                "[[operator]]\nname = \"count\"\nuid = \"count-uid\"\n{}\ninput = \"split\"\nedge = \"key_by\"\n",
+                wasm("wordcount_count")
+            ),
+        }
+    }
+
+    fn text(&self, ws: &Workspace) -> String {
+        format!(
+            "{}\n{}\n{}\n{}\n[[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"count\"\npath = {}\nformat = \"key_value\"\n",
+            self.job,
+            self.source,
+            self.split,
+            self.count,
+            toml_path(&ws.path("out"))
+        )
+    }
+}
+
+/// Runs `weir run` and `weir validate` on the spec text and checks both fail cleanly, name
+/// every one of `needles`, and that the job never started (its sink made no output).
+fn refused(ws: &Workspace, spec: &str, needles: &[&str]) {
+    let path = ws.write("job.toml", spec);
+    refused_at(ws, &path, needles);
+}
+
+fn refused_at(ws: &Workspace, path: &Path, needles: &[&str]) {
+    for command in ["run", "validate"] {
+        let run = weir(&[command], path);
+        check_refusal(&run, command, needles);
+        assert!(
+            !ws.path("out").exists(),
+            "`weir {command}` started the job before refusing it:\n{run}"
+        );
+    }
+}
+
+fn check_refusal(run: &Run, command: &str, needles: &[&str]) {
+    run.assert_clean_failure();
+    assert!(
+        !run.stdout().contains("finished"),
+        "`weir {command}` ran the job:\n{run}"
+    );
+    let stderr = run.stderr();
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "`weir {command}`: the error does not mention {needle:?}:\n{run}"
+        );
+    }
+}
+
+#[test]
+fn the_good_spec_runs_and_validates() {
+    let ws = Workspace::new();
+    let spec = Job::new(&ws).text(&ws);
+    ws.run_ok(&spec);
+    let validate = weir(&["validate"], &ws.path("job.toml"));
+    assert!(validate.success(), "{validate}");
+}
+
+#[test]
+fn validate_accepts_the_wordcount_example() {
+    let run = weir(&["validate"], &repo().join("examples/wordcount/job.toml"));
+    assert!(run.success(), "{run}");
+    assert!(run.stdout().contains("is valid"), "{run}");
+}
+
+#[test]
+fn missing_spec_file() {
+    let ws = Workspace::new();
+    refused_at(&ws, &ws.path("no-such-job.toml"), &["no-such-job.toml"]);
+}
+
+#[test]
+fn malformed_toml() {
+    let ws = Workspace::new();
+    let spec = Job::new(&ws).text(&ws).replace("[[sink]]", "[[sink]");
+    refused(&ws, &spec, &["job.toml", "not valid"]);
+}
+
+#[test]
+fn unknown_input_name() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.count = job.count.replace("input = \"split\"", "input = \"splitt\"");
+    refused(&ws, &job.text(&ws), &["\"count\"", "\"splitt\""]);
+}
+
+#[test]
+fn a_cycle() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.split = job
+        .split
+        .replace("input = \"lines\"", "input = [\"lines\", \"count\"]");
+    refused(&ws, &job.text(&ws), &["cycle", "split", "count"]);
+}
+
+#[test]
+fn parallelism_zero() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.count.push_str("parallelism = 0\n");
+    refused(&ws, &job.text(&ws), &["\"count\"", "parallelism 0"]);
+}
+
+#[test]
+fn parallelism_above_max_parallelism() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.job.push_str("max_parallelism = 4\n");
+    job.count.push_str("parallelism = 8\n");
+    refused(&ws, &job.text(&ws), &["\"count\"", "parallelism 8", "(4)"]);
+}
+
+#[test]
+fn key_by_after_a_file_source() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.split = job
+        .split
+        .replace("edge = \"rebalance\"", "edge = \"key_by\"");
+    refused(&ws, &job.text(&ws), &["\"split\"", "\"lines\"", "key_by"]);
+}
+
+/// Replaces the split operator's component with `bytes` (or a missing file).
+fn bad_component(bytes: Option<&[u8]>, needles: &[&str]) {
+    let ws = Workspace::new();
+    let file = ws.path("split.wasm");
+    if let Some(bytes) = bytes {
+        ws.write("split.wasm", bytes);
+    }
+    let mut job = Job::new(&ws);
+    job.split = job
+        .split
+        .replace(&toml_path(&operator("wordcount_split")), &toml_path(&file));
+    let mut all = vec!["\"split\"", "split-uid", "split.wasm"];
+    all.extend_from_slice(needles);
+    refused(&ws, &job.text(&ws), &all);
+}
+
+#[test]
+fn a_core_module_instead_of_a_component() {
+    // `(module)`: the magic, then version 1.
+    bad_component(Some(b"\0asm\x01\0\0\0"), &["core", "not a component"]);
+}
+
+#[test]
+fn random_bytes() {
+    let mut seed = 0x1234_5678_9abc_def0_u64;
+    let bytes: Vec<u8> = (0..4096)
+        .map(|_| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 56) as u8
+        })
+        .collect();
+    bad_component(Some(&bytes), &["not a WebAssembly file"]);
+}
+
+#[test]
+fn random_bytes_after_the_wasm_magic() {
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    bytes.extend((0..512u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8));
+    bad_component(Some(&bytes), &[]);
+}
+
+#[test]
+fn an_empty_file() {
+    bad_component(Some(b""), &["empty"]);
+}
+
+#[test]
+fn a_missing_wasm_file() {
+    bad_component(None, &["cannot read"]);
+}
+
+#[test]
+fn a_component_of_another_world() {
+    let bytes = std::fs::read(operator("weir_test_other_world")).expect("the other-world guest");
+    bad_component(
+        Some(&bytes),
+        &["not a weir operator", "weir:stream/operator"],
+    );
+}
+
+#[test]
+fn a_component_of_another_version() {
+    let bytes =
+        std::fs::read(operator("weir_test_wrong_version")).expect("the wrong-version guest");
+    bad_component(Some(&bytes), &["0.9.0", "0.1.0"]);
+}

@@ -1,0 +1,87 @@
+//! The clickstream example prints exactly the profiles computed here from its clicks.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::support::{repo, weir};
+
+/// What the profile operator must print for each click, per user in click order.
+fn expected(clicks: &str) -> BTreeMap<String, Vec<String>> {
+    let mut visits: HashMap<&str, BTreeMap<&str, u64>> = HashMap::new();
+    let mut recent: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in clicks.lines() {
+        let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+        let [user, page] = fields[..] else { continue };
+        let pages = visits.entry(user).or_default();
+        *pages.entry(page).or_default() += 1;
+        // Most visits; among equals the smallest page (the map iterates in page order).
+        let (top, top_n) = pages
+            .iter()
+            .fold(None, |best: Option<(&str, u64)>, (&p, &n)| match best {
+                Some((_, m)) if m >= n => best,
+                _ => Some((p, n)),
+            })
+            .expect("the user has a page");
+        let last = recent.entry(user).or_default();
+        last.push(page);
+        if last.len() > 3 {
+            last.remove(0);
+        }
+        out.entry(user.to_owned()).or_default().push(format!(
+            "top={top}:{top_n} distinct={} recent={}",
+            pages.len(),
+            last.join(",")
+        ));
+    }
+    out
+}
+
+#[test]
+fn the_example_prints_the_expected_profiles() {
+    let example = repo().join("examples/clickstream");
+    let clicks = std::fs::read_to_string(example.join("clicks.txt")).expect("clicks.txt");
+    let want = expected(&clicks);
+    assert!(want.len() > 3 && want.values().any(|v| v.len() > 10));
+
+    let run = weir(&["run", "--no-progress"], &example.join("job.toml"));
+    assert!(run.success(), "{run}");
+    // `<subtask>> <user>\t<profile>`; the summary table's lines do not look like that.
+    let mut subtask_of: HashMap<String, String> = HashMap::new();
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in run.stdout().lines() {
+        let Some((subtask, rest)) = line.split_once("> ") else {
+            continue;
+        };
+        if subtask.is_empty() || !subtask.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let (user, profile) = rest
+            .split_once('\t')
+            .unwrap_or_else(|| panic!("not `user<TAB>profile`: {line:?}"));
+        let first = subtask_of
+            .entry(user.to_owned())
+            .or_insert_with(|| subtask.to_owned());
+        assert_eq!(first, subtask, "user {user} is profiled by two subtasks");
+        got.entry(user.to_owned())
+            .or_default()
+            .push(profile.to_owned());
+    }
+    assert_eq!(got, want, "\n{run}");
+}
+
+#[test]
+fn the_expected_profiles_follow_the_documented_rules() {
+    // A check of the reference computation itself, on a hand-made case.
+    let want = expected("ann /z\nann /b\nbad line here\nann /z\nann /b\nbob /x\nann /c\n");
+    assert_eq!(
+        want["ann"],
+        [
+            "top=/z:1 distinct=1 recent=/z",
+            "top=/b:1 distinct=2 recent=/z,/b",
+            "top=/z:2 distinct=2 recent=/z,/b,/z",
+            "top=/b:2 distinct=2 recent=/b,/z,/b",
+            "top=/b:2 distinct=3 recent=/z,/b,/c",
+        ]
+    );
+    assert_eq!(want["bob"], ["top=/x:1 distinct=1 recent=/x"]);
+}

@@ -1,0 +1,221 @@
+//! Locating the binary and the components, writing specs, running jobs, reading output.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+/// The workspace root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// `<target>/release`: this test executable is `<target>/release/deps/e2e-<hash>`.
+fn release_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The `weir` binary: `$WEIR_BIN`, else `<target>/release/weir`.
+pub fn weir_bin() -> PathBuf {
+    let bin = match std::env::var_os("WEIR_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => release_dir().join("weir"),
+    };
+    assert!(
+        bin.is_file(),
+        "{} does not exist; run `cargo build --release -p weir` (and the tests with --release), \
+         or set WEIR_BIN to the weir binary",
+        bin.display()
+    );
+    bin
+}
+
+/// The component built from the guest package whose wasm file is `<name>.wasm`.
+pub fn operator(name: &str) -> PathBuf {
+    let path = repo()
+        .join("build")
+        .join("operators")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} does not exist; run `cargo xtask guests` to build the guest components",
+        path.display()
+    );
+    path
+}
+
+/// `path` as a TOML string.
+pub fn toml_path(path: &Path) -> String {
+    toml_str(&path.to_string_lossy())
+}
+
+/// `text` as a TOML basic string.
+pub fn toml_str(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `wasm = "<abs path of the component>"`.
+pub fn wasm(name: &str) -> String {
+    format!("wasm = {}", toml_path(&operator(name)))
+}
+
+/// A temporary directory for one test: its job spec, inputs and outputs.
+pub struct Workspace {
+    dir: TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace {
+            dir: tempfile::Builder::new()
+                .prefix("weir-e2e-")
+                .tempdir()
+                .expect("a temporary directory"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `contents` to `name` and returns its path.
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, contents).expect("write into the test directory");
+        path
+    }
+
+    /// Writes the spec `job.toml` and runs `weir run` on it.
+    pub fn run(&self, spec: &str) -> Run {
+        let path = self.write("job.toml", spec);
+        weir(&["run", "--no-progress"], &path)
+    }
+
+    /// Like [`Workspace::run`], and asserts that the job succeeded.
+    pub fn run_ok(&self, spec: &str) -> Run {
+        let run = self.run(spec);
+        assert!(run.success(), "the job failed:\n{spec}\n{run}");
+        run
+    }
+}
+
+/// `weir <args> <spec>`, with a compiled-component cache shared by the tests.
+pub fn weir(args: &[&str], spec: &Path) -> Run {
+    let output = Command::new(weir_bin())
+        .arg("--cache-dir")
+        .arg(release_dir().join("e2e-component-cache"))
+        .args(args)
+        .arg(spec)
+        .env_remove("WEIR_LOG")
+        .output()
+        .expect("cannot start the weir binary");
+    Run { output }
+}
+
+/// The outcome of one `weir` command.
+pub struct Run {
+    pub output: Output,
+}
+
+impl Run {
+    pub fn success(&self) -> bool {
+        self.output.status.success()
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// Asserts an orderly failure: exit code 1 (not a signal), `error: ` on stderr, and no
+    /// panic of the host.
+    pub fn assert_clean_failure(&self) {
+        assert_eq!(
+            self.output.status.code(),
+            Some(1),
+            "expected exit code 1:\n{self}"
+        );
+        let stderr = self.stderr();
+        assert!(stderr.contains("error: "), "no `error:` line:\n{self}");
+        assert!(
+            !stderr.contains("thread '") && !stderr.contains("RUST_BACKTRACE"),
+            "the host panicked:\n{self}"
+        );
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "status: {}\n--- stdout\n{}--- stderr\n{}",
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+}
+
+/// The lines of every `part-<n>` file in `dir`, by subtask index.
+pub fn part_files(dir: &Path) -> BTreeMap<usize, Vec<String>> {
+    let mut parts = BTreeMap::new();
+    let entries = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list the sink output {}: {e}", dir.display()));
+    for entry in entries {
+        let entry = entry.expect("a directory entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(index) = name.strip_prefix("part-").and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path()).expect("a readable part file");
+        parts.insert(index, text.lines().map(str::to_owned).collect());
+    }
+    parts
+}
+
+/// Splits a `key<TAB>value` line.
+pub fn key_value(line: &str) -> (&str, &str) {
+    line.split_once('\t')
+        .unwrap_or_else(|| panic!("expected `key<TAB>value`, got {line:?}"))
+}
+
+/// Counts of `text`'s words (split on ASCII whitespace, as the split operators do).
+pub fn count_words<'a>(
+    texts: impl IntoIterator<Item = &'a str>,
+    lowercase: bool,
+) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for text in texts {
+        for word in text.split_ascii_whitespace() {
+            let word = if lowercase {
+                word.to_lowercase()
+            } else {
+                word.to_owned()
+            };
+            *counts.entry(word).or_insert(0) += 1;
+        }
+    }
+    counts
+}

@@ -1,0 +1,241 @@
+//! `cargo xtask bench`: word count throughput at parallelism 2, WASM operators vs the native
+//! built-ins that do the same work, over the input of `bench/gen_words.py`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{build_weir, exec, guests, repo, target_dir};
+
+const PARALLELISM: u32 = 2;
+/// Small enough that both source subtasks get splits of the default input.
+const SPLIT_SIZE: u64 = 4 << 20;
+
+#[derive(Debug)]
+pub struct Options {
+    words: u64,
+    runs: u32,
+}
+
+impl Options {
+    pub fn parse(args: &[String]) -> Result<Options> {
+        let mut options = Options {
+            words: 5_000_000,
+            runs: 3,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| {
+                args.next()
+                    .with_context(|| format!("{name} needs a value"))?
+                    .replace('_', "")
+                    .parse::<u64>()
+                    .with_context(|| format!("{name} needs a whole number"))
+            };
+            match arg.as_str() {
+                "--words" => options.words = value("--words")?,
+                "--runs" => options.runs = u32::try_from(value("--runs")?)?,
+                other => bail!("unknown bench option `{other}`; use --words N and --runs R"),
+            }
+        }
+        ensure!(
+            options.words > 0 && options.words.is_multiple_of(10),
+            "--words must be a positive multiple of 10 (the generator writes 10 words per line)"
+        );
+        ensure!(options.runs > 0, "--runs must be at least 1");
+        Ok(options)
+    }
+}
+
+/// One way of running the word count.
+struct Variant {
+    name: &'static str,
+    split: String,
+    count: String,
+}
+
+pub fn run(options: Options) -> Result<()> {
+    guests::run()?;
+    let weir = build_weir()?;
+    let dir = target_dir()?.join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let input = generate(&dir, options.words)?;
+
+    let operators = guests::operators_dir();
+    let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
+    let variants = [
+        Variant {
+            name: "wasm",
+            split: wasm("wordcount_split.wasm"),
+            count: wasm("wordcount_count.wasm"),
+        },
+        Variant {
+            name: "native",
+            split: "native = \"split_words\"".into(),
+            count: "native = \"count_words\"".into(),
+        },
+    ];
+    let mut best = vec![f64::INFINITY; variants.len()];
+    for run in 1..=options.runs {
+        // Interleaved, so that drift of the machine's speed affects both variants alike.
+        for (variant, best) in variants.iter().zip(&mut best) {
+            let spec = dir.join(format!("wordcount-{}.toml", variant.name));
+            std::fs::write(&spec, job_spec(variant, &input))
+                .with_context(|| format!("cannot write {}", spec.display()))?;
+            let secs = run_job(&weir, &spec, &dir.join("summary.json"))?;
+            println!(
+                "run {run}/{}: {:<6} {secs:.3} s",
+                options.runs, variant.name
+            );
+            *best = best.min(secs);
+        }
+    }
+
+    println!();
+    println!(
+        "word count, parallelism {PARALLELISM}, best of {} runs",
+        options.runs
+    );
+    println!(
+        "  {:<8} {:>12} {:>10} {:>12}",
+        "variant", "words", "best s", "M words/s"
+    );
+    for (variant, secs) in variants.iter().zip(&best) {
+        let rate = options.words as f64 / secs / 1e6;
+        println!(
+            "  {:<8} {:>12} {:>10.3} {:>12.2}",
+            variant.name, options.words, secs, rate
+        );
+    }
+    println!("  wasm/native time ratio: {:.2}", best[0] / best[1]);
+    Ok(())
+}
+
+/// The cached input of `words` words, generated on first use.
+fn generate(dir: &Path, words: u64) -> Result<PathBuf> {
+    let path = dir.join(format!("words-{words}.txt"));
+    if path.exists() {
+        return Ok(path);
+    }
+    println!("generating {words} words into {}", path.display());
+    let partial = dir.join(format!("words-{words}.txt.partial"));
+    exec(
+        Command::new("python3")
+            .arg(repo().join("bench").join("gen_words.py"))
+            .args(["--words", &words.to_string(), "--out"])
+            .arg(&partial),
+    )?;
+    std::fs::rename(&partial, &path)
+        .with_context(|| format!("cannot rename {} to {}", partial.display(), path.display()))?;
+    Ok(path)
+}
+
+fn job_spec(variant: &Variant, input: &Path) -> String {
+    format!(
+        r#"[job]
+name = "bench-wordcount-{name}"
+parallelism = {PARALLELISM}
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = {SPLIT_SIZE}
+
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+"#,
+        name = variant.name,
+        input = toml_str(input),
+        split = variant.split,
+        count = variant.count,
+    )
+}
+
+/// Runs the job and returns its duration in seconds, as its summary reports it.
+fn run_job(weir: &Path, spec: &Path, summary: &Path) -> Result<f64> {
+    let out = Command::new(weir)
+        .arg("run")
+        .arg(spec)
+        .arg("--no-progress")
+        .arg("--summary-json")
+        .arg(summary)
+        .output()
+        .with_context(|| format!("cannot start {}", weir.display()))?;
+    if !out.status.success() {
+        bail!(
+            "weir run {} failed ({}):\n{}",
+            spec.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let json = std::fs::read_to_string(summary)
+        .with_context(|| format!("cannot read {}", summary.display()))?;
+    duration_seconds(&json).with_context(|| format!("no duration_seconds in {}", summary.display()))
+}
+
+/// The number after `"duration_seconds":` (the summary is flat enough not to need a parser).
+fn duration_seconds(json: &str) -> Option<f64> {
+    let rest = &json[json.find("\"duration_seconds\"")? + "\"duration_seconds\"".len()..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+')))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// `path` as a TOML basic string.
+fn toml_str(path: &Path) -> String {
+    let mut out = String::from("\"");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_duration_from_a_summary() {
+        let json = "{\n  \"job\": \"x\",\n  \"duration_seconds\": 1.25,\n  \"vertices\": []\n}";
+        assert_eq!(duration_seconds(json), Some(1.25));
+        assert_eq!(duration_seconds("{\"duration_seconds\":3e-2}"), Some(0.03));
+        assert_eq!(duration_seconds("{}"), None);
+    }
+
+    #[test]
+    fn options_have_defaults_and_check_values() {
+        let o = Options::parse(&[]).unwrap();
+        assert_eq!((o.words, o.runs), (5_000_000, 3));
+        let args = ["--words", "1_000", "--runs", "1"].map(String::from);
+        let o = Options::parse(&args).unwrap();
+        assert_eq!((o.words, o.runs), (1000, 1));
+        assert!(Options::parse(&["--words".into(), "15".into()]).is_err());
+        assert!(Options::parse(&["--fast".into()]).is_err());
+    }
+}

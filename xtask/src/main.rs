@@ -1,0 +1,116 @@
+//! Project automation, run as `cargo xtask <command>` (the alias is in `.cargo/config.toml`).
+//!
+//! - `guests`: build every guest component and copy it to `build/operators/`
+//! - `demo`: build everything, run the word count example and show its top words
+//! - `test`: everything CI runs, failing fast
+//! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+mod bench;
+mod demo;
+mod guests;
+mod test;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  guests                      build the guest components into build/operators/
+  demo                        build everything and run examples/wordcount
+  test                        run everything CI runs (fmt, clippy, guests, build, tests)
+  bench [--words N] [--runs R]
+                              word count throughput, WASM vs native operators
+                              (default 5000000 words, 3 runs)";
+
+fn main() -> ExitCode {
+    match dispatch(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(args: Vec<String>) -> Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        bail!("no command given\n\n{USAGE}");
+    };
+    match command.as_str() {
+        "guests" => no_args(rest).and_then(|()| guests::run()),
+        "demo" => no_args(rest).and_then(|()| demo::run()),
+        "test" => no_args(rest).and_then(|()| test::run()),
+        "bench" => bench::run(bench::Options::parse(rest)?),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}
+
+fn no_args(rest: &[String]) -> Result<()> {
+    match rest.first() {
+        None => Ok(()),
+        Some(arg) => bail!("unexpected argument `{arg}`\n\n{USAGE}"),
+    }
+}
+
+/// The workspace root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the current directory, as cargo
+/// reads it) or `<repo>/target`.
+fn target_dir() -> Result<PathBuf> {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => Ok(std::env::current_dir()
+            .context("cannot read the current directory")?
+            .join(dir)),
+        _ => Ok(repo().join("target")),
+    }
+}
+
+/// `cargo` as the one running us, with the workspace root as working directory.
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(repo());
+    cmd
+}
+
+/// Runs `cmd` with inherited stdio; an error if it cannot start or exits unsuccessfully.
+fn exec(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {}", describe(cmd)))?;
+    if !status.success() {
+        bail!("{} failed ({status})", describe(cmd));
+    }
+    Ok(())
+}
+
+/// `program arg arg ...`, for messages.
+fn describe(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .unwrap_or(cmd.get_program())
+        .to_string_lossy()
+        .into_owned();
+    std::iter::once(program)
+        .chain(cmd.get_args().map(|a| a.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `cargo build --release -p weir` and the path of the binary it built.
+fn build_weir() -> Result<PathBuf> {
+    exec(cargo().args(["build", "--release", "-p", "weir", "--bins"]))?;
+    Ok(target_dir()?.join("release").join("weir"))
+}

@@ -1,0 +1,53 @@
+//! `cargo xtask test`: everything CI runs, in order, stopping at the first failure.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::{build_weir, cargo, exec, guests};
+
+pub fn run() -> Result<()> {
+    let steps: [(&str, &dyn Fn() -> Result<()>); 5] = [
+        ("fmt", &|| exec(cargo().args(["fmt", "--all", "--check"]))),
+        ("clippy", &|| {
+            exec(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))
+        }),
+        ("guests", &guests::run),
+        ("build", &|| build_weir().map(drop)),
+        ("test", &|| {
+            exec(cargo().args(["test", "--release", "--workspace"]))
+        }),
+    ];
+    let mut times: Vec<(&str, Duration)> = Vec::new();
+    for (name, step) in steps {
+        println!("==> {name}");
+        let start = Instant::now();
+        let result = step();
+        let took = start.elapsed();
+        println!(
+            "<== {name}: {} in {}",
+            if result.is_ok() { "ok" } else { "FAILED" },
+            secs(took)
+        );
+        result.with_context(|| format!("step `{name}` failed"))?;
+        times.push((name, took));
+    }
+    println!();
+    for (name, took) in &times {
+        println!("  {name:<8} {:>9}", secs(*took));
+    }
+    let total: Duration = times.iter().map(|(_, t)| *t).sum();
+    println!("  {:<8} {:>9}", "total", secs(total));
+    Ok(())
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
