@@ -6,7 +6,7 @@
 use weir_wire::{DecodeError, Kind, OutputReader, RecordRef};
 
 /// Records a batch aims to hold before it is sent on.
-pub const BATCH_RECORDS: usize = 1024;
+pub const BATCH_RECORDS: usize = 4096;
 /// Bytes of keys and values a batch aims to hold before it is sent on.
 pub const BATCH_BYTES: usize = 256 * 1024;
 

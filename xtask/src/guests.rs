@@ -10,6 +10,9 @@ use crate::{cargo, exec, repo, target_dir};
 /// The target guests are built for.
 pub const TARGET: &str = "wasm32-wasip2";
 
+/// The cargo profile guests are built with (see the root Cargo.toml).
+const PROFILE: &str = "guest";
+
 /// Every guest crate, by package name; its component is `<name with _ for ->.wasm`.
 pub const PACKAGES: &[&str] = &[
     "wordcount-split",
@@ -31,13 +34,13 @@ pub fn operators_dir() -> PathBuf {
 pub fn run() -> Result<()> {
     ensure_target()?;
     let mut build = cargo();
-    build.args(["build", "--release", "--target", TARGET]);
+    build.args(["build", "--profile", PROFILE, "--target", TARGET]);
     for package in PACKAGES {
         build.args(["-p", package]);
     }
     exec(&mut build)?;
 
-    let built = target_dir()?.join(TARGET).join("release");
+    let built = target_dir()?.join(TARGET).join(PROFILE);
     let dest = operators_dir();
     std::fs::create_dir_all(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
     for package in PACKAGES {

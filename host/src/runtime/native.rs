@@ -3,8 +3,6 @@
 //! benchmark: `split_words` and `count_words` do exactly what the word count example's
 //! guests do, on the same batches and the same keyed state store.
 
-use std::io::Write;
-
 use weir_wire::Kind;
 
 use super::operator::{Operator, OperatorContext, OperatorError};
@@ -90,8 +88,10 @@ impl Operator for CountWords {
             } else {
                 Kind::UpdateAfter
             };
+            let mut text = itoa::Buffer::new();
+            let text = text.format(n).as_bytes();
             out.push_with(kind, Some(key), rec.timestamp, |b| {
-                let _ = write!(b, "{n}");
+                b.extend_from_slice(text)
             });
         }
         Ok(())

@@ -8,7 +8,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+mod value_table;
+
 use crate::runtime::key_group::key_group;
+pub use value_table::ValuePos;
+use value_table::ValueTable;
 
 /// The kind of a keyed state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +92,8 @@ pub enum StateError {
 
 /// Keys and values up to 24 bytes live inside the hash table's bucket: a lookup then touches
 /// one cache line instead of chasing a pointer to a separate allocation.
-type Key = smallvec::SmallVec<[u8; 24]>;
-type Value = smallvec::SmallVec<[u8; 24]>;
+pub(crate) type Key = smallvec::SmallVec<[u8; 24]>;
+pub(crate) type Value = smallvec::SmallVec<[u8; 24]>;
 /// The entries of one key's map state, in key order.
 type MapEntries = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -99,7 +103,7 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug)]
 enum Table {
-    Value(Vec<FastMap<Key, Value>>),
+    Value(Vec<ValueTable>),
     List(Vec<FastMap<Key, Vec<Vec<u8>>>>),
     Map(Vec<FastMap<Key, MapEntries>>),
 }
@@ -164,7 +168,7 @@ impl KeyedState {
         }
         let n = self.groups.len();
         let table = match kind {
-            StateKind::Value => Table::Value((0..n).map(|_| FastMap::default()).collect()),
+            StateKind::Value => Table::Value((0..n).map(|_| ValueTable::default()).collect()),
             StateKind::List => Table::List((0..n).map(|_| FastMap::default()).collect()),
             StateKind::Map => Table::Map((0..n).map(|_| FastMap::default()).collect()),
         };
@@ -206,23 +210,36 @@ impl KeyedState {
     }
 
     pub fn value(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<&[u8]> {
-        match &self.states[id.0].table {
-            Table::Value(t) => t[g.0].get(key).map(|v| &v[..]),
-            _ => None,
+        let t = self.value_table(id, g);
+        t.find(key).map(|pos| t.get(pos))
+    }
+
+    /// Where the value of `key` is, for [`value_at`](Self::value_at) and
+    /// [`set_value_at`](Self::set_value_at).
+    pub fn find_value(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<ValuePos> {
+        self.value_table(id, g).find(key)
+    }
+
+    pub fn value_at(&self, id: StateId, g: KeyGroupIndex, pos: ValuePos) -> &[u8] {
+        self.value_table(id, g).get(pos)
+    }
+
+    pub fn set_value_at(&mut self, id: StateId, g: KeyGroupIndex, pos: ValuePos, value: &[u8]) {
+        if let Table::Value(t) = &mut self.states[id.0].table {
+            t[g.0].set_at(pos, value);
         }
     }
 
     pub fn set_value(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8], value: &[u8]) {
         if let Table::Value(t) = &mut self.states[id.0].table {
-            match t[g.0].get_mut(key) {
-                Some(v) => {
-                    v.clear();
-                    v.extend_from_slice(value);
-                }
-                None => {
-                    t[g.0].insert(key.into(), value.into());
-                }
-            }
+            t[g.0].set(key, value);
+        }
+    }
+
+    fn value_table(&self, id: StateId, g: KeyGroupIndex) -> &ValueTable {
+        match &self.states[id.0].table {
+            Table::Value(t) => &t[g.0],
+            _ => panic!("state \"{}\" is not a value state", self.states[id.0].name),
         }
     }
 
@@ -288,9 +305,7 @@ impl KeyedState {
     /// Removes the state's entry for `key` (of any kind).
     pub fn clear(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8]) {
         match &mut self.states[id.0].table {
-            Table::Value(t) => {
-                t[g.0].remove(key);
-            }
+            Table::Value(t) => t[g.0].remove(key),
             Table::List(t) => {
                 t[g.0].remove(key);
             }
@@ -307,7 +322,7 @@ impl KeyedState {
             t.iter().flat_map(|m| m.keys().map(|k| &k[..])).collect()
         }
         match &self.states[id.0].table {
-            Table::Value(t) => collect(t),
+            Table::Value(t) => t.iter().flat_map(ValueTable::keys).collect(),
             Table::List(t) => collect(t),
             Table::Map(t) => collect(t),
         }

@@ -18,7 +18,9 @@ use super::weir::stream::{log, output, state, timers, types};
 use crate::batch::Batch;
 use crate::runtime::key_group::key_group;
 use crate::runtime::operator::OperatorContext;
-use crate::state::{KeyGroupIndex, KeyedState, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility};
+use crate::state::{
+    KeyGroupIndex, KeyedState, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility, ValuePos,
+};
 
 /// Event-time timers: `(timestamp, key)` in firing order.
 pub(crate) type TimerSet = BTreeSet<(i64, Box<[u8]>)>;
@@ -35,6 +37,9 @@ pub(crate) struct HostState {
     /// its key group.
     slot_ranges: Vec<(u32, u32, u32)>,
     slot_bytes: Vec<u8>,
+    /// Where this call's value-state loads found each slot's value, per state, so that
+    /// `store` writes back without a second hash lookup.
+    value_positions: Vec<(StateId, Vec<Option<ValuePos>>)>,
     pub(crate) in_call: bool,
     /// Where emitted records go during a call.
     pub(crate) out: Batch,
@@ -67,6 +72,7 @@ impl HostState {
             declared: Vec::new(),
             slot_ranges: Vec::new(),
             slot_bytes: Vec::new(),
+            value_positions: Vec::new(),
             in_call: false,
             out: Batch::default(),
             side_outputs_dropped: 0,
@@ -81,6 +87,7 @@ impl HostState {
     pub(crate) fn clear_slots(&mut self) {
         self.slot_ranges.clear();
         self.slot_bytes.clear();
+        self.value_positions.clear();
     }
 
     /// Adds the key of the next slot.
@@ -165,10 +172,15 @@ impl HostState {
     fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
         let id = self.state_id(rep, kind)?;
         let mut buf = Vec::new();
+        let mut positions = Vec::new();
         for slot in 0..self.slot_ranges.len() as u32 {
             let (g, key) = self.locate(id, slot)?;
             match kind {
-                StateKind::Value => put_opt_bytes(&mut buf, self.state.value(id, g, key)),
+                StateKind::Value => {
+                    let pos = self.state.find_value(id, g, key);
+                    put_opt_bytes(&mut buf, pos.map(|p| self.state.value_at(id, g, p)));
+                    positions.push(pos);
+                }
                 StateKind::List => {
                     let list = self.state.list(id, g, key);
                     put_u32(&mut buf, list.len() as u32);
@@ -188,6 +200,10 @@ impl HostState {
                 },
             }
         }
+        if kind == StateKind::Value {
+            self.value_positions.retain(|(s, _)| *s != id);
+            self.value_positions.push((id, positions));
+        }
         Ok(buf)
     }
 
@@ -199,13 +215,33 @@ impl HostState {
         let mut key = Vec::new();
         match kind {
             StateKind::Value => {
+                let at = self.value_positions.iter().position(|(s, _)| *s == id);
+                let mut positions = at
+                    .map(|i| std::mem::take(&mut self.value_positions[i].1))
+                    .unwrap_or_default();
                 for op in read_value_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
-                    let g = self.key_into(id, slot, &mut key)?;
-                    match op {
-                        ValueOp::Set(v) => self.state.set_value(id, g, &key, v),
-                        ValueOp::Clear => self.state.clear(id, g, &key),
+                    let known = positions.get(slot as usize).copied().flatten();
+                    match (op, known) {
+                        (ValueOp::Set(v), Some(pos)) => {
+                            let (g, _) = self.locate(id, slot)?;
+                            self.state.set_value_at(id, g, pos, v);
+                        }
+                        (ValueOp::Set(v), None) => {
+                            let g = self.key_into(id, slot, &mut key)?;
+                            self.state.set_value(id, g, &key, v);
+                        }
+                        (ValueOp::Clear, _) => {
+                            let g = self.key_into(id, slot, &mut key)?;
+                            self.state.clear(id, g, &key);
+                            if let Some(p) = positions.get_mut(slot as usize) {
+                                *p = None;
+                            }
+                        }
                     }
+                }
+                if let Some(i) = at {
+                    self.value_positions[i].1 = positions;
                 }
             }
             StateKind::List => {
