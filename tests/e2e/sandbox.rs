@@ -53,3 +53,47 @@ fn without_poison_the_same_guest_passes_records_through() {
     let out = std::fs::read_to_string(ws.path("out/part-0")).expect("the sink's part file");
     assert_eq!(out, "apple\nbanana\ncherry\n");
 }
+
+#[test]
+fn records_without_keys_into_key_by_fail_the_job_naming_the_emitter() {
+    // The poison guest passes lines through without keys; `count` reads them over key_by.
+    // Only running the guest tells that its records have no key.
+    let ws = Workspace::new();
+    let input = ws.write("input.txt", "apple\nbanana\n");
+    let run = ws.run(&format!(
+        r#"
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "filter"
+uid = "poison-filter"
+{poison}
+input = "lines"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "filter"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+"#,
+        input = toml_path(&input),
+        poison = wasm("weir_test_poison"),
+        count = wasm("wordcount_count"),
+    ));
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("\"filter\" (uid poison-filter)")
+            && stderr.contains("without a key into the key_by edge to \"count\""),
+        "{run}"
+    );
+}

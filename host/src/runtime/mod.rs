@@ -155,6 +155,7 @@ impl Job {
                     inputs[conn.to_chain][d as usize].push(rx);
                 }
                 targets[conn.from_chain][u as usize].push(Target::new(
+                    spec.vertices[chains[conn.to_chain].head()].name.clone(),
                     conn.edge,
                     senders,
                     spec.max_parallelism,

@@ -22,8 +22,26 @@ pub enum Message {
 #[derive(Debug)]
 pub struct Disconnected;
 
+/// Why records could not be pushed.
+#[derive(Debug)]
+pub enum PushError {
+    Disconnected,
+    /// A record without a key was headed for a `key_by` edge into the named vertex.
+    MissingKey {
+        to: String,
+    },
+}
+
+impl From<Disconnected> for PushError {
+    fn from(_: Disconnected) -> Self {
+        PushError::Disconnected
+    }
+}
+
 /// One downstream chain.
 pub(crate) struct Target {
+    /// The downstream vertex, for errors.
+    to: String,
     edge: EdgeKind,
     /// One sender per downstream subtask (one in total for a forward edge).
     senders: Vec<Sender<Message>>,
@@ -33,8 +51,14 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    pub(crate) fn new(edge: EdgeKind, senders: Vec<Sender<Message>>, max_parallelism: u32) -> Self {
+    pub(crate) fn new(
+        to: String,
+        edge: EdgeKind,
+        senders: Vec<Sender<Message>>,
+        max_parallelism: u32,
+    ) -> Self {
         Target {
+            to,
             edge,
             pending: senders.iter().map(|_| Batch::default()).collect(),
             senders,
@@ -62,24 +86,17 @@ impl Output {
     }
 
     /// Partitions `batch` into the pending batches, sending those that fill up.
-    pub(crate) fn push(&mut self, batch: &Batch) -> Result<(), Disconnected> {
+    pub(crate) fn push(&mut self, batch: &Batch) -> Result<(), PushError> {
         for t in &mut self.targets {
             match t.edge {
                 EdgeKind::KeyBy => {
                     let p = t.senders.len() as u32;
                     for rec in batch.iter() {
-                        // The spec check and the operators guarantee keys here; a record
-                        // without one goes to subtask 0 rather than being lost.
-                        let i = rec
-                            .key
-                            .map(|k| {
-                                subtask_for_key_group(
-                                    key_group(k, t.max_parallelism),
-                                    t.max_parallelism,
-                                    p,
-                                )
-                            })
-                            .unwrap_or(0) as usize;
+                        let Some(key) = rec.key else {
+                            return Err(PushError::MissingKey { to: t.to.clone() });
+                        };
+                        let g = key_group(key, t.max_parallelism);
+                        let i = subtask_for_key_group(g, t.max_parallelism, p) as usize;
                         t.pending[i].push(&rec);
                         if t.pending[i].is_full() {
                             t.send(i)?;
@@ -149,7 +166,7 @@ mod tests {
     #[test]
     fn key_by_sends_each_key_to_its_owner() {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(100)).unzip();
-        let mut out = Output::new(vec![Target::new(EdgeKind::KeyBy, txs, 128)]);
+        let mut out = Output::new(vec![Target::new("c".into(), EdgeKind::KeyBy, txs, 128)]);
         let mut b = Batch::default();
         for i in 0..100 {
             let k = format!("k{i}");
@@ -173,10 +190,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_without_key_on_key_by_is_an_error() {
+        let (tx, _rx) = bounded(1);
+        let mut out = Output::new(vec![Target::new(
+            "count".into(),
+            EdgeKind::KeyBy,
+            vec![tx],
+            128,
+        )]);
+        let mut b = Batch::default();
+        b.push_with(Kind::Insert, None, None, |v| v.extend_from_slice(b"x"));
+        assert!(matches!(out.push(&b), Err(PushError::MissingKey { to }) if to == "count"));
+    }
+
+    #[test]
     fn a_dropped_receiver_is_reported() {
         let (tx, rx) = bounded(1);
         drop(rx);
-        let mut out = Output::new(vec![Target::new(EdgeKind::Forward, vec![tx], 128)]);
+        let mut out = Output::new(vec![Target::new(
+            "c".into(),
+            EdgeKind::Forward,
+            vec![tx],
+            128,
+        )]);
         assert!(out.end().is_err());
     }
 }

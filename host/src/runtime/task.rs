@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, Select};
 
 use super::native;
 use super::operator::{Operator, OperatorContext};
-use super::output::{Disconnected, Message, Output, Target};
+use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::connectors::{Poll, Sink, Source};
@@ -43,6 +43,8 @@ enum Stage {
 /// The chained vertices after the head source (or all of them when there is no source).
 struct Chain {
     spec: Arc<JobSpec>,
+    /// The vertex whose records leave the chain.
+    tail: usize,
     subtask: u32,
     vertices: Vec<usize>,
     stages: Vec<Stage>,
@@ -116,6 +118,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<(), Stop> {
         stages.push(build_stage(&spec, v, s, &mut setup.components)?);
     }
     let mut chain = Chain {
+        tail: *setup.chain.last().expect("a chain has a vertex"),
         bufs: rest.iter().map(|_| Batch::default()).collect(),
         spec: Arc::clone(&spec),
         subtask: s,
@@ -241,7 +244,18 @@ impl Chain {
     /// Pushes `batch` into stage `i` and everything after it.
     fn push(&mut self, i: usize, batch: &Batch) -> Result<(), Stop> {
         if i == self.stages.len() {
-            return Ok(self.output.push(batch)?);
+            return self.output.push(batch).map_err(|e| match e {
+                PushError::Disconnected => Stop::Disconnected,
+                PushError::MissingKey { to } => error(
+                    &self.spec,
+                    self.tail,
+                    self.subtask,
+                    format!(
+                        "emitted a record without a key into the key_by edge to \"{to}\"; \
+                         emit every record with a key (or use another edge)"
+                    ),
+                ),
+            });
         }
         let m = &self.metrics.vertices[self.vertices[i]];
         m.records_in
