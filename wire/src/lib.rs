@@ -37,6 +37,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    #[inline]
     fn from_bits(bits: u8) -> Kind {
         match bits & KIND_MASK {
             0 => Kind::Insert,
@@ -86,10 +87,12 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0, what }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
+    #[inline]
     fn error(&self) -> DecodeError {
         DecodeError {
             what: self.what,
@@ -97,6 +100,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).ok_or_else(|| self.error())?;
         let s = self.buf.get(self.pos..end).ok_or_else(|| self.error())?;
@@ -104,15 +108,18 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline]
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    #[inline]
     pub fn i64(&mut self) -> Result<i64, DecodeError> {
         let b = self.take(8)?;
         let mut a = [0; 8];
@@ -120,6 +127,7 @@ impl<'a> Reader<'a> {
         Ok(i64::from_le_bytes(a))
     }
 
+    #[inline]
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         match self.opt_bytes()? {
             Some(b) => Ok(b),
@@ -127,6 +135,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     pub fn opt_bytes(&mut self) -> Result<Option<&'a [u8]>, DecodeError> {
         let len = self.u32()?;
         if len == NONE {
@@ -137,6 +146,7 @@ impl<'a> Reader<'a> {
 
     /// A count of following entries, each at least `min_entry` bytes long; rejects counts the
     /// rest of the buffer cannot hold, so a hostile count cannot make the reader allocate.
+    #[inline]
     pub fn count(&mut self, min_entry: usize) -> Result<usize, DecodeError> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min_entry) > self.buf.len() - self.pos {
@@ -146,14 +156,17 @@ impl<'a> Reader<'a> {
     }
 }
 
+#[inline]
 pub fn put_u8(buf: &mut Vec<u8>, v: u8) {
     buf.push(v);
 }
 
+#[inline]
 pub fn put_u32(buf: &mut Vec<u8>, v: u32) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 pub fn put_i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
@@ -162,6 +175,7 @@ pub fn put_i64(buf: &mut Vec<u8>, v: i64) {
 ///
 /// # Panics
 /// When `b` is 4 GiB or longer; callers enforce far smaller limits.
+#[inline]
 pub fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
     let len = u32::try_from(b.len())
         .ok()
@@ -171,6 +185,7 @@ pub fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
     buf.extend_from_slice(b);
 }
 
+#[inline]
 pub fn put_opt_bytes(buf: &mut Vec<u8>, b: Option<&[u8]>) {
     match b {
         Some(b) => put_bytes(buf, b),
@@ -178,6 +193,7 @@ pub fn put_opt_bytes(buf: &mut Vec<u8>, b: Option<&[u8]>) {
     }
 }
 
+#[inline]
 fn header(kind: Kind, key: bool, timestamp: bool, side: bool) -> u8 {
     let mut h = kind as u8;
     if key {
@@ -220,6 +236,7 @@ impl BatchWriter {
     }
 
     /// Adds the key of the next slot and returns that slot.
+    #[inline]
     pub fn key(&mut self, key: &[u8]) -> u32 {
         assert!(self.records_at.is_none(), "keys must precede records");
         put_bytes(&mut self.buf, key);
@@ -227,6 +244,7 @@ impl BatchWriter {
         self.keys - 1
     }
 
+    #[inline]
     pub fn record(&mut self, slot: Option<u32>, kind: Kind, timestamp: Option<i64>, value: &[u8]) {
         if self.records_at.is_none() {
             self.records_at = Some(self.buf.len());
@@ -300,12 +318,14 @@ impl<'a> BatchReader<'a> {
         self.remaining
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.remaining == 0
     }
 
     /// The next record, or `None` at the end of the batch.
     #[allow(clippy::should_implement_trait)]
+    #[inline]
     pub fn next(&mut self) -> Option<Result<BatchRecord<'a>, DecodeError>> {
         if self.remaining == 0 {
             return None;
@@ -314,6 +334,7 @@ impl<'a> BatchReader<'a> {
         Some(self.read_record())
     }
 
+    #[inline]
     fn read_record(&mut self) -> Result<BatchRecord<'a>, DecodeError> {
         let h = self.r.u8()?;
         let slot = if h & HAS_KEY != 0 {
@@ -359,6 +380,7 @@ pub struct OutputWriter {
 }
 
 impl OutputWriter {
+    #[inline]
     pub fn push(&mut self, side_output: Option<&str>, rec: &RecordRef<'_>) {
         let b = &mut self.buf;
         put_u8(
@@ -385,6 +407,7 @@ impl OutputWriter {
 
     /// Like [`push`](Self::push), but the value is written by `write_value` straight into the
     /// buffer (no intermediate allocation).
+    #[inline]
     pub fn push_with(
         &mut self,
         side_output: Option<&str>,
@@ -428,6 +451,7 @@ impl OutputWriter {
         self.buf.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -438,6 +462,7 @@ impl OutputWriter {
     }
 
     /// The encoded records; the writer starts over empty.
+    #[inline]
     pub fn take(&mut self) -> Vec<u8> {
         self.records = 0;
         std::mem::take(&mut self.buf)
@@ -468,6 +493,7 @@ impl<'a> OutputReader<'a> {
         }
     }
 
+    #[inline]
     fn read(&mut self) -> Result<(Option<&'a [u8]>, RecordRef<'a>), DecodeError> {
         let h = self.r.u8()?;
         let side = if h & TO_SIDE_OUTPUT != 0 {
@@ -547,6 +573,7 @@ pub const OP_APPEND: u8 = 2;
 pub const OP_PUT: u8 = 1;
 pub const OP_REMOVE: u8 = 2;
 
+#[inline]
 pub fn put_value_op(buf: &mut Vec<u8>, slot: u32, op: ValueOp<'_>) {
     put_u32(buf, slot);
     match op {

@@ -211,7 +211,7 @@ impl KeyedState {
 
     pub fn value(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<&[u8]> {
         let t = self.value_table(id, g);
-        t.find(key).map(|pos| t.get(pos))
+        t.find(key).and_then(|pos| t.get(pos))
     }
 
     /// Where the value of `key` is, for [`value_at`](Self::value_at) and
@@ -220,13 +220,22 @@ impl KeyedState {
         self.value_table(id, g).find(key)
     }
 
-    pub fn value_at(&self, id: StateId, g: KeyGroupIndex, pos: ValuePos) -> &[u8] {
+    pub fn value_at(&self, id: StateId, g: KeyGroupIndex, pos: ValuePos) -> Option<&[u8]> {
         self.value_table(id, g).get(pos)
     }
 
-    pub fn set_value_at(&mut self, id: StateId, g: KeyGroupIndex, pos: ValuePos, value: &[u8]) {
+    /// Sets the value of `key`, which [`find_value`](Self::find_value) found at `pos` (a
+    /// hint: still correct if the table changed since).
+    pub fn set_value_at(
+        &mut self,
+        id: StateId,
+        g: KeyGroupIndex,
+        pos: ValuePos,
+        key: &[u8],
+        value: &[u8],
+    ) {
         if let Table::Value(t) = &mut self.states[id.0].table {
-            t[g.0].set_at(pos, value);
+            t[g.0].set_at(pos, key, value);
         }
     }
 

@@ -178,7 +178,7 @@ impl HostState {
             match kind {
                 StateKind::Value => {
                     let pos = self.state.find_value(id, g, key);
-                    put_opt_bytes(&mut buf, pos.map(|p| self.state.value_at(id, g, p)));
+                    put_opt_bytes(&mut buf, pos.and_then(|p| self.state.value_at(id, g, p)));
                     positions.push(pos);
                 }
                 StateKind::List => {
@@ -224,8 +224,8 @@ impl HostState {
                     let known = positions.get(slot as usize).copied().flatten();
                     match (op, known) {
                         (ValueOp::Set(v), Some(pos)) => {
-                            let (g, _) = self.locate(id, slot)?;
-                            self.state.set_value_at(id, g, pos, v);
+                            let g = self.key_into(id, slot, &mut key)?;
+                            self.state.set_value_at(id, g, pos, &key, v);
                         }
                         (ValueOp::Set(v), None) => {
                             let g = self.key_into(id, slot, &mut key)?;
