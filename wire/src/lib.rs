@@ -618,26 +618,36 @@ pub fn put_map_op(buf: &mut Vec<u8>, slot: u32, op: MapOp<'_>) {
     }
 }
 
-/// Iterates `(slot, op)` of a value-state store buffer.
-pub fn read_value_ops(
-    buf: &[u8],
-) -> impl Iterator<Item = Result<(u32, ValueOp<'_>), DecodeError>> + '_ {
-    let mut r = Reader::new(buf, "value-state changes");
+/// Iterates the entries of a buffer that `read_one` decodes one at a time, until the end of
+/// the buffer or the first error (after which the rest cannot be trusted).
+fn read_entries<'a, T>(
+    buf: &'a [u8],
+    what: &'static str,
+    mut read_one: impl FnMut(&mut Reader<'a>) -> Result<T, DecodeError> + 'a,
+) -> impl Iterator<Item = Result<T, DecodeError>> + 'a {
+    let mut r = Reader::new(buf, what);
     let mut failed = false;
     std::iter::from_fn(move || {
         if failed || r.is_empty() {
             return None;
         }
-        let item = (|| {
-            let slot = r.u32()?;
-            match r.u8()? {
-                OP_CLEAR => Ok((slot, ValueOp::Clear)),
-                OP_SET => Ok((slot, ValueOp::Set(r.bytes()?))),
-                _ => Err(r.error()),
-            }
-        })();
+        let item = read_one(&mut r);
         failed = item.is_err();
         Some(item)
+    })
+}
+
+/// Iterates `(slot, op)` of a value-state store buffer.
+pub fn read_value_ops(
+    buf: &[u8],
+) -> impl Iterator<Item = Result<(u32, ValueOp<'_>), DecodeError>> + '_ {
+    read_entries(buf, "value-state changes", |r| {
+        let slot = r.u32()?;
+        match r.u8()? {
+            OP_CLEAR => Ok((slot, ValueOp::Clear)),
+            OP_SET => Ok((slot, ValueOp::Set(r.bytes()?))),
+            _ => Err(r.error()),
+        }
     })
 }
 
@@ -645,31 +655,22 @@ pub fn read_value_ops(
 pub fn read_list_ops(
     buf: &[u8],
 ) -> impl Iterator<Item = Result<(u32, ListOp<'_>), DecodeError>> + '_ {
-    let mut r = Reader::new(buf, "list-state changes");
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || r.is_empty() {
-            return None;
+    read_entries(buf, "list-state changes", |r| {
+        let slot = r.u32()?;
+        let op = r.u8()?;
+        if op == OP_CLEAR {
+            return Ok((slot, ListOp::Clear));
         }
-        let item = (|| {
-            let slot = r.u32()?;
-            let op = r.u8()?;
-            if op == OP_CLEAR {
-                return Ok((slot, ListOp::Clear));
-            }
-            let n = r.count(4)?;
-            let mut elems = Vec::with_capacity(n);
-            for _ in 0..n {
-                elems.push(r.bytes()?);
-            }
-            match op {
-                OP_REPLACE => Ok((slot, ListOp::Replace(elems))),
-                OP_APPEND => Ok((slot, ListOp::Append(elems))),
-                _ => Err(r.error()),
-            }
-        })();
-        failed = item.is_err();
-        Some(item)
+        let n = r.count(4)?;
+        let mut elems = Vec::with_capacity(n);
+        for _ in 0..n {
+            elems.push(r.bytes()?);
+        }
+        match op {
+            OP_REPLACE => Ok((slot, ListOp::Replace(elems))),
+            OP_APPEND => Ok((slot, ListOp::Append(elems))),
+            _ => Err(r.error()),
+        }
     })
 }
 
@@ -677,23 +678,14 @@ pub fn read_list_ops(
 pub fn read_map_ops(
     buf: &[u8],
 ) -> impl Iterator<Item = Result<(u32, MapOp<'_>), DecodeError>> + '_ {
-    let mut r = Reader::new(buf, "map-state changes");
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || r.is_empty() {
-            return None;
+    read_entries(buf, "map-state changes", |r| {
+        let slot = r.u32()?;
+        match r.u8()? {
+            OP_CLEAR => Ok((slot, MapOp::Clear)),
+            OP_PUT => Ok((slot, MapOp::Put(r.bytes()?, r.bytes()?))),
+            OP_REMOVE => Ok((slot, MapOp::Remove(r.bytes()?))),
+            _ => Err(r.error()),
         }
-        let item = (|| {
-            let slot = r.u32()?;
-            match r.u8()? {
-                OP_CLEAR => Ok((slot, MapOp::Clear)),
-                OP_PUT => Ok((slot, MapOp::Put(r.bytes()?, r.bytes()?))),
-                OP_REMOVE => Ok((slot, MapOp::Remove(r.bytes()?))),
-                _ => Err(r.error()),
-            }
-        })();
-        failed = item.is_err();
-        Some(item)
     })
 }
 
@@ -729,29 +721,20 @@ pub fn put_timer_op(buf: &mut Vec<u8>, op: TimerOp) {
 }
 
 pub fn read_timer_ops(buf: &[u8]) -> impl Iterator<Item = Result<TimerOp, DecodeError>> + '_ {
-    let mut r = Reader::new(buf, "timer changes");
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || r.is_empty() {
-            return None;
-        }
-        let item = (|| {
-            let (domain, register) = match r.u8()? {
-                0 => (TimeDomain::EventTime, true),
-                1 => (TimeDomain::EventTime, false),
-                2 => (TimeDomain::ProcessingTime, true),
-                3 => (TimeDomain::ProcessingTime, false),
-                _ => return Err(r.error()),
-            };
-            Ok(TimerOp {
-                register,
-                domain,
-                slot: r.u32()?,
-                timestamp: r.i64()?,
-            })
-        })();
-        failed = item.is_err();
-        Some(item)
+    read_entries(buf, "timer changes", |r| {
+        let (domain, register) = match r.u8()? {
+            0 => (TimeDomain::EventTime, true),
+            1 => (TimeDomain::EventTime, false),
+            2 => (TimeDomain::ProcessingTime, true),
+            3 => (TimeDomain::ProcessingTime, false),
+            _ => return Err(r.error()),
+        };
+        Ok(TimerOp {
+            register,
+            domain,
+            slot: r.u32()?,
+            timestamp: r.i64()?,
+        })
     })
 }
 
