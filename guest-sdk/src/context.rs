@@ -70,6 +70,11 @@ impl<'a> Context<'a> {
         }
     }
 
+    // The helpers on the per-record path are `#[inline(always)]`: in a guest, a call between
+    // wasm functions costs more than their bodies, and LLVM's inliner does not know it. Forcing
+    // them inline cut the word-count guest's instructions per record by a fifth and its time
+    // by a third (measured with callgrind and `cargo xtask bench`).
+    #[inline(always)]
     fn core(&self) -> Result<RefMut<'a, Core>> {
         self.core.try_borrow_mut().map_err(|_| {
             Error::msg(
@@ -100,10 +105,21 @@ impl<'a> Context<'a> {
     // ----------------------------------------------------------------------------------------
     // State
 
+    #[inline(always)]
     fn state_id(&self, name: &str, kind: StateKind, ttl: Option<Ttl>) -> StateId {
+        // Every record after the first: a state already declared the same way.
+        if let Ok(core) = self.core.try_borrow()
+            && let Some(i) = core
+                .states
+                .iter()
+                .position(|s| s.name == name && s.kind == kind && s.ttl == ttl)
+        {
+            return StateId(Ok(i));
+        }
         StateId(self.declare(name, kind, ttl))
     }
 
+    #[cold]
     fn declare(
         &self,
         name: &str,
@@ -135,6 +151,7 @@ impl<'a> Context<'a> {
     }
 
     /// Runs `f` on state `id` at the current key slot.
+    #[inline(always)]
     pub(crate) fn with_state<R>(
         &self,
         id: &StateId,
@@ -283,6 +300,7 @@ impl<'a> Context<'a> {
     // ----------------------------------------------------------------------------------------
     // Output
 
+    #[inline(always)]
     fn push(
         &self,
         side_output: Option<&str>,

@@ -45,6 +45,7 @@ impl Core {
         self.timer_changes.clear();
     }
 
+    #[inline(always)]
     pub(crate) fn flush_output_if_full(&mut self) {
         if self.output.len() > OUTPUT_FLUSH_BYTES {
             self.backend.emit(self.output.as_bytes());

@@ -40,11 +40,13 @@ struct Append<'a>(&'a mut Vec<u8>);
 impl Flavor for Append<'_> {
     type Output = ();
 
+    #[inline(always)]
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
         self.0.extend_from_slice(data);
         Ok(())
     }
 
+    #[inline(always)]
     fn try_push(&mut self, data: u8) -> postcard::Result<()> {
         self.0.push(data);
         Ok(())

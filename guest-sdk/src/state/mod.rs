@@ -58,6 +58,7 @@ impl Batch {
         self.is_touched.resize(n_keys, false);
     }
 
+    #[inline(always)]
     fn touch(&mut self, slot: u32) {
         let flag = &mut self.is_touched[slot as usize];
         if !*flag {
@@ -94,6 +95,7 @@ impl StateEntry {
         self.handle
     }
 
+    #[inline(always)]
     fn begin(&mut self, epoch: u64, n_keys: usize) {
         if self.epoch == epoch {
             return;
@@ -141,6 +143,7 @@ pub(crate) struct Access<'x> {
 
 impl<'x> Access<'x> {
     /// Binds the entry to the current batch and slot.
+    #[inline(always)]
     pub(crate) fn new(
         entry: &'x mut StateEntry,
         epoch: u64,

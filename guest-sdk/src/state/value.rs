@@ -61,6 +61,7 @@ impl ValueCache {
 }
 
 impl Access<'_> {
+    #[inline(always)]
     fn value_cache(&mut self) -> &mut ValueCache {
         match &mut *self.cache {
             Cache::Value(c) => c,
