@@ -8,6 +8,7 @@
 //! One test binary with a module per area, so that it links once.
 
 mod bad_specs;
+mod cache;
 mod clickstream;
 mod sandbox;
 mod state;
