@@ -407,6 +407,12 @@ impl output::Host for HostState {
                 "records were emitted outside of process, on-timers or close"
             ));
         }
+        // A batch addresses its bytes with u32 offsets.
+        if self.out.bytes() + records.len() > u32::MAX as usize {
+            return Err(wasmtime::format_err!(
+                "the operator emitted more than 4 GiB in one call; emit less per record or batch"
+            ));
+        }
         // Side outputs are not routed to consumers yet: count what is dropped.
         self.side_outputs_dropped += self
             .out
