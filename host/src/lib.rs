@@ -29,5 +29,7 @@ pub(crate) mod state;
 pub(crate) mod wasm;
 
 pub use job::spec::{EdgeKind, JobSpec, SpecError};
-pub use runtime::{Job, JobError, JobSummary, Metrics, RunningJob, VertexMetrics, VertexSummary};
+pub use runtime::{
+    Job, JobControl, JobError, JobSummary, Metrics, RunningJob, VertexMetrics, VertexSummary,
+};
 pub use wasm::{WasmEngine, WasmError};

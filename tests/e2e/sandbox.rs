@@ -97,3 +97,82 @@ input = "count"
         "{run}"
     );
 }
+
+#[test]
+fn ctrl_c_drains_an_unbounded_job_and_flushes_its_sink() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[[source]]
+name = "gen"
+type = "generator"
+mode = "sequence"
+rate = 500000
+
+[[operator]]
+name = "filter"
+uid = "poison-filter"
+{poison}
+input = "gen"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "filter"
+path = {out}
+"#,
+            poison = wasm("weir_test_poison"),
+            out = toml_path(&ws.path("out")),
+        ),
+    );
+    let child = std::process::Command::new(crate::support::weir_bin())
+        .arg("--cache-dir")
+        .arg(ws.path("cache"))
+        .args(["run", "--no-progress"])
+        .arg(&spec)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    // Let it run until records reach the sink's file, then interrupt it once.
+    let part = ws.path("out/part-0");
+    for _ in 0..600 {
+        if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("weir exits");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a stopped job exits 0: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Everything the sink received is in its file, in order, without gaps.
+    let lines: Vec<u64> = std::fs::read_to_string(ws.path("out/part-0"))
+        .expect("the sink's part file")
+        .lines()
+        .map(|l| l.parse().expect("a sequence number"))
+        .collect();
+    assert!(!lines.is_empty(), "records flowed before the stop");
+    assert_eq!(lines, (0..lines.len() as u64).collect::<Vec<_>>());
+    let sink_in = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("out "))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse::<usize>().ok())
+        .expect("the summary's sink line");
+    assert_eq!(
+        sink_in,
+        lines.len(),
+        "the summary counts what the sink wrote"
+    );
+}

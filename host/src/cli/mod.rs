@@ -100,6 +100,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         } => {
             let job = load(&job, cache_dir)?;
             let running = job.start()?;
+            // First Ctrl-C: stop the sources and let the job drain (sinks flush, summary
+            // prints). Second: cancel.
+            let control = running.control();
+            ctrlc::set_handler(move || {
+                if control.is_stopping() {
+                    eprintln!("cancelling");
+                    control.cancel();
+                } else {
+                    eprintln!("stopping: draining what is in flight (Ctrl-C again to cancel)");
+                    control.stop();
+                }
+            })
+            .context("cannot install the Ctrl-C handler")?;
             let progress = !no_progress && std::io::stderr().is_terminal();
             let summary = watch(running, progress)?;
             print_summary(&job, &summary);

@@ -166,6 +166,7 @@ impl Job {
         let shared = Arc::new(Shared {
             failure: Mutex::new(None),
             cancelled: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
         });
         let mut threads = Vec::new();
         for (c, chain) in chains.iter().enumerate() {
@@ -211,6 +212,8 @@ impl Job {
 pub(crate) struct Shared {
     failure: Mutex<Option<JobError>>,
     cancelled: AtomicBool,
+    /// Sources end their input at the next poll, and the job drains and finishes.
+    stopping: AtomicBool,
 }
 
 impl Shared {
@@ -226,6 +229,10 @@ impl Shared {
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
     }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
 }
 
 /// A started job.
@@ -235,6 +242,28 @@ pub struct RunningJob {
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
     started: Instant,
+}
+
+/// Stops or cancels a running job from anywhere; see [`RunningJob::control`].
+#[derive(Debug, Clone)]
+pub struct JobControl {
+    shared: Arc<Shared>,
+}
+
+impl JobControl {
+    /// See [`RunningJob::stop`].
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// See [`RunningJob::cancel`].
+    pub fn cancel(&self) {
+        self.shared.fail(JobError::Cancelled);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
 }
 
 /// Records in and out of one vertex.
@@ -269,7 +298,22 @@ impl RunningJob {
 
     /// Asks every task to stop; [`RunningJob::wait`] then returns [`JobError::Cancelled`].
     pub fn cancel(&self) {
-        self.shared.fail(JobError::Cancelled);
+        self.control().cancel();
+    }
+
+    /// Ends the input of every source as if it were exhausted: what is in flight is processed,
+    /// operators are closed and sinks flushed, and [`RunningJob::wait`] returns the summary
+    /// (Flink's "stop" with drain). The way to end a job over unbounded input.
+    pub fn stop(&self) {
+        self.control().stop();
+    }
+
+    /// A handle that can call [`RunningJob::stop`] or [`RunningJob::cancel`] from another
+    /// thread (a signal handler, say).
+    pub fn control(&self) -> JobControl {
+        JobControl {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Waits for every task; the error is the first failure, naming its operator.

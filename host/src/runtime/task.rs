@@ -190,6 +190,9 @@ fn run_source(
         if setup.shared.is_cancelled() {
             return Err(Stop::Disconnected);
         }
+        if setup.shared.is_stopping() {
+            return Ok(());
+        }
         let status = source
             .poll(&mut batch, BATCH_RECORDS)
             .map_err(|e| error(&setup.spec, vertex, setup.subtask, e.to_string()))?;
