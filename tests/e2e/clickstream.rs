@@ -67,6 +67,19 @@ fn the_example_prints_the_expected_profiles() {
             .push(profile.to_owned());
     }
     assert_eq!(got, want, "\n{run}");
+
+    // The lines that are not `<user> <page>` reach the side output's sink, unchanged.
+    let malformed: Vec<&str> = clicks
+        .lines()
+        .filter(|l| l.split_ascii_whitespace().count() != 2)
+        .collect();
+    assert!(
+        !malformed.is_empty(),
+        "clicks.txt has malformed lines to route"
+    );
+    let side = std::fs::read_to_string(example.join("output/malformed/part-0"))
+        .expect("the malformed sink's part file");
+    assert_eq!(side.lines().collect::<Vec<_>>(), malformed);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The physical plan: which vertices share a thread (chains) and how chains connect.
 //!
-//! A vertex is chained to its input when it has exactly one input, the edge is `forward`,
-//! parallelism is equal and the input feeds nothing else (as Flink's operator chaining).
+//! A vertex is chained to its input when it has exactly one input, reads its main output over
+//! a `forward` edge, parallelism is equal and the input feeds nothing else (as Flink's
+//! operator chaining). So an operator whose side outputs are read always ends its chain.
 //! Every chain runs `parallelism` times, one thread per subtask.
 
 use super::spec::{EdgeKind, JobSpec};
@@ -27,6 +28,9 @@ pub struct Connection {
     pub from_chain: usize,
     pub to_chain: usize,
     pub edge: EdgeKind,
+    /// The side output of the upstream chain's last vertex this connection carries, or its
+    /// main output.
+    pub side_output: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +46,13 @@ impl Plan {
         let mut chains: Vec<Chain> = Vec::new();
         for (v, vertex) in spec.vertices.iter().enumerate() {
             let chained_to = match vertex.inputs.as_slice() {
-                [(from, EdgeKind::Forward)]
-                    if spec.vertices[*from].parallelism == vertex.parallelism
-                        && spec.consumers(*from).len() == 1 =>
+                [input]
+                    if input.edge == EdgeKind::Forward
+                        && input.side_output.is_none()
+                        && spec.vertices[input.from].parallelism == vertex.parallelism
+                        && spec.consumer_count(input.from) == 1 =>
                 {
-                    Some(chain_of[*from])
+                    Some(chain_of[input.from])
                 }
                 _ => None,
             };
@@ -69,11 +75,12 @@ impl Plan {
             if chains[chain_of[v]].head() != v {
                 continue;
             }
-            for &(from, edge) in &vertex.inputs {
+            for input in &vertex.inputs {
                 connections.push(Connection {
-                    from_chain: chain_of[from],
+                    from_chain: chain_of[input.from],
                     to_chain: chain_of[v],
-                    edge,
+                    edge: input.edge,
+                    side_output: input.side_output.clone(),
                 });
             }
         }

@@ -15,7 +15,7 @@
 //! name = "split"
 //! uid = "split"            # ties state to code across upgrades: never change it
 //! wasm = "split.wasm"      # or `native = "split_words"` for a built-in
-//! input = "lines"          # or a list of inputs
+//! input = "lines"          # or a list; "op.name" reads op's side output `name`
 //! edge = "rebalance"       # forward (default) | key_by | rebalance
 //! config = { lowercase = true }
 //!
@@ -87,13 +87,22 @@ pub enum VertexKind {
     Sink(SinkConfig),
 }
 
+/// Where a vertex reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// The upstream vertex, by index into [`JobSpec::vertices`].
+    pub from: usize,
+    pub edge: EdgeKind,
+    /// A side output of `from` (`input = "op.name"`) instead of its main output.
+    pub side_output: Option<String>,
+}
+
 /// A vertex of the logical job graph: a source, an operator or a sink.
 #[derive(Debug, Clone)]
 pub struct Vertex {
     pub name: String,
     pub parallelism: u32,
-    /// Upstream vertices by index into [`JobSpec::vertices`], each with its edge.
-    pub inputs: Vec<(usize, EdgeKind)>,
+    pub inputs: Vec<Input>,
     pub kind: VertexKind,
 }
 
@@ -246,17 +255,13 @@ impl JobSpec {
         self.vertices.iter().position(|v| v.name == name)
     }
 
-    /// Consumers of vertex `v`: `(consumer index, position of v among its inputs, edge)`.
-    pub fn consumers(&self, v: usize) -> Vec<(usize, usize, EdgeKind)> {
-        let mut out = Vec::new();
-        for (c, vertex) in self.vertices.iter().enumerate() {
-            for (pos, &(from, edge)) in vertex.inputs.iter().enumerate() {
-                if from == v {
-                    out.push((c, pos, edge));
-                }
-            }
-        }
-        out
+    /// How many inputs (of all vertices, main or side output) read from vertex `v`.
+    pub fn consumer_count(&self, v: usize) -> usize {
+        self.vertices
+            .iter()
+            .flat_map(|vertex| &vertex.inputs)
+            .filter(|input| input.from == v)
+            .count()
     }
 }
 
@@ -388,6 +393,12 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         if p.common.name.is_empty() {
             return Err(format!("a {} has an empty name", p.role));
         }
+        if p.common.name.contains('.') {
+            return Err(format!(
+                "{} \"{}\": names cannot contain '.', which separates a side output in `input = \"op.side\"`",
+                p.role, p.common.name
+            ));
+        }
         if index.insert(p.common.name.clone(), i).is_some() {
             return Err(format!(
                 "two vertices are named \"{}\"; names must be unique across sources, operators and sinks",
@@ -397,7 +408,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     }
 
     // Resolve inputs and check edges.
-    let mut inputs: Vec<Vec<(usize, EdgeKind)>> = Vec::with_capacity(pending.len());
+    let mut inputs: Vec<Vec<Input>> = Vec::with_capacity(pending.len());
     for p in &pending {
         let name = &p.common.name;
         if p.role != "source" && p.common.inputs.is_empty() {
@@ -408,6 +419,11 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         }
         let mut resolved = Vec::new();
         for input in &p.common.inputs {
+            // "op.side" names a side output; vertex names cannot contain '.'.
+            let (input, side_output) = match input.split_once('.') {
+                Some((vertex, side)) => (vertex, Some(side.to_string())),
+                None => (input.as_str(), None),
+            };
             let Some(&from) = index.get(input) else {
                 let known: Vec<_> = pending
                     .iter()
@@ -426,7 +442,31 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                     p.role
                 ));
             }
-            resolved.push((from, p.common.edge));
+            if let Some(side) = &side_output {
+                if !matches!(
+                    pending[from].kind,
+                    VertexKind::Operator {
+                        code: OperatorCode::Wasm(_),
+                        ..
+                    }
+                ) {
+                    return Err(format!(
+                        "{} \"{name}\" reads side output \"{side}\" of \"{input}\", which has none; only WebAssembly operators emit side outputs",
+                        p.role
+                    ));
+                }
+                if side.is_empty() {
+                    return Err(format!(
+                        "{} \"{name}\": input \"{input}.\" names no side output; write \"{input}.<side output>\"",
+                        p.role
+                    ));
+                }
+            }
+            resolved.push(Input {
+                from,
+                edge: p.common.edge,
+                side_output,
+            });
         }
         inputs.push(resolved);
     }
@@ -464,7 +504,13 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         &order,
     );
     for (v, ins) in inputs.iter().enumerate() {
-        for &(from, edge) in ins {
+        for Input {
+            from,
+            edge,
+            side_output,
+        } in ins
+        {
+            let (from, edge) = (*from, *edge);
             let (name, up) = (&pending[v].common.name, &pending[from].common.name);
             if edge == EdgeKind::Forward && parallelism[from] != parallelism[v] {
                 return Err(format!(
@@ -473,7 +519,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                     pending[v].role, parallelism[v], parallelism[from]
                 ));
             }
-            if edge == EdgeKind::KeyBy && keyed[from] == Some(false) {
+            if edge == EdgeKind::KeyBy && side_output.is_none() && keyed[from] == Some(false) {
                 return Err(format!(
                     "{} \"{name}\" reads from \"{up}\" with edge = \"key_by\", but \"{up}\" emits records without keys; \
                      put an operator that sets keys in between (e.g. one that emits with a key) or use another edge",
@@ -497,7 +543,10 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 parallelism: parallelism[old],
                 inputs: inputs[old]
                     .iter()
-                    .map(|&(from, e)| (position[from], e))
+                    .map(|input| Input {
+                        from: position[input.from],
+                        ..input.clone()
+                    })
                     .collect(),
                 kind: p.kind,
             }
@@ -512,13 +561,13 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
 }
 
 /// Kahn's algorithm; `Err` holds the vertices left on or behind a cycle.
-fn topological_order(inputs: &[Vec<(usize, EdgeKind)>]) -> Result<Vec<usize>, Vec<usize>> {
+fn topological_order(inputs: &[Vec<Input>]) -> Result<Vec<usize>, Vec<usize>> {
     let n = inputs.len();
     let mut indegree: Vec<usize> = inputs.iter().map(Vec::len).collect();
     let mut consumers: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (v, ins) in inputs.iter().enumerate() {
-        for &(from, _) in ins {
-            consumers.entry(from).or_default().push(v);
+        for input in ins {
+            consumers.entry(input.from).or_default().push(v);
         }
     }
     let mut ready: Vec<usize> = (0..n).rev().filter(|&v| indegree[v] == 0).collect();
@@ -541,11 +590,7 @@ fn topological_order(inputs: &[Vec<(usize, EdgeKind)>]) -> Result<Vec<usize>, Ve
 
 /// For each vertex: `Some(false)` when its records certainly have no key, `Some(true)` when
 /// they certainly have one, `None` when only running it tells (WASM operators).
-fn keys_known(
-    kinds: &[&VertexKind],
-    inputs: &[Vec<(usize, EdgeKind)>],
-    order: &[usize],
-) -> Vec<Option<bool>> {
+fn keys_known(kinds: &[&VertexKind], inputs: &[Vec<Input>], order: &[usize]) -> Vec<Option<bool>> {
     let mut keyed = vec![None; kinds.len()];
     for &v in order {
         keyed[v] = match kinds[v] {
@@ -553,7 +598,7 @@ fn keys_known(
             VertexKind::Operator {
                 code: OperatorCode::Native(name),
                 ..
-            } => native::emits_keys(name, inputs[v].iter().map(|&(from, _)| keyed[from])),
+            } => native::emits_keys(name, inputs[v].iter().map(|i| keyed[i.from])),
             _ => None,
         };
     }
@@ -581,7 +626,14 @@ mod tests {
         .unwrap();
         let names: Vec<_> = spec.vertices.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["gen", "split", "out"]);
-        assert_eq!(spec.vertices[2].inputs, vec![(1, EdgeKind::Forward)]);
+        assert_eq!(
+            spec.vertices[2].inputs,
+            vec![Input {
+                from: 1,
+                edge: EdgeKind::Forward,
+                side_output: None
+            }]
+        );
         assert_eq!(spec.max_parallelism, 128);
     }
 
@@ -636,6 +688,14 @@ mod tests {
                 "two vertices are named \"gen\"",
             ),
             (&format!("{GEN}bogus = 1\n"), "bogus"),
+            (
+                &format!("{GEN}[[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"gen.late\"\n"),
+                "reads side output \"late\" of \"gen\", which has none",
+            ),
+            (
+                &format!("{GEN}[[sink]]\nname = \"a.b\"\ntype = \"print\"\ninput = \"gen\"\n"),
+                "names cannot contain '.'",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text);
@@ -655,6 +715,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(spec.vertices.len(), 3);
-        assert_eq!(spec.vertices[2].inputs, vec![(1, EdgeKind::KeyBy)]);
+        assert_eq!(spec.vertices[2].inputs[0].from, 1);
+        assert_eq!(spec.vertices[2].inputs[0].edge, EdgeKind::KeyBy);
     }
 }

@@ -156,6 +156,7 @@ impl Job {
                 }
                 targets[conn.from_chain][u as usize].push(Target::new(
                     spec.vertices[chains[conn.to_chain].head()].name.clone(),
+                    conn.side_output.clone(),
                     conn.edge,
                     senders,
                     spec.max_parallelism,

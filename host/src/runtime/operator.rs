@@ -46,4 +46,9 @@ pub trait Operator: Send {
     fn close(&mut self, _out: &mut Batch) -> Result<(), OperatorError> {
         Ok(())
     }
+
+    /// Records emitted to side outputs by the last `process` or `close`, by side output name.
+    fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
+        Vec::new()
+    }
 }

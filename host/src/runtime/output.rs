@@ -42,6 +42,8 @@ impl From<Disconnected> for PushError {
 pub(crate) struct Target {
     /// The downstream vertex, for errors.
     to: String,
+    /// The side output this target receives, or the main output.
+    side_output: Option<String>,
     edge: EdgeKind,
     /// One sender per downstream subtask (one in total for a forward edge).
     senders: Vec<Sender<Message>>,
@@ -53,12 +55,14 @@ pub(crate) struct Target {
 impl Target {
     pub(crate) fn new(
         to: String,
+        side_output: Option<String>,
         edge: EdgeKind,
         senders: Vec<Sender<Message>>,
         max_parallelism: u32,
     ) -> Self {
         Target {
             to,
+            side_output,
             edge,
             pending: senders.iter().map(|_| Batch::default()).collect(),
             senders,
@@ -85,9 +89,20 @@ impl Output {
         Output { targets }
     }
 
-    /// Partitions `batch` into the pending batches, sending those that fill up.
-    pub(crate) fn push(&mut self, batch: &Batch) -> Result<(), PushError> {
+    /// Partitions `batch`, of the main output (`side_output` None) or of a side output, into
+    /// the pending batches of the targets that read it, sending those that fill up. Returns
+    /// whether any target reads it.
+    pub(crate) fn push(
+        &mut self,
+        side_output: Option<&str>,
+        batch: &Batch,
+    ) -> Result<bool, PushError> {
+        let mut read = false;
         for t in &mut self.targets {
+            if t.side_output.as_deref() != side_output {
+                continue;
+            }
+            read = true;
             match t.edge {
                 EdgeKind::KeyBy => {
                     let p = t.senders.len() as u32;
@@ -116,7 +131,7 @@ impl Output {
                 }
             }
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Sends every non-empty pending batch.
@@ -166,7 +181,13 @@ mod tests {
     #[test]
     fn key_by_sends_each_key_to_its_owner() {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(100)).unzip();
-        let mut out = Output::new(vec![Target::new("c".into(), EdgeKind::KeyBy, txs, 128)]);
+        let mut out = Output::new(vec![Target::new(
+            "c".into(),
+            None,
+            EdgeKind::KeyBy,
+            txs,
+            128,
+        )]);
         let mut b = Batch::default();
         for i in 0..100 {
             let k = format!("k{i}");
@@ -174,7 +195,7 @@ mod tests {
                 v.extend_from_slice(k.as_bytes())
             });
         }
-        out.push(&b).unwrap();
+        out.push(None, &b).unwrap();
         out.end().unwrap();
         let mut total = 0;
         for (i, rx) in rxs.iter().enumerate() {
@@ -194,13 +215,44 @@ mod tests {
         let (tx, _rx) = bounded(1);
         let mut out = Output::new(vec![Target::new(
             "count".into(),
+            None,
             EdgeKind::KeyBy,
             vec![tx],
             128,
         )]);
         let mut b = Batch::default();
         b.push_with(Kind::Insert, None, None, |v| v.extend_from_slice(b"x"));
-        assert!(matches!(out.push(&b), Err(PushError::MissingKey { to }) if to == "count"));
+        assert!(matches!(out.push(None, &b), Err(PushError::MissingKey { to }) if to == "count"));
+    }
+
+    #[test]
+    fn side_outputs_reach_only_their_readers() {
+        let (main_tx, main_rx) = bounded(10);
+        let (late_tx, late_rx) = bounded(10);
+        let mut out = Output::new(vec![
+            Target::new("main".into(), None, EdgeKind::Forward, vec![main_tx], 128),
+            Target::new(
+                "late".into(),
+                Some("late".into()),
+                EdgeKind::Forward,
+                vec![late_tx],
+                128,
+            ),
+        ]);
+        let batch = |v: &[u8]| {
+            let mut b = Batch::default();
+            b.push_with(Kind::Insert, None, None, |buf| buf.extend_from_slice(v));
+            b
+        };
+        assert!(out.push(None, &batch(b"m")).unwrap());
+        assert!(out.push(Some("late"), &batch(b"l")).unwrap());
+        assert!(
+            !out.push(Some("other"), &batch(b"o")).unwrap(),
+            "nobody reads it"
+        );
+        out.end().unwrap();
+        assert_eq!(drain(&main_rx), vec![b"m".to_vec(), b"<end>".to_vec()]);
+        assert_eq!(drain(&late_rx), vec![b"l".to_vec(), b"<end>".to_vec()]);
     }
 
     #[test]
@@ -209,6 +261,7 @@ mod tests {
         drop(rx);
         let mut out = Output::new(vec![Target::new(
             "c".into(),
+            None,
             EdgeKind::Forward,
             vec![tx],
             128,

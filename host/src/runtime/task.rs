@@ -52,6 +52,8 @@ struct Chain {
     bufs: Vec<Batch>,
     output: Output,
     metrics: Arc<Metrics>,
+    /// Side-output records no vertex reads, by vertex and side output name.
+    side_dropped: std::collections::BTreeMap<(usize, String), u64>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -125,6 +127,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<(), Stop> {
         vertices: rest,
         stages,
         output: Output::new(std::mem::take(&mut setup.targets)),
+        side_dropped: Default::default(),
         metrics: Arc::clone(&setup.metrics),
     };
     for i in 0..chain.stages.len() {
@@ -244,21 +247,47 @@ impl Chain {
         error(&self.spec, self.vertices[i], self.subtask, message)
     }
 
+    /// Sends a batch of the chain's last vertex to the targets that read that output.
+    fn send(&mut self, side_output: Option<&str>, batch: &Batch) -> Result<bool, Stop> {
+        self.output.push(side_output, batch).map_err(|e| match e {
+            PushError::Disconnected => Stop::Disconnected,
+            PushError::MissingKey { to } => error(
+                &self.spec,
+                self.tail,
+                self.subtask,
+                format!(
+                    "emitted a record without a key into the key_by edge to \"{to}\"; \
+                         emit every record with a key (or use another edge)"
+                ),
+            ),
+        })
+    }
+
+    /// Routes what stage `i` emitted to side outputs: to the targets reading them when the
+    /// stage ends the chain (only then can a side output be read), else nowhere.
+    fn send_side_outputs(&mut self, i: usize) -> Result<(), Stop> {
+        let Stage::Operator(op) = &mut self.stages[i] else {
+            return Ok(());
+        };
+        for (name, batch) in op.take_side_outputs() {
+            let m = &self.metrics.vertices[self.vertices[i]];
+            m.records_out
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let read = i + 1 == self.stages.len() && self.send(Some(&name), &batch)?;
+            if !read {
+                *self
+                    .side_dropped
+                    .entry((self.vertices[i], name))
+                    .or_default() += batch.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Pushes `batch` into stage `i` and everything after it.
     fn push(&mut self, i: usize, batch: &Batch) -> Result<(), Stop> {
         if i == self.stages.len() {
-            return self.output.push(batch).map_err(|e| match e {
-                PushError::Disconnected => Stop::Disconnected,
-                PushError::MissingKey { to } => error(
-                    &self.spec,
-                    self.tail,
-                    self.subtask,
-                    format!(
-                        "emitted a record without a key into the key_by edge to \"{to}\"; \
-                         emit every record with a key (or use another edge)"
-                    ),
-                ),
-            });
+            return self.send(None, batch).map(|_| ());
         }
         let m = &self.metrics.vertices[self.vertices[i]];
         m.records_in
@@ -270,7 +299,9 @@ impl Chain {
                     return Err(self.fail(i, e.to_string()));
                 }
                 m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
-                let result = self.push(i + 1, &out);
+                let result = self
+                    .send_side_outputs(i)
+                    .and_then(|()| self.push(i + 1, &out));
                 out.clear();
                 self.bufs[i] = out;
                 result
@@ -292,6 +323,7 @@ impl Chain {
                     }
                     let m = &self.metrics.vertices[self.vertices[i]];
                     m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
+                    self.send_side_outputs(i)?;
                     self.push(i + 1, &out)?;
                 }
                 Stage::Sink(sink) => {
@@ -300,6 +332,14 @@ impl Chain {
                     }
                 }
             }
+        }
+        for ((v, name), n) in &self.side_dropped {
+            let vertex = &self.spec.vertices[*v].name;
+            tracing::warn!(
+                subtask = self.subtask,
+                "{n} records emitted to side output \"{name}\" of \"{vertex}\" were dropped: no vertex \
+                 reads it (read it with input = \"{vertex}.{name}\")"
+            );
         }
         Ok(self.output.end()?)
     }

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use weir_wire::{
-    ListOp, MapOp, TimeDomain, ValueOp, put_bytes, put_opt_bytes, put_u32, read_list_ops,
-    read_map_ops, read_timer_ops, read_value_ops,
+    ListOp, MapOp, OutputReader, TimeDomain, ValueOp, put_bytes, put_opt_bytes, put_u32,
+    read_list_ops, read_map_ops, read_timer_ops, read_value_ops,
 };
 
 use super::weir::stream::{log, output, state, timers, types};
@@ -43,7 +43,8 @@ pub(crate) struct HostState {
     pub(crate) in_call: bool,
     /// Where emitted records go during a call.
     pub(crate) out: Batch,
-    pub(crate) side_outputs_dropped: u64,
+    /// Records emitted to side outputs during the current call, by name.
+    pub(crate) side_outputs: Vec<(String, Batch)>,
     pub(crate) event_timers: TimerSet,
     pub(crate) processing_timers: TimerSet,
     pub(crate) watermark: Option<i64>,
@@ -75,7 +76,7 @@ impl HostState {
             value_positions: Vec::new(),
             in_call: false,
             out: Batch::default(),
-            side_outputs_dropped: 0,
+            side_outputs: Vec::new(),
             event_timers: TimerSet::new(),
             processing_timers: TimerSet::new(),
             watermark: None,
@@ -413,11 +414,26 @@ impl output::Host for HostState {
                 "the operator emitted more than 4 GiB in one call; emit less per record or batch"
             ));
         }
-        // Side outputs are not routed to consumers yet: count what is dropped.
-        self.side_outputs_dropped += self
+        let side = self
             .out
             .extend_from_output(&records)
             .map_err(|e| wasmtime::format_err!("{e}"))?;
+        if side > 0 {
+            // The buffer decoded whole above; now pick out its side-output records.
+            for (name, rec) in OutputReader::new(&records).flatten() {
+                let Some(name) = name else { continue };
+                let name = String::from_utf8_lossy(name);
+                let at = match self.side_outputs.iter().position(|(n, _)| *n == name) {
+                    Some(at) => at,
+                    None => {
+                        self.side_outputs
+                            .push((name.into_owned(), Batch::default()));
+                        self.side_outputs.len() - 1
+                    }
+                };
+                self.side_outputs[at].1.push(&rec);
+            }
+        }
         Ok(())
     }
 }

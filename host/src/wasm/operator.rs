@@ -172,15 +172,10 @@ impl Operator for WasmOperator {
             .call_close(&mut self.store);
         self.check("close", result)?;
         self.take_output(out);
-        let dropped = self.store.data().side_outputs_dropped;
-        if dropped > 0 {
-            let c = &self.store.data().ctx;
-            tracing::warn!(
-                operator = c.uid,
-                subtask = c.subtask,
-                "{dropped} records were emitted to side outputs, which this version does not route yet; they were dropped"
-            );
-        }
         Ok(())
+    }
+
+    fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
+        std::mem::take(&mut self.store.data_mut().side_outputs)
     }
 }

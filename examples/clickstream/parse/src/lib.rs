@@ -1,17 +1,16 @@
 //! Clickstream, step 1: parses `"<user> <page>"` lines into records with key = user and
-//! value = page. Lines that do not have exactly two fields are dropped, with at most one
-//! warning per batch (counting them and quoting the first).
+//! value = page. Lines that do not have exactly two fields go, unchanged, to the side output
+//! `malformed` (read it in a job spec with `input = "parse.malformed"`), as Flink jobs route
+//! bad or late records to a side output instead of failing or dropping them silently.
 
 use weir_sdk::prelude::*;
 
 /// The operator; exported below.
 #[derive(Default)]
-pub struct ParseClicks {
-    /// Malformed lines in the current batch.
-    dropped: u64,
-    /// The first of them.
-    first_dropped: String,
-}
+pub struct ParseClicks;
+
+/// The side output malformed lines go to.
+pub const MALFORMED: &str = "malformed";
 
 impl Operator for ParseClicks {
     fn process(&mut self, ctx: &mut Context, line: Record<'_>) -> Result<()> {
@@ -20,24 +19,7 @@ impl Operator for ParseClicks {
         if let (Some(user), Some(page), None) = (fields.next(), fields.next(), fields.next()) {
             return ctx.emit(Some(user.as_bytes()), page);
         }
-        if self.dropped == 0 {
-            self.first_dropped = String::from_utf8_lossy(line.value()).into_owned();
-        }
-        self.dropped += 1;
-        Ok(())
-    }
-
-    fn finish_batch(&mut self, ctx: &mut Context) -> Result<()> {
-        if self.dropped > 0 {
-            ctx.warn(format_args!(
-                "dropped {} malformed click line(s) in this batch (expected \"<user> <page>\"), \
-                 the first was {:?}",
-                self.dropped, self.first_dropped
-            ));
-            self.dropped = 0;
-            self.first_dropped.clear();
-        }
-        Ok(())
+        ctx.emit_to(MALFORMED, None, line.value())
     }
 }
 
@@ -61,7 +43,7 @@ mod tests {
     }
 
     #[test]
-    fn drops_malformed_lines_with_one_warning_per_batch() {
+    fn malformed_lines_go_to_the_side_output_unchanged() {
         let mut h = Harness::<ParseClicks>::new();
         let out = h.process([
             Input::new("ann"),
@@ -70,17 +52,24 @@ mod tests {
             Input::new(""),
             Input::new(vec![0xff, b' ', b'x']),
         ]);
-        assert_eq!(out.len(), 1);
-        let logs = h.logs();
-        assert_eq!(logs.len(), 1);
-        assert_eq!(logs[0].0, Level::Warn);
-        assert!(logs[0].1.contains("dropped 4 malformed"), "{}", logs[0].1);
-        assert!(logs[0].1.contains("\"ann\""), "{}", logs[0].1);
-
-        h.process(["x"]);
-        assert_eq!(h.logs().len(), 2, "the next batch warns again");
-        h.process(["ok line"]);
-        assert_eq!(h.logs().len(), 2, "a clean batch does not warn");
+        let main: Vec<_> = out.iter().filter(|o| o.side_output.is_none()).collect();
+        assert_eq!(main.len(), 1);
+        assert_eq!(main[0].value_str(), "/home");
+        let side: Vec<_> = out
+            .iter()
+            .filter(|o| o.side_output.as_deref() == Some(MALFORMED))
+            .map(|o| o.value.clone())
+            .collect();
+        assert_eq!(
+            side,
+            [
+                b"ann".to_vec(),
+                b"a b c".to_vec(),
+                Vec::new(),
+                vec![0xff, b' ', b'x']
+            ]
+        );
+        assert!(h.logs().is_empty());
     }
 
     #[test]
