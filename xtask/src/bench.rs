@@ -192,14 +192,12 @@ fn run_job(weir: &Path, spec: &Path, summary: &Path) -> Result<f64> {
     duration_seconds(&json).with_context(|| format!("no duration_seconds in {}", summary.display()))
 }
 
-/// The number after `"duration_seconds":` (the summary is flat enough not to need a parser).
+/// The job's duration from the JSON summary `weir run --summary-json` writes.
 fn duration_seconds(json: &str) -> Option<f64> {
-    let rest = &json[json.find("\"duration_seconds\"")? + "\"duration_seconds\"".len()..];
-    let rest = rest.trim_start().strip_prefix(':')?.trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+')))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()?
+        .get("duration_seconds")?
+        .as_f64()
 }
 
 /// `path` as a TOML basic string.
