@@ -8,10 +8,8 @@ use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, OP_APPEND, OP_CLEAR, OP_REPLACE, Reader, put_list_op};
 
 use super::codec::{Span, decode, encode};
-use super::{Access, Batch, Cache, StateId, decode_error, expect_end};
+use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
 use crate::{Context, Result};
-
-const NO_OVERLAY: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -20,7 +18,7 @@ struct Slot {
     len: u32,
     /// The stored elements are gone (clear or update in this batch).
     replaced: bool,
-    /// Index into `overlays` of the elements added in this batch, or `NO_OVERLAY`.
+    /// Index into `overlays` of the elements added in this batch, or `Overlays::NONE`.
     overlay: u32,
 }
 
@@ -28,7 +26,7 @@ const EMPTY: Slot = Slot {
     first: 0,
     len: 0,
     replaced: false,
-    overlay: NO_OVERLAY,
+    overlay: Overlays::<Span>::NONE,
 };
 
 #[derive(Default)]
@@ -36,9 +34,8 @@ pub(crate) struct ListCache {
     slots: Vec<Slot>,
     /// Element spans of the load answer, slot after slot.
     stored: Vec<Span>,
-    /// Arena spans of added elements; a pool reused across batches (first `used` in use).
-    overlays: Vec<Vec<Span>>,
-    used: usize,
+    /// Arena spans of the elements added in this batch, per slot.
+    overlays: Overlays<Span>,
 }
 
 impl ListCache {
@@ -46,7 +43,7 @@ impl ListCache {
         self.slots.clear();
         self.slots.resize(n_keys, EMPTY);
         self.stored.clear();
-        self.used = 0;
+        self.overlays.reset();
     }
 
     pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
@@ -64,23 +61,12 @@ impl ListCache {
     }
 
     fn overlay(&mut self, slot: u32) -> &mut Vec<Span> {
-        let s = &mut self.slots[slot as usize];
-        if s.overlay == NO_OVERLAY {
-            if self.used == self.overlays.len() {
-                self.overlays.push(Vec::new());
-            }
-            self.overlays[self.used].clear();
-            s.overlay = self.used as u32;
-            self.used += 1;
-        }
-        &mut self.overlays[s.overlay as usize]
+        self.overlays
+            .get_mut(&mut self.slots[slot as usize].overlay)
     }
 
     fn added(&self, slot: u32) -> &[Span] {
-        match self.slots[slot as usize].overlay {
-            NO_OVERLAY => &[],
-            i => &self.overlays[i as usize],
-        }
+        self.overlays.get(self.slots[slot as usize].overlay)
     }
 
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {

@@ -9,10 +9,8 @@ use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, MapOp, Reader, put_map_op};
 
 use super::codec::{Span, decode, encode};
-use super::{Access, Batch, Cache, StateId, decode_error, expect_end};
+use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
 use crate::{Context, Result};
-
-const NO_OVERLAY: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -21,7 +19,7 @@ struct Slot {
     len: u32,
     /// The stored entries are gone (clear in this batch).
     cleared: bool,
-    /// Index into `overlays` of this batch's puts and removes, or `NO_OVERLAY`.
+    /// Index into `overlays` of this batch's puts and removes, or `Overlays::NONE`.
     overlay: u32,
 }
 
@@ -29,7 +27,7 @@ const EMPTY: Slot = Slot {
     first: 0,
     len: 0,
     cleared: false,
-    overlay: NO_OVERLAY,
+    overlay: Overlays::<Change>::NONE,
 };
 
 /// A put (`value` is `Some`) or a remove of one map key in this batch; arena spans.
@@ -44,10 +42,8 @@ pub(crate) struct MapCache {
     slots: Vec<Slot>,
     /// `(key, value)` spans of the load answer, slot after slot.
     stored: Vec<(Span, Span)>,
-    /// Pool of per-slot change lists reused across batches (first `used` in use). A map key
-    /// appears at most once in a list.
-    overlays: Vec<Vec<Change>>,
-    used: usize,
+    /// This batch's puts and removes, per slot; a map key appears at most once in a list.
+    overlays: Overlays<Change>,
 }
 
 /// Where the current value of a map key is.
@@ -62,7 +58,7 @@ impl MapCache {
         self.slots.clear();
         self.slots.resize(n_keys, EMPTY);
         self.stored.clear();
-        self.used = 0;
+        self.overlays.reset();
     }
 
     pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
@@ -85,23 +81,12 @@ impl MapCache {
     }
 
     fn overlay(&mut self, slot: u32) -> &mut Vec<Change> {
-        let s = &mut self.slots[slot as usize];
-        if s.overlay == NO_OVERLAY {
-            if self.used == self.overlays.len() {
-                self.overlays.push(Vec::new());
-            }
-            self.overlays[self.used].clear();
-            s.overlay = self.used as u32;
-            self.used += 1;
-        }
-        &mut self.overlays[s.overlay as usize]
+        self.overlays
+            .get_mut(&mut self.slots[slot as usize].overlay)
     }
 
     fn changes(&self, slot: u32) -> &[Change] {
-        match self.slots[slot as usize].overlay {
-            NO_OVERLAY => &[],
-            i => &self.overlays[i as usize],
-        }
+        self.overlays.get(self.slots[slot as usize].overlay)
     }
 
     fn stored(&self, slot: u32) -> &[(Span, Span)] {

@@ -68,6 +68,52 @@ impl Batch {
     }
 }
 
+/// Per-slot lists of this batch's changes, taken from a pool that is reused from batch to
+/// batch, so a slot's first change in a batch allocates nothing in the steady state. A slot
+/// refers to its list by index, [`Overlays::NONE`] when it has none.
+pub(crate) struct Overlays<T> {
+    lists: Vec<Vec<T>>,
+    /// The first `used` lists belong to this batch.
+    used: usize,
+}
+
+impl<T> Default for Overlays<T> {
+    fn default() -> Self {
+        Overlays {
+            lists: Vec::new(),
+            used: 0,
+        }
+    }
+}
+
+impl<T> Overlays<T> {
+    pub(crate) const NONE: u32 = u32::MAX;
+
+    pub(crate) fn reset(&mut self) {
+        self.used = 0;
+    }
+
+    /// The list at `*index`, giving the slot an empty one first if it has none.
+    pub(crate) fn get_mut(&mut self, index: &mut u32) -> &mut Vec<T> {
+        if *index == Self::NONE {
+            if self.used == self.lists.len() {
+                self.lists.push(Vec::new());
+            }
+            self.lists[self.used].clear();
+            *index = self.used as u32;
+            self.used += 1;
+        }
+        &mut self.lists[*index as usize]
+    }
+
+    pub(crate) fn get(&self, index: u32) -> &[T] {
+        match index {
+            Self::NONE => &[],
+            i => &self.lists[i as usize],
+        }
+    }
+}
+
 enum Cache {
     Value(ValueCache),
     List(ListCache),
