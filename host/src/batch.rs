@@ -31,13 +31,6 @@ pub struct Batch {
 }
 
 impl Batch {
-    pub fn with_capacity(records: usize, bytes: usize) -> Self {
-        Batch {
-            data: Vec::with_capacity(bytes),
-            entries: Vec::with_capacity(records),
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -133,11 +126,6 @@ impl Batch {
         }
         self.data.extend_from_slice(buf);
         Ok(side)
-    }
-
-    /// The record at `i`.
-    pub fn get(&self, i: usize) -> RecordRef<'_> {
-        self.view(&self.entries[i])
     }
 
     fn view(&self, e: &Entry) -> RecordRef<'_> {

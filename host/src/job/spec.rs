@@ -250,11 +250,6 @@ impl JobSpec {
         build(raw, base_dir, default_name).map_err(ParseError::Invalid)
     }
 
-    /// Index of the vertex called `name`.
-    pub fn vertex(&self, name: &str) -> Option<usize> {
-        self.vertices.iter().position(|v| v.name == name)
-    }
-
     /// How many inputs (of all vertices, main or side output) read from vertex `v`.
     pub fn consumer_count(&self, v: usize) -> usize {
         self.vertices

@@ -288,10 +288,6 @@ impl RunningJob {
         &self.metrics
     }
 
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// Whether every task has ended (successfully or not).
     pub fn is_finished(&self) -> bool {
         self.threads.iter().all(JoinHandle::is_finished)

@@ -6,6 +6,7 @@
 //! message naming the state or buffer, which the runtime reports with the operator's uid.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -100,14 +101,16 @@ impl HostState {
     }
 
     /// The key of `slot` and its key group.
-    fn slot_key(&self, slot: u32) -> wasmtime::Result<(&[u8], u32)> {
+    /// Where the key of `slot` is in `slot_bytes`, and its key group. A range rather than a
+    /// slice, so that callers can read the key while they change `state` (disjoint fields).
+    fn slot_key(&self, slot: u32) -> wasmtime::Result<(Range<usize>, u32)> {
         let &(at, len, group) = self.slot_ranges.get(slot as usize).ok_or_else(|| {
             wasmtime::format_err!(
                 "key slot {slot} does not exist: the current batch has {} keys",
                 self.slot_ranges.len()
             )
         })?;
-        Ok((&self.slot_bytes[at as usize..(at + len) as usize], group))
+        Ok((at as usize..(at + len) as usize, group))
     }
 
     fn declare(
@@ -161,7 +164,7 @@ impl HostState {
     }
 
     /// Locates the key of `slot` for state `id`.
-    fn locate(&self, id: StateId, slot: u32) -> wasmtime::Result<(KeyGroupIndex, &[u8])> {
+    fn locate(&self, id: StateId, slot: u32) -> wasmtime::Result<(KeyGroupIndex, Range<usize>)> {
         let (key, group) = self.slot_key(slot)?;
         let g = self
             .state
@@ -176,6 +179,7 @@ impl HostState {
         let mut positions = Vec::new();
         for slot in 0..self.slot_ranges.len() as u32 {
             let (g, key) = self.locate(id, slot)?;
+            let key = &self.slot_bytes[key];
             match kind {
                 StateKind::Value => {
                     let pos = self.state.find_value(id, g, key);
@@ -213,7 +217,6 @@ impl HostState {
         let name = self.state.name(id).to_string();
         let bad = |e: weir_wire::DecodeError| wasmtime::format_err!("state \"{name}\": {e}");
         // Resolve each slot's key once into an owned copy, so the state can be mutated.
-        let mut key = Vec::new();
         match kind {
             StateKind::Value => {
                 let at = self.value_positions.iter().position(|(s, _)| *s == id);
@@ -225,16 +228,19 @@ impl HostState {
                     let known = positions.get(slot as usize).copied().flatten();
                     match (op, known) {
                         (ValueOp::Set(v), Some(pos)) => {
-                            let g = self.key_into(id, slot, &mut key)?;
-                            self.state.set_value_at(id, g, pos, &key, v);
+                            let (g, key) = self.locate(id, slot)?;
+                            let key = &self.slot_bytes[key];
+                            self.state.set_value_at(id, g, pos, key, v);
                         }
                         (ValueOp::Set(v), None) => {
-                            let g = self.key_into(id, slot, &mut key)?;
-                            self.state.set_value(id, g, &key, v);
+                            let (g, key) = self.locate(id, slot)?;
+                            let key = &self.slot_bytes[key];
+                            self.state.set_value(id, g, key, v);
                         }
                         (ValueOp::Clear, _) => {
-                            let g = self.key_into(id, slot, &mut key)?;
-                            self.state.clear(id, g, &key);
+                            let (g, key) = self.locate(id, slot)?;
+                            let key = &self.slot_bytes[key];
+                            self.state.clear(id, g, key);
                             if let Some(p) = positions.get_mut(slot as usize) {
                                 *p = None;
                             }
@@ -248,39 +254,29 @@ impl HostState {
             StateKind::List => {
                 for op in read_list_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
-                    let g = self.key_into(id, slot, &mut key)?;
+                    let (g, key) = self.locate(id, slot)?;
+                    let key = &self.slot_bytes[key];
                     match op {
-                        ListOp::Clear => self.state.clear(id, g, &key),
-                        ListOp::Replace(elems) => self.state.extend_list(id, g, &key, true, elems),
-                        ListOp::Append(elems) => self.state.extend_list(id, g, &key, false, elems),
+                        ListOp::Clear => self.state.clear(id, g, key),
+                        ListOp::Replace(elems) => self.state.extend_list(id, g, key, true, elems),
+                        ListOp::Append(elems) => self.state.extend_list(id, g, key, false, elems),
                     }
                 }
             }
             StateKind::Map => {
                 for op in read_map_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
-                    let g = self.key_into(id, slot, &mut key)?;
+                    let (g, key) = self.locate(id, slot)?;
+                    let key = &self.slot_bytes[key];
                     match op {
-                        MapOp::Clear => self.state.clear(id, g, &key),
-                        MapOp::Put(k, v) => self.state.put_map(id, g, &key, k, v),
-                        MapOp::Remove(k) => self.state.remove_map(id, g, &key, k),
+                        MapOp::Clear => self.state.clear(id, g, key),
+                        MapOp::Put(k, v) => self.state.put_map(id, g, key, k, v),
+                        MapOp::Remove(k) => self.state.remove_map(id, g, key, k),
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    fn key_into(
-        &self,
-        id: StateId,
-        slot: u32,
-        key: &mut Vec<u8>,
-    ) -> wasmtime::Result<KeyGroupIndex> {
-        let (g, k) = self.locate(id, slot)?;
-        key.clear();
-        key.extend_from_slice(k);
-        Ok(g)
     }
 }
 
@@ -386,7 +382,7 @@ impl timers::Host for HostState {
         }
         for op in read_timer_ops(&changes) {
             let op = op.map_err(|e| wasmtime::format_err!("{e}"))?;
-            let key: Box<[u8]> = self.slot_key(op.slot)?.0.into();
+            let key: Box<[u8]> = self.slot_bytes[self.slot_key(op.slot)?.0].into();
             let set = match op.domain {
                 TimeDomain::EventTime => &mut self.event_timers,
                 TimeDomain::ProcessingTime => &mut self.processing_timers,
