@@ -21,6 +21,7 @@
 //! ```
 
 pub(crate) mod batch;
+pub mod checkpoint;
 pub mod cli;
 pub mod connectors;
 pub(crate) mod job;
@@ -30,6 +31,7 @@ pub(crate) mod wasm;
 
 pub use job::spec::{EdgeKind, JobSpec, SpecError};
 pub use runtime::{
-    Job, JobControl, JobError, JobSummary, Metrics, RunningJob, VertexMetrics, VertexSummary,
+    CheckpointStatus, Job, JobControl, JobError, JobSummary, Metrics, RunningJob, VertexMetrics,
+    VertexSummary,
 };
 pub use wasm::{WasmEngine, WasmError};

@@ -10,6 +10,7 @@
 mod bad_specs;
 mod cache;
 mod clickstream;
+mod exactly_once;
 mod sandbox;
 mod state;
 mod support;

@@ -47,6 +47,40 @@ fn a_trap_fails_the_job_and_names_the_operator() {
 }
 
 #[test]
+fn a_poison_record_fails_every_restart_the_same_way_until_attempts_run_out() {
+    let ws = Workspace::new();
+    let spec = poison_job(&ws, "apple\nbanana\npoison\ncherry\n").replace(
+        "[[source]]",
+        &format!(
+            "[checkpoint]\ninterval = \"50ms\"\ndir = {}\n\n\
+             [restart]\nstrategy = \"fixed_delay\"\nattempts = 2\ndelay = \"10ms\"\n\n[[source]]",
+            toml_path(&ws.path("chk"))
+        ),
+    );
+    let run = ws.run(&spec);
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    let restarts: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("restarting in"))
+        .collect();
+    assert_eq!(restarts.len(), 2, "one warning per restart:\n{run}");
+    for line in restarts {
+        assert!(
+            line.contains("poison-filter") && line.contains("poison record"),
+            "each restart names the same cause: {line}"
+        );
+    }
+    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+    assert!(
+        error.contains("after 2 restart(s)")
+            && error.contains("poison record")
+            && error.contains("attempts = 2"),
+        "{error}"
+    );
+}
+
+#[test]
 fn without_poison_the_same_guest_passes_records_through() {
     let ws = Workspace::new();
     ws.run_ok(&poison_job(&ws, "apple\nbanana\ncherry\n"));

@@ -170,7 +170,7 @@ input = "count"
 }
 
 /// Runs the job and returns its duration in seconds, as its summary reports it.
-fn run_job(weir: &Path, spec: &Path, summary: &Path) -> Result<f64> {
+pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path) -> Result<f64> {
     let out = Command::new(weir)
         .arg("run")
         .arg(spec)
@@ -201,7 +201,7 @@ fn duration_seconds(json: &str) -> Option<f64> {
 }
 
 /// `path` as a TOML basic string.
-fn toml_str(path: &Path) -> String {
+pub(crate) fn toml_str(path: &Path) -> String {
     let mut out = String::from("\"");
     for c in path.to_string_lossy().chars() {
         match c {

@@ -4,6 +4,8 @@
 //! - `demo`: build everything, run the word count example and show its top words
 //! - `test`: everything CI runs, failing fast
 //! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
+//! - `bench-checkpoints [--records N] [--runs R]`: throughput with checkpoints off and on,
+//!   checkpoint duration and size at 100k and 1M keys
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -11,6 +13,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 
 mod bench;
+mod bench_checkpoints;
 mod demo;
 mod guests;
 mod test;
@@ -23,7 +26,11 @@ commands:
   test                        run everything CI runs (fmt, clippy, guests, build, tests)
   bench [--words N] [--runs R]
                               word count throughput, WASM vs native operators
-                              (default 5000000 words, 3 runs)";
+                              (default 5000000 words, 3 runs)
+  bench-checkpoints [--records N] [--runs R]
+                              keyed count with checkpoints off and every second:
+                              throughput, checkpoint duration and size at 100k
+                              and 1M keys (default 40000000 records, 3 runs)";
 
 fn main() -> ExitCode {
     match dispatch(std::env::args().skip(1).collect()) {
@@ -44,6 +51,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "demo" => no_args(rest).and_then(|()| demo::run()),
         "test" => no_args(rest).and_then(|()| test::run()),
         "bench" => bench::run(bench::Options::parse(rest)?),
+        "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -10,8 +10,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::checkpoint::RestoreFrom;
 use crate::job::spec::VertexKind;
-use crate::{Job, JobSpec, JobSummary, RunningJob, WasmEngine};
+use crate::{CheckpointStatus, Job, JobSpec, JobSummary, RunningJob, WasmEngine};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,6 +43,12 @@ enum Command {
         /// Also write the run's summary as JSON to this file.
         #[arg(long, value_name = "FILE")]
         summary_json: Option<PathBuf>,
+        /// Start from this checkpoint directory (`.../<job>/chk-<n>`) instead of the newest one.
+        #[arg(long, value_name = "PATH", conflicts_with = "fresh")]
+        from_checkpoint: Option<PathBuf>,
+        /// Ignore the job's checkpoints and start from the beginning of the input.
+        #[arg(long)]
+        fresh: bool,
     },
     /// Check a job spec and load its components without running it.
     Validate {
@@ -97,9 +104,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             job,
             no_progress,
             summary_json,
+            from_checkpoint,
+            fresh,
         } => {
             let job = load(&job, cache_dir)?;
-            let running = job.start()?;
+            let from = match (from_checkpoint, fresh) {
+                (Some(path), _) => RestoreFrom::Path(path),
+                (None, true) => RestoreFrom::Fresh,
+                (None, false) => RestoreFrom::Latest,
+            };
+            let running = job.start_from(from)?;
             // First Ctrl-C: stop the sources and let the job drain (sinks flush, summary
             // prints). Second: cancel.
             let control = running.control();
@@ -146,6 +160,14 @@ fn watch(running: RunningJob, progress: bool) -> anyhow::Result<JobSummary> {
                 bar
             })
             .collect();
+        let checkpoints = running.metrics().checkpoint_status();
+        let checkpoint_bar =
+            (running.checkpointing() || checkpoints.restored_from.is_some()).then(|| {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(style.clone());
+                bar.set_prefix("checkpoints");
+                bar
+            });
         let mut last: Vec<(u64, u64)> = vec![(0, 0); bars.len()];
         let mut at = Instant::now();
         while !running.is_finished() {
@@ -166,10 +188,34 @@ fn watch(running: RunningJob, progress: bool) -> anyhow::Result<JobSummary> {
                 ));
                 *prev = (i, o);
             }
+            if let Some(bar) = &checkpoint_bar {
+                bar.set_message(describe(&running.metrics().checkpoint_status()));
+            }
         }
         multi.clear().ok();
     }
     Ok(running.wait()?)
+}
+
+/// One line about checkpoints and restarts.
+fn describe(c: &CheckpointStatus) -> String {
+    let mut s = format!("{} completed", c.completed);
+    if c.failed > 0 {
+        s += &format!(", {} failed", c.failed);
+    }
+    if let Some(last) = &c.last {
+        s += &format!(
+            "; last #{} took {} ms, {} bytes, alignment {} ms",
+            last.id, last.duration_ms, last.size_bytes, last.alignment_ms
+        );
+    }
+    if let Some(id) = c.restored_from {
+        s += &format!("; restored from #{id}");
+    }
+    if c.restarts > 0 {
+        s += &format!("; {} restart(s)", c.restarts);
+    }
+    s
 }
 
 fn human(rate: f64) -> String {
@@ -198,6 +244,9 @@ fn print_summary(job: &Job, summary: &JobSummary) {
             v.name, v.role, v.records_in, v.records_out
         );
     }
+    if job.spec().checkpoint.is_some() || summary.checkpoints.restored_from.is_some() {
+        let _ = writeln!(s, "  checkpoints: {}", describe(&summary.checkpoints));
+    }
     for v in &job.spec().vertices {
         if let VertexKind::Sink(config) = &v.kind
             && let Some(location) = config.location(&job.spec().base_dir)
@@ -219,10 +268,15 @@ fn write_summary_json(path: &Path, job: &Job, summary: &JobSummary) -> anyhow::R
             })
         })
         .collect();
+    let c = &summary.checkpoints;
     let json = serde_json::json!({
         "job": job.spec().name,
         "duration_seconds": summary.duration.as_secs_f64(),
         "vertices": vertices,
+        "checkpoints": {
+            "completed": c.completed, "failed": c.failed,
+            "restored_from": c.restored_from, "restarts": c.restarts,
+        },
     });
     std::fs::write(path, serde_json::to_vec_pretty(&json)?)
         .with_context(|| format!("cannot write the summary to {}", path.display()))

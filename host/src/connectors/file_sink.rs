@@ -1,7 +1,7 @@
 //! The file sink: one line per record into `part-<subtask>` files of a directory.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,11 @@ const WRITE_BUFFER: usize = 1 << 20;
 /// per record. The directory is created if missing; each subtask truncates its file when it
 /// starts, and subtask 0 removes the `part-<n>` files with `n >= parallelism` that an earlier
 /// run with a higher parallelism left behind, so the directory holds exactly this run's output.
+///
+/// On a checkpoint barrier the file is synced and its length recorded; a job restored from
+/// that checkpoint cuts the file back to that length and appends from there, so the file
+/// holds every record exactly once after a crash. (Lines written after the last checkpoint
+/// are visible until the cut: readers that must never see them want a transactional sink.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSinkConfig {
@@ -61,6 +66,7 @@ impl FileSinkConfig {
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
+        restore: Option<&serde_json::Value>,
     ) -> Result<FileSink, ConnectorError> {
         let dir = resolve(base_dir, &self.path);
         std::fs::create_dir_all(&dir)
@@ -69,8 +75,11 @@ impl FileSinkConfig {
             remove_stale_parts(&dir, parallelism)?;
         }
         let path = dir.join(format!("part-{subtask}"));
-        let file = File::create(&path)
-            .map_err(|e| ConnectorError::file("create the output file", &path, e))?;
+        let file = match restore {
+            None => File::create(&path)
+                .map_err(|e| ConnectorError::file("create the output file", &path, e))?,
+            Some(state) => reopen(&path, state)?,
+        };
         tracing::debug!(path = %path.display(), "file sink subtask {subtask}/{parallelism} writing");
         Ok(FileSink {
             out: BufWriter::with_capacity(WRITE_BUFFER, file),
@@ -79,6 +88,43 @@ impl FileSinkConfig {
             line: Vec::new(),
         })
     }
+}
+
+/// What the file sink records in a checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+struct Committed {
+    /// Bytes of the part file that belong to the checkpoint.
+    len: u64,
+}
+
+/// Opens the part file of a restored sink and cuts it back to its checkpointed length.
+fn reopen(path: &Path, state: &serde_json::Value) -> Result<File, ConnectorError> {
+    let committed = Committed::deserialize(state).map_err(|e| {
+        ConnectorError::Invalid(format!(
+            "the checkpointed state of the file sink for {} is not valid: {e}",
+            path.display()
+        ))
+    })?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| ConnectorError::file("reopen the checkpointed output file", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| ConnectorError::file("read", path, e))?
+        .len();
+    if len < committed.len {
+        return Err(ConnectorError::Invalid(format!(
+            "output file {} has {len} bytes but the checkpoint recorded {}: it was truncated or \
+             replaced outside weir; restore its content or run the job with --fresh",
+            path.display(),
+            committed.len
+        )));
+    }
+    file.set_len(committed.len)
+        .and_then(|()| file.seek(std::io::SeekFrom::End(0)).map(|_| ()))
+        .map_err(|e| ConnectorError::file("cut back", path, e))?;
+    Ok(file)
 }
 
 /// Removes `part-<n>` with `n >= parallelism` from `dir`.
@@ -132,6 +178,16 @@ impl Sink for FileSink {
             .get_ref()
             .sync_all()
             .map_err(|e| ConnectorError::file("sync", &self.path, e))
+    }
+
+    fn snapshot(&mut self, _checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
+        self.flush()?;
+        let len = self
+            .out
+            .get_mut()
+            .stream_position()
+            .map_err(|e| ConnectorError::file("read the position in", &self.path, e))?;
+        Ok(serde_json::to_value(Committed { len }).expect("serializes"))
     }
 }
 
@@ -203,6 +259,31 @@ mod tests {
         assert_eq!(names, ["part-0", "part-x"]);
         let part = std::fs::read_to_string(dir.path().join("out/part-0")).unwrap();
         assert_eq!(part, "new\n");
+    }
+
+    #[test]
+    fn a_restored_sink_cuts_back_to_the_checkpoint_and_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config("out", "value");
+        let mut sink = cfg.build(dir.path(), 0, 1).unwrap();
+        sink.write(&batch(&["a", "b"])).unwrap();
+        let state = sink.snapshot(1).unwrap();
+        sink.write(&batch(&["after the checkpoint"])).unwrap();
+        sink.flush().unwrap();
+        drop(sink);
+        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state)).unwrap();
+        sink.write(&batch(&["c"])).unwrap();
+        sink.flush().unwrap();
+        let part = std::fs::read_to_string(dir.path().join("out/part-0")).unwrap();
+        assert_eq!(part, "a\nb\nc\n");
+
+        std::fs::write(dir.path().join("out/part-0"), "a").unwrap();
+        let err = cfg
+            .restore(dir.path(), 0, 1, Some(&state))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("truncated or replaced outside weir"), "{err}");
     }
 
     #[test]

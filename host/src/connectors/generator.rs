@@ -46,9 +46,9 @@ pub struct GeneratorConfig {
     /// Words per record in mode `"words"` (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub words_per_line: Option<u32>,
-    /// Distinct words in modes `"words"` and `"keyed_words"` (default 100000). Word ranks
-    /// follow Zipf's law with exponent 1: the `r`-th most frequent word occurs about `1 / r`
-    /// as often as the most frequent one.
+    /// Distinct words in modes `"words"`, `"keyed_words"` and `"keyed_cycle"` (default
+    /// 100000). In the first two, word ranks follow Zipf's law with exponent 1: the `r`-th
+    /// most frequent word occurs about `1 / r` as often as the most frequent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vocabulary: Option<u32>,
 }
@@ -64,6 +64,10 @@ pub enum GeneratorMode {
     Words,
     /// One word per record; key = value = the word.
     KeyedWords,
+    /// One word per record, key = value = the word of rank `index mod vocabulary`: every word
+    /// once per round, so the keyed state of a job holds exactly `vocabulary` keys after one
+    /// round (for benchmarks of state size).
+    KeyedCycle,
 }
 
 impl GeneratorConfig {
@@ -99,8 +103,8 @@ impl GeneratorConfig {
                 "vocabulary = {v} is too large: at most {MAX_VOCABULARY} distinct words are supported"
             )),
             Some(_) if self.mode == GeneratorMode::Sequence => Err(
-                "vocabulary only applies to mode = \"words\" or \"keyed_words\", but mode is \
-                 \"sequence\"; remove vocabulary or choose a words mode"
+                "vocabulary only applies to mode = \"words\", \"keyed_words\" or \"keyed_cycle\", \
+                 but mode is \"sequence\"; remove vocabulary or choose a words mode"
                     .into(),
             ),
             _ => Ok(()),
@@ -108,7 +112,10 @@ impl GeneratorConfig {
     }
 
     pub(super) fn produces_keys(&self) -> bool {
-        self.mode == GeneratorMode::KeyedWords
+        matches!(
+            self.mode,
+            GeneratorMode::KeyedWords | GeneratorMode::KeyedCycle
+        )
     }
 
     pub(super) fn is_bounded(&self) -> bool {
@@ -122,7 +129,7 @@ impl GeneratorConfig {
     ) -> Result<Generator, ConnectorError> {
         self.validate().map_err(ConnectorError::Invalid)?;
         let words = match self.mode {
-            GeneratorMode::Sequence => Vec::new(),
+            GeneratorMode::Sequence | GeneratorMode::KeyedCycle => Vec::new(),
             GeneratorMode::Words | GeneratorMode::KeyedWords => {
                 zipf_table(self.vocabulary.unwrap_or(DEFAULT_VOCABULARY))
             }
@@ -133,6 +140,7 @@ impl GeneratorConfig {
             mode: self.mode,
             words_per_line: self.words_per_line.unwrap_or(DEFAULT_WORDS_PER_LINE),
             zipf: words,
+            vocabulary: u64::from(self.vocabulary.unwrap_or(DEFAULT_VOCABULARY)),
             subtask: subtask as u64,
             parallelism: parallelism as u64,
             next: subtask as u64,
@@ -148,6 +156,7 @@ impl GeneratorMode {
             GeneratorMode::Sequence => "\"sequence\"",
             GeneratorMode::Words => "\"words\"",
             GeneratorMode::KeyedWords => "\"keyed_words\"",
+            GeneratorMode::KeyedCycle => "\"keyed_cycle\"",
         }
     }
 }
@@ -160,8 +169,9 @@ pub(super) struct Generator {
     end: u64,
     mode: GeneratorMode,
     words_per_line: u32,
-    /// Cumulative Zipf weights of the word ranks (empty in mode `sequence`).
+    /// Cumulative Zipf weights of the word ranks (empty in modes `sequence`, `keyed_cycle`).
     zipf: Vec<f64>,
+    vocabulary: u64,
     subtask: u64,
     parallelism: u64,
     /// The global index of the next record; `≡ subtask (mod parallelism)`.
@@ -189,9 +199,13 @@ impl Generator {
                     }
                 });
             }
-            GeneratorMode::KeyedWords => {
+            GeneratorMode::KeyedWords | GeneratorMode::KeyedCycle => {
+                let rank = match self.mode {
+                    GeneratorMode::KeyedCycle => (i % self.vocabulary) as usize,
+                    _ => zipf_rank(&self.zipf, rng.next_f64()),
+                };
                 self.word.clear();
-                push_word(&mut self.word, zipf_rank(&self.zipf, rng.next_f64()));
+                push_word(&mut self.word, rank);
                 let word = &self.word;
                 out.push_with(Kind::Insert, Some(word), None, |buf| {
                     buf.extend_from_slice(word)
@@ -482,6 +496,23 @@ mod tests {
             assert_eq!(key.as_deref(), Some(&value[..]));
             assert!(!value.contains(&b' '));
         }
+    }
+
+    #[test]
+    fn keyed_cycle_emits_every_word_once_per_round() {
+        let recs = run(
+            &config("mode = \"keyed_cycle\"\ncount = 2500\nvocabulary = 1000"),
+            3,
+        );
+        let mut freq: HashMap<Vec<u8>, usize> = HashMap::new();
+        for (key, v) in recs {
+            assert_eq!(key.as_deref(), Some(&v[..]));
+            *freq.entry(v).or_default() += 1;
+        }
+        assert_eq!(freq.len(), 1000, "every word of the vocabulary");
+        let twice = freq.values().filter(|&&n| n == 3).count();
+        assert_eq!(twice, 500, "ranks 0..500 had a third round");
+        assert!(freq.values().all(|&n| n == 2 || n == 3));
     }
 
     #[test]

@@ -111,8 +111,20 @@ pub trait Source: Send {
 pub trait Sink: Send {
     /// Writes every record of `batch`.
     fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError>;
-    /// Makes everything written so far durable (at the end of input, later on barriers).
+    /// Makes everything written so far durable (at the end of input).
     fn flush(&mut self) -> Result<(), ConnectorError>;
+    /// Checkpoint barrier `checkpoint`: makes everything written so far durable and returns
+    /// what a restore from this checkpoint needs. This is where a two-phase-commit sink
+    /// pre-commits its transaction.
+    fn snapshot(&mut self, _checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
+        self.flush()?;
+        Ok(serde_json::Value::Null)
+    }
+    /// Checkpoint `checkpoint` is complete: a two-phase-commit sink commits what its
+    /// snapshot for it pre-committed.
+    fn notify_complete(&mut self, _checkpoint: u64) -> Result<(), ConnectorError> {
+        Ok(())
+    }
 }
 
 /// The configuration of a `[[source]]` table, selected by its `type` key.
@@ -223,10 +235,22 @@ impl SinkConfig {
         subtask: usize,
         parallelism: usize,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
+        self.restore(base_dir, subtask, parallelism, None)
+    }
+
+    /// Builds subtask `subtask` of `parallelism`, continuing from `state` (what
+    /// [`Sink::snapshot`] returned) when given.
+    pub(crate) fn restore(
+        &self,
+        base_dir: &Path,
+        subtask: usize,
+        parallelism: usize,
+        state: Option<&serde_json::Value>,
+    ) -> Result<Box<dyn Sink>, ConnectorError> {
         check_subtask(subtask, parallelism)?;
         Ok(match self {
             SinkConfig::Print(c) => Box::new(c.build(subtask, parallelism)),
-            SinkConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism)?),
+            SinkConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism, state)?),
             SinkConfig::Discard(_) => Box::new(discard_sink::DiscardSink),
         })
     }

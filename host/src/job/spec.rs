@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
 use crate::runtime::native;
 
@@ -114,6 +115,10 @@ pub struct JobSpec {
     pub vertices: Vec<Vertex>,
     /// The directory relative paths in the spec are resolved against.
     pub base_dir: PathBuf,
+    /// The `[checkpoint]` table: checkpointing is on when it is present.
+    pub checkpoint: Option<CheckpointConfig>,
+    /// The `[restart]` table, or Flink's default for the checkpoint setting.
+    pub restart: RestartStrategy,
 }
 
 #[derive(Deserialize)]
@@ -126,6 +131,8 @@ struct RawFile {
     operator: Vec<RawOperator>,
     #[serde(default)]
     sink: Vec<toml::Table>,
+    checkpoint: Option<CheckpointConfig>,
+    restart: Option<RestartStrategy>,
 }
 
 #[derive(Deserialize, Default)]
@@ -276,6 +283,13 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         ));
     }
     let default_parallelism = job.parallelism.unwrap_or(1);
+    if let Some(c) = &raw.checkpoint {
+        c.validate().map_err(|e| format!("[checkpoint]: {e}"))?;
+    }
+    let restart = raw
+        .restart
+        .unwrap_or_else(|| RestartStrategy::default_for(raw.checkpoint.is_some()));
+    restart.validate()?;
 
     // Collect every vertex with its unresolved inputs.
     struct Pending {
@@ -552,6 +566,8 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         max_parallelism,
         vertices,
         base_dir: base_dir.to_path_buf(),
+        checkpoint: raw.checkpoint,
+        restart,
     })
 }
 

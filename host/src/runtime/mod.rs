@@ -5,10 +5,12 @@
 //! can be watched while it runs and whose [`RunningJob::wait`] reports the first failure with
 //! the operator that caused it.
 
+pub(crate) mod barrier;
 pub(crate) mod key_group;
 pub(crate) mod native;
 pub(crate) mod operator;
 pub(crate) mod output;
+mod supervisor;
 mod task;
 
 use std::collections::HashMap;
@@ -17,13 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::storage::CheckpointStore;
+use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, RestoreFrom, Restored};
 use crate::job::plan::Plan;
-use crate::job::spec::{EdgeKind, JobSpec, OperatorCode, VertexKind};
+use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::wasm::{OperatorComponent, WasmEngine, WasmError};
-use output::{Message, Target};
-
-/// Batches a channel holds before its sender blocks.
-const CHANNEL_CAPACITY: usize = 8;
 
 /// Why a job could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +47,14 @@ pub enum JobError {
     Spawn(std::io::Error),
     #[error("the job was cancelled")]
     Cancelled,
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Too many checkpoints failed in a row.
+    #[error("{0}")]
+    CheckpointFailed(String),
+    /// The job failed and its restart strategy allows no more restarts.
+    #[error(transparent)]
+    Restarts(Box<RestartsExhausted<JobError>>),
 }
 
 /// Counters of one vertex, summed over its subtasks.
@@ -63,11 +71,39 @@ pub struct VertexMetrics {
 #[derive(Debug)]
 pub struct Metrics {
     pub vertices: Vec<VertexMetrics>,
+    checkpoints: Mutex<CheckpointStatus>,
+}
+
+/// How checkpointing and recovery of a job are going.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointStatus {
+    pub completed: u64,
+    /// Checkpoints aborted for a reason other than a newer one completing first.
+    pub failed: u64,
+    /// The last completed checkpoint.
+    pub last: Option<HistoryEntry>,
+    /// The checkpoint the job (last) restored from.
+    pub restored_from: Option<u64>,
+    /// Restarts after failures.
+    pub restarts: u32,
+}
+
+impl Metrics {
+    /// A copy of the checkpoint counters.
+    pub fn checkpoint_status(&self) -> CheckpointStatus {
+        self.checkpoints().clone()
+    }
 }
 
 /// A job whose operators are loaded and linked, ready to start (any number of times).
 #[derive(Debug)]
 pub struct Job {
+    parts: Arc<JobParts>,
+}
+
+/// What every attempt of a job starts from.
+#[derive(Debug)]
+pub(crate) struct JobParts {
     spec: Arc<JobSpec>,
     plan: Plan,
     components: HashMap<usize, OperatorComponent>,
@@ -102,19 +138,45 @@ impl Job {
         }
         let plan = Plan::new(&spec);
         Ok(Job {
-            spec: Arc::new(spec),
-            plan,
-            components,
+            parts: Arc::new(JobParts {
+                spec: Arc::new(spec),
+                plan,
+                components,
+            }),
         })
     }
 
     pub fn spec(&self) -> &JobSpec {
-        &self.spec
+        &self.parts.spec
     }
 
-    /// Starts every task of the job.
+    /// Starts the job from its newest checkpoint, if it has one (see [`Job::start_from`]).
     pub fn start(&self) -> Result<RunningJob, JobError> {
-        let spec = &self.spec;
+        self.start_from(RestoreFrom::Latest)
+    }
+
+    /// Starts every task of the job, restored from a checkpoint as `from` says. With
+    /// checkpointing on, a failed task restarts the job from its newest checkpoint under the
+    /// spec's restart strategy.
+    pub fn start_from(&self, from: RestoreFrom) -> Result<RunningJob, JobError> {
+        let spec = &self.parts.spec;
+        let store = match &spec.checkpoint {
+            Some(c) => Some(CheckpointStore::open(
+                &spec.base_dir.join(&c.dir),
+                &spec.name,
+            )?),
+            None => None,
+        };
+        let restore = match (from, &store) {
+            (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
+            (RestoreFrom::Latest, Some(store)) => store
+                .latest(|m| crate::checkpoint::fits(m, spec))?
+                .map(|meta| Restored {
+                    dir: store.dir_of(meta.checkpoint),
+                    meta,
+                }),
+            (RestoreFrom::Path(dir), _) => Some(Restored::load(&dir, spec)?),
+        };
         let metrics = Arc::new(Metrics {
             vertices: spec
                 .vertices
@@ -127,112 +189,72 @@ impl Job {
                     records_out: AtomicU64::new(0),
                 })
                 .collect(),
+            checkpoints: Mutex::new(CheckpointStatus::default()),
         });
-
-        // Channels: inputs[chain][subtask] and targets[chain][subtask].
-        let chains = &self.plan.chains;
-        let mut inputs: Vec<Vec<Vec<crossbeam_channel::Receiver<Message>>>> = chains
-            .iter()
-            .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
-            .collect();
-        let mut targets: Vec<Vec<Vec<Target>>> = chains
-            .iter()
-            .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
-            .collect();
-        for conn in &self.plan.connections {
-            let (up, down) = (
-                chains[conn.from_chain].parallelism,
-                chains[conn.to_chain].parallelism,
+        let flags = Arc::new(Shared::default());
+        let supervisor = {
+            let (parts, metrics, flags) = (
+                Arc::clone(&self.parts),
+                Arc::clone(&metrics),
+                Arc::clone(&flags),
             );
-            for u in 0..up {
-                let mut senders = Vec::new();
-                for d in 0..down {
-                    if conn.edge == EdgeKind::Forward && d != u {
-                        continue;
-                    }
-                    let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-                    senders.push(tx);
-                    inputs[conn.to_chain][d as usize].push(rx);
-                }
-                targets[conn.from_chain][u as usize].push(Target::new(
-                    spec.vertices[chains[conn.to_chain].head()].name.clone(),
-                    conn.side_output.clone(),
-                    conn.edge,
-                    senders,
-                    spec.max_parallelism,
-                ));
-            }
-        }
-
-        let shared = Arc::new(Shared {
-            failure: Mutex::new(None),
-            cancelled: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-        });
-        let mut threads = Vec::new();
-        for (c, chain) in chains.iter().enumerate() {
-            for s in (0..chain.parallelism).rev() {
-                let setup = task::TaskSetup {
-                    spec: Arc::clone(spec),
-                    chain: chain.vertices.clone(),
-                    subtask: s,
-                    inputs: inputs[c].pop().unwrap_or_default(),
-                    targets: targets[c].pop().unwrap_or_default(),
-                    components: chain
-                        .vertices
-                        .iter()
-                        .filter_map(|v| self.components.get(v).map(|c| (*v, c.clone())))
-                        .collect(),
-                    metrics: Arc::clone(&metrics),
-                    shared: Arc::clone(&shared),
-                };
-                let name = format!("{}-{s}", spec.vertices[chain.head()].name);
-                let shared = Arc::clone(&shared);
-                let handle = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || {
-                        if let Err(e) = task::run(setup) {
-                            shared.fail(e);
-                        }
-                    })
-                    .map_err(JobError::Spawn)?;
-                threads.push(handle);
-            }
-        }
+            std::thread::Builder::new()
+                .name("supervisor".into())
+                .spawn(move || {
+                    supervisor::supervise(parts, metrics, flags, store, restore.map(Arc::new))
+                })
+                .map_err(JobError::Spawn)?
+        };
         Ok(RunningJob {
             metrics,
-            threads,
-            shared,
+            supervisor,
+            shared: flags,
             started: Instant::now(),
+            checkpointing: spec.checkpoint.is_some(),
         })
     }
 }
 
-/// What the tasks of one job share.
-#[derive(Debug)]
+/// Flags the tasks of one attempt look at: the attempt's own cancellation, and the job's
+/// (set by the user through [`JobControl`]).
+#[derive(Debug, Default)]
 pub(crate) struct Shared {
-    failure: Mutex<Option<JobError>>,
     cancelled: AtomicBool,
+    /// The job's flags; `None` in the job's own instance.
+    job: Option<Arc<Shared>>,
     /// Sources end their input at the next poll, and the job drains and finishes.
     stopping: AtomicBool,
 }
 
 impl Shared {
-    /// Records the first failure and makes every task stop.
-    pub(crate) fn fail(&self, e: JobError) {
-        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_none() {
-            *f = Some(e);
+    /// The flags of a new attempt of the job whose flags are `job`.
+    pub(crate) fn attempt(job: &Arc<Shared>) -> Shared {
+        Shared {
+            job: Some(Arc::clone(job)),
+            ..Shared::default()
         }
+    }
+
+    /// Makes every task of the attempt (or of the job) stop.
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
+            || self.job.as_ref().is_some_and(|j| j.is_cancelled())
+    }
+
+    /// Whether the user cancelled the job.
+    pub(crate) fn is_user_cancelled(&self) -> bool {
+        match &self.job {
+            Some(j) => j.is_cancelled(),
+            None => self.cancelled.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
+        self.stopping.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_stopping())
     }
 }
 
@@ -240,9 +262,10 @@ impl Shared {
 #[derive(Debug)]
 pub struct RunningJob {
     metrics: Arc<Metrics>,
-    threads: Vec<JoinHandle<()>>,
+    supervisor: JoinHandle<Result<(), JobError>>,
     shared: Arc<Shared>,
     started: Instant,
+    checkpointing: bool,
 }
 
 /// Stops or cancels a running job from anywhere; see [`RunningJob::control`].
@@ -259,7 +282,7 @@ impl JobControl {
 
     /// See [`RunningJob::cancel`].
     pub fn cancel(&self) {
-        self.shared.fail(JobError::Cancelled);
+        self.shared.cancel();
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -281,6 +304,7 @@ pub struct VertexSummary {
 pub struct JobSummary {
     pub duration: Duration,
     pub vertices: Vec<VertexSummary>,
+    pub checkpoints: CheckpointStatus,
 }
 
 impl RunningJob {
@@ -288,9 +312,14 @@ impl RunningJob {
         &self.metrics
     }
 
-    /// Whether every task has ended (successfully or not).
+    /// Whether the job takes checkpoints.
+    pub fn checkpointing(&self) -> bool {
+        self.checkpointing
+    }
+
+    /// Whether the job has ended (successfully or not).
     pub fn is_finished(&self) -> bool {
-        self.threads.iter().all(JoinHandle::is_finished)
+        self.supervisor.is_finished()
     }
 
     /// Asks every task to stop; [`RunningJob::wait`] then returns [`JobError::Cancelled`].
@@ -313,33 +342,20 @@ impl RunningJob {
         }
     }
 
-    /// Waits for every task; the error is the first failure, naming its operator.
+    /// Waits for the job to end; the error is the failure that ended it, naming its operator.
     pub fn wait(self) -> Result<JobSummary, JobError> {
-        for t in self.threads {
-            if let Err(panic) = t.join() {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                self.shared.fail(JobError::Task {
+        match self.supervisor.join() {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(JobError::Task {
                     role: "task",
-                    name: "runtime".into(),
+                    name: "supervisor".into(),
                     uid: None,
                     subtask: 0,
                     parallelism: 1,
-                    message: format!("internal error (please report): {message}"),
+                    message: "internal error (please report): the supervisor panicked".into(),
                 });
             }
-        }
-        if let Some(e) = self
-            .shared
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            return Err(e);
         }
         Ok(JobSummary {
             duration: self.started.elapsed(),
@@ -354,6 +370,7 @@ impl RunningJob {
                     records_out: v.records_out.load(Ordering::Relaxed),
                 })
                 .collect(),
+            checkpoints: self.metrics.checkpoint_status(),
         })
     }
 }

@@ -65,6 +65,17 @@ struct CountWords {
 }
 
 impl Operator for CountWords {
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
+        self.state.snapshot(std::iter::empty(), out);
+        Ok(true)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+        self.state
+            .restore(snapshot, |_| {})
+            .map_err(|e| OperatorError::Contract(e.to_string()))
+    }
+
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
         for rec in input.iter() {
             let key = rec.key.ok_or_else(|| {

@@ -47,6 +47,18 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Appends a snapshot of the operator's keyed state and timers to `out` (on a checkpoint
+    /// barrier); `false` when it has none.
+    fn snapshot(&mut self, _out: &mut Vec<u8>) -> Result<bool, OperatorError> {
+        Ok(false)
+    }
+
+    /// Adds the part of `snapshot` (written by [`Operator::snapshot`] of any subtask of this
+    /// operator) that belongs to this subtask's key groups; called before `open`.
+    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
     /// Records emitted to side outputs by the last `process` or `close`, by side output name.
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         Vec::new()

@@ -14,6 +14,8 @@ use crate::job::spec::EdgeKind;
 #[derive(Debug)]
 pub enum Message {
     Data(Batch),
+    /// Checkpoint barrier `n`: every record sent before it belongs to checkpoint `n`.
+    Barrier(u64),
     /// The sender has no more records.
     End,
 }
@@ -149,12 +151,21 @@ impl Output {
         Ok(())
     }
 
+    /// Flushes and sends barrier `n` to every downstream subtask, after the records before it.
+    pub(crate) fn barrier(&mut self, n: u64) -> Result<(), Disconnected> {
+        self.broadcast(|| Message::Barrier(n))
+    }
+
     /// Flushes and tells every downstream subtask that this one is done.
     pub(crate) fn end(&mut self) -> Result<(), Disconnected> {
+        self.broadcast(|| Message::End)
+    }
+
+    fn broadcast(&mut self, message: impl Fn() -> Message) -> Result<(), Disconnected> {
         self.flush()?;
         for t in &self.targets {
             for s in &t.senders {
-                s.send(Message::End).map_err(|_| Disconnected)?;
+                s.send(message()).map_err(|_| Disconnected)?;
             }
         }
         Ok(())
@@ -172,6 +183,7 @@ mod tests {
         while let Ok(m) = rx.try_recv() {
             match m {
                 Message::Data(b) => out.extend(b.iter().map(|r| r.value.to_vec())),
+                Message::Barrier(n) => out.push(format!("<barrier {n}>").into_bytes()),
                 Message::End => out.push(b"<end>".to_vec()),
             }
         }

@@ -4,19 +4,29 @@
 //! other chain selects over its input channels. When the input ends, operators are closed in
 //! chain order (each one's last output still flows to the next), sinks are flushed, and the
 //! end is passed downstream.
+//!
+//! Checkpoints: a source task gets a trigger from the supervisor, a downstream task aligns
+//! the barriers of its inputs (see [`super::barrier`]). Either then forwards the barrier,
+//! snapshots the chain (source position, operator state, sink pre-commit) and hands the
+//! bytes to the snapshot writer, which writes them off this thread.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select};
+use crossbeam_channel::{Receiver, Select, Sender};
 
+use super::barrier::{Aligner, Alignment, Progress};
 use super::native;
 use super::operator::{Operator, OperatorContext};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
 use crate::batch::{BATCH_RECORDS, Batch};
+use crate::checkpoint::Restored;
+use crate::checkpoint::coordinator::TaskId;
+use crate::checkpoint::storage::SubtaskState;
 use crate::connectors::{Poll, Sink, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::wasm::{OperatorComponent, WasmOperator};
@@ -26,13 +36,55 @@ const MAX_IDLE: Duration = Duration::from_millis(100);
 
 pub(crate) struct TaskSetup {
     pub spec: Arc<JobSpec>,
+    pub task: TaskId,
     pub chain: Vec<usize>,
-    pub subtask: u32,
     pub inputs: Vec<Receiver<Message>>,
     pub targets: Vec<Target>,
     pub components: HashMap<usize, OperatorComponent>,
     pub metrics: Arc<Metrics>,
     pub shared: Arc<Shared>,
+    pub control: Receiver<Control>,
+    pub snapshots: Sender<TaskSnapshot>,
+    pub alignment: Alignment,
+    pub restore: Option<Arc<Restored>>,
+}
+
+/// What the supervisor tells a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Take checkpoint `n` (sent to source tasks).
+    Trigger(u64),
+    /// Checkpoint `n` is complete (sinks commit).
+    Complete(u64),
+}
+
+/// A task's snapshot for checkpoint `id`, on its way to the writer.
+#[derive(Debug)]
+pub(crate) struct TaskSnapshot {
+    pub id: u64,
+    pub task: TaskId,
+    pub alignment: Duration,
+    /// The synchronous part: copying the state (and a sink's pre-commit).
+    pub sync: Duration,
+    pub parts: Vec<Part>,
+}
+
+/// The snapshot of one vertex of the chain.
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub vertex: usize,
+    pub state: PartState,
+}
+
+#[derive(Debug)]
+pub(crate) enum PartState {
+    Source(serde_json::Value),
+    Keyed {
+        bytes: Vec<u8>,
+        key_groups: Range<u32>,
+    },
+    Stateless,
+    Sink(serde_json::Value),
 }
 
 enum Stage {
@@ -52,6 +104,10 @@ struct Chain {
     bufs: Vec<Batch>,
     output: Output,
     metrics: Arc<Metrics>,
+    snapshots: Sender<TaskSnapshot>,
+    task: TaskId,
+    /// The last checkpoint this task snapshotted.
+    last_snapshot: Option<u64>,
     /// Side-output records no vertex reads, by vertex and side output name.
     side_dropped: std::collections::BTreeMap<(usize, String), u64>,
 }
@@ -68,19 +124,23 @@ impl From<Disconnected> for Stop {
     }
 }
 
-/// Runs the task; `Err` is this task's own failure (not the echo of another's).
-pub(crate) fn run(setup: TaskSetup) -> Result<(), JobError> {
-    let shared = Arc::clone(&setup.shared);
+/// How a task ended.
+#[derive(Debug)]
+pub(crate) enum TaskEnd {
+    /// Its input ended and everything was processed; the last checkpoint it snapshotted.
+    Finished(Option<u64>),
+    /// It failed.
+    Failed(JobError),
+    /// It stopped because the attempt was cancelled or a peer went away.
+    Stopped,
+}
+
+/// Runs the task to its end.
+pub(crate) fn run(setup: TaskSetup) -> TaskEnd {
     match run_inner(setup) {
-        Ok(()) => Ok(()),
-        Err(Stop::Failed(e)) => Err(e),
-        Err(Stop::Disconnected) => {
-            if !shared.is_cancelled() {
-                // A peer went away without recording why: make sure the job still fails.
-                shared.fail(JobError::Cancelled);
-            }
-            Ok(())
-        }
+        Ok(last) => TaskEnd::Finished(last),
+        Err(Stop::Failed(e)) => TaskEnd::Failed(e),
+        Err(Stop::Disconnected) => TaskEnd::Stopped,
     }
 }
 
@@ -99,25 +159,51 @@ fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
     })
 }
 
-fn run_inner(mut setup: TaskSetup) -> Result<(), Stop> {
+fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
     let spec = Arc::clone(&setup.spec);
-    let s = setup.subtask;
+    let s = setup.task.subtask;
     let head = setup.chain[0];
+    let restore = setup.restore.clone();
+    if let Some(r) = &restore
+        && setup
+            .chain
+            .iter()
+            .all(|&v| r.is_finished(&spec.vertices[v].name, s))
+    {
+        // Finished before the checkpoint: its output is in the downstream state already.
+        // Downstream tasks may have finished too and be gone, which is fine.
+        let _ = Output::new(std::mem::take(&mut setup.targets)).end();
+        return Ok(None);
+    }
     let source = match &spec.vertices[head].kind {
         VertexKind::Source(config) => {
+            let fail = |e: String| error(&spec, head, s, e);
             let p = spec.vertices[head].parallelism as usize;
-            Some(
-                config
-                    .build(&spec.base_dir, s as usize, p)
-                    .map_err(|e| error(&spec, head, s, e.to_string()))?,
-            )
+            let mut source = config
+                .build(&spec.base_dir, s as usize, p)
+                .map_err(|e| fail(e.to_string()))?;
+            if let Some(position) = restore
+                .as_ref()
+                .and_then(|r| r.source_position(&spec.vertices[head].name, s))
+            {
+                source
+                    .restore(position)
+                    .map_err(|e| fail(format!("cannot resume from the checkpoint: {e}")))?;
+            }
+            Some(source)
         }
         _ => None,
     };
     let rest: Vec<usize> = setup.chain[usize::from(source.is_some())..].to_vec();
     let mut stages = Vec::with_capacity(rest.len());
     for &v in &rest {
-        stages.push(build_stage(&spec, v, s, &mut setup.components)?);
+        stages.push(build_stage(
+            &spec,
+            v,
+            s,
+            &mut setup.components,
+            restore.as_deref(),
+        )?);
     }
     let mut chain = Chain {
         tail: *setup.chain.last().expect("a chain has a vertex"),
@@ -129,6 +215,9 @@ fn run_inner(mut setup: TaskSetup) -> Result<(), Stop> {
         output: Output::new(std::mem::take(&mut setup.targets)),
         side_dropped: Default::default(),
         metrics: Arc::clone(&setup.metrics),
+        snapshots: setup.snapshots.clone(),
+        task: setup.task,
+        last_snapshot: None,
     };
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
@@ -143,11 +232,20 @@ fn run_inner(mut setup: TaskSetup) -> Result<(), Stop> {
     chain.finish()
 }
 
+impl Restored {
+    /// Whether vertex `name`'s subtask `s` had finished in the restored checkpoint.
+    fn is_finished(&self, name: &str, s: u32) -> bool {
+        self.subtask(name, s)
+            .is_some_and(|st| matches!(st, SubtaskState::Finished))
+    }
+}
+
 fn build_stage(
     spec: &JobSpec,
     v: usize,
     s: u32,
     components: &mut HashMap<usize, OperatorComponent>,
+    restore: Option<&Restored>,
 ) -> Result<Stage, Stop> {
     let vertex = &spec.vertices[v];
     match &vertex.kind {
@@ -161,7 +259,8 @@ fn build_stage(
                 key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
                 config: config.clone(),
             };
-            let op: Box<dyn Operator> = match code {
+            let groups = ctx.key_groups.clone();
+            let mut op: Box<dyn Operator> = match code {
                 OperatorCode::Native(name) => native::build(name, &ctx),
                 OperatorCode::Wasm(_) => {
                     let component = components
@@ -171,12 +270,32 @@ fn build_stage(
                 }
             }
             .map_err(|e| error(spec, v, s, e.to_string()))?;
+            if let Some(r) = restore {
+                let snapshots = r
+                    .operator_state(uid, &groups)
+                    .map_err(|e| error(spec, v, s, format!("cannot restore its state: {e}")))?;
+                for bytes in snapshots {
+                    op.restore(&bytes)
+                        .map_err(|e| error(spec, v, s, format!("cannot restore its state: {e}")))?;
+                }
+            }
             Ok(Stage::Operator(op))
         }
-        VertexKind::Sink(config) => config
-            .build(&spec.base_dir, s as usize, vertex.parallelism as usize)
-            .map(Stage::Sink)
-            .map_err(|e| error(spec, v, s, e.to_string())),
+        VertexKind::Sink(config) => {
+            let state = restore.and_then(|r| match r.subtask(&vertex.name, s) {
+                Some(SubtaskState::Sink { state }) => Some(state),
+                _ => None,
+            });
+            config
+                .restore(
+                    &spec.base_dir,
+                    s as usize,
+                    vertex.parallelism as usize,
+                    state,
+                )
+                .map(Stage::Sink)
+                .map_err(|e| error(spec, v, s, e.to_string()))
+        }
         VertexKind::Source(_) => unreachable!("a source only heads a chain"),
     }
 }
@@ -189,6 +308,10 @@ fn run_source(
 ) -> Result<(), Stop> {
     let mut batch = Batch::default();
     let counter = &setup.metrics.vertices[vertex].records_out;
+    let control = |chain: &mut Chain, source: &dyn Source, c: Control| match c {
+        Control::Trigger(n) => chain.checkpoint(n, Some((vertex, source)), Duration::ZERO),
+        Control::Complete(n) => chain.notify_complete(n),
+    };
     loop {
         if setup.shared.is_cancelled() {
             return Err(Stop::Disconnected);
@@ -196,9 +319,12 @@ fn run_source(
         if setup.shared.is_stopping() {
             return Ok(());
         }
+        while let Ok(c) = setup.control.try_recv() {
+            control(chain, source.as_ref(), c)?;
+        }
         let status = source
             .poll(&mut batch, BATCH_RECORDS)
-            .map_err(|e| error(&setup.spec, vertex, setup.subtask, e.to_string()))?;
+            .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, e.to_string()))?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
             chain.push(0, &batch)?;
@@ -208,7 +334,10 @@ fn run_source(
             Poll::Ready => {}
             Poll::Idle(d) => {
                 chain.output.flush()?;
-                std::thread::sleep(d.min(MAX_IDLE));
+                // Wake up for a checkpoint trigger at once.
+                if let Ok(c) = setup.control.recv_timeout(d.min(MAX_IDLE)) {
+                    control(chain, source.as_ref(), c)?;
+                }
             }
             Poll::Finished => return Ok(()),
         }
@@ -217,26 +346,57 @@ fn run_source(
 
 fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
     let inputs = &setup.inputs;
-    let mut select = Select::new();
-    for rx in inputs {
-        select.recv(rx);
-    }
-    let mut open = inputs.len();
-    while open > 0 {
-        let op = select.select();
-        let i = op.index();
-        match op.recv(&inputs[i]) {
-            Ok(Message::Data(batch)) => chain.push(0, &batch)?,
-            Ok(Message::End) => {
-                select.remove(i);
-                open -= 1;
-            }
-            Err(_) => return Err(Stop::Disconnected),
+    let mut aligner = Aligner::new(setup.alignment, inputs.len());
+    let origin = Instant::now();
+    let mut ended = vec![false; inputs.len()];
+    while aligner.open_inputs() > 0 {
+        // The inputs readable now; rebuilt whenever a barrier or an end changes that.
+        let readable: Vec<usize> = (0..inputs.len())
+            .filter(|&i| !ended[i] && !aligner.is_blocked(i))
+            .collect();
+        let mut select = Select::new();
+        for &i in &readable {
+            select.recv(&inputs[i]);
         }
-        // Send partial batches only when no input has more waiting: full batches under load,
-        // low latency when idle.
-        if inputs.iter().all(Receiver::is_empty) {
-            chain.output.flush()?;
+        let control = select.recv(&setup.control);
+        loop {
+            let op = select.select();
+            if op.index() == control {
+                match op.recv(&setup.control) {
+                    Ok(Control::Complete(n)) => chain.notify_complete(n)?,
+                    Ok(Control::Trigger(_)) => {}
+                    Err(_) => return Err(Stop::Disconnected),
+                }
+                continue;
+            }
+            let i = readable[op.index()];
+            let progress = match op.recv(&inputs[i]) {
+                Ok(Message::Data(batch)) => {
+                    chain.push(0, &batch)?;
+                    // Send partial batches only when no readable input has more waiting:
+                    // full batches under load, low latency when idle.
+                    if readable.iter().all(|&i| inputs[i].is_empty()) {
+                        chain.output.flush()?;
+                    }
+                    continue;
+                }
+                Ok(Message::Barrier(n)) => aligner
+                    .on_barrier(i, n, origin.elapsed())
+                    .map_err(|e| chain.fail_task(format!("checkpoint barrier protocol: {e}")))?,
+                Ok(Message::End) => {
+                    ended[i] = true;
+                    aligner.on_end(i, origin.elapsed())
+                }
+                Err(_) => return Err(Stop::Disconnected),
+            };
+            let Progress { aligned, aborted } = progress;
+            for n in aborted {
+                tracing::debug!(task = ?chain.task, "checkpoint {n} abandoned during alignment");
+            }
+            if let Some(a) = aligned {
+                chain.checkpoint(a.id, None, a.alignment)?;
+            }
+            break;
         }
     }
     Ok(())
@@ -245,6 +405,79 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
 impl Chain {
     fn fail(&self, i: usize, message: String) -> Stop {
         error(&self.spec, self.vertices[i], self.subtask, message)
+    }
+
+    /// A failure of the task as a whole, reported for its last vertex.
+    fn fail_task(&self, message: String) -> Stop {
+        error(&self.spec, self.tail, self.subtask, message)
+    }
+
+    /// Checkpoint `n`: forwards the barrier (after every record before it), snapshots the
+    /// source position (a source chain), every operator's state and every sink's
+    /// pre-commit, and hands the snapshot to the writer.
+    fn checkpoint(
+        &mut self,
+        n: u64,
+        source: Option<(usize, &dyn Source)>,
+        alignment: Duration,
+    ) -> Result<(), Stop> {
+        self.output.barrier(n)?;
+        let started = Instant::now();
+        let mut parts = Vec::with_capacity(self.stages.len() + 1);
+        if let Some((vertex, source)) = source {
+            parts.push(Part {
+                vertex,
+                state: PartState::Source(source.position()),
+            });
+        }
+        for i in 0..self.stages.len() {
+            let vertex = self.vertices[i];
+            let state = match &mut self.stages[i] {
+                Stage::Operator(op) => {
+                    let mut bytes = Vec::new();
+                    match op.snapshot(&mut bytes) {
+                        Ok(true) => PartState::Keyed {
+                            bytes,
+                            key_groups: key_group_range(
+                                self.spec.max_parallelism,
+                                self.spec.vertices[vertex].parallelism,
+                                self.subtask,
+                            ),
+                        },
+                        Ok(false) => PartState::Stateless,
+                        Err(e) => return Err(self.fail(i, format!("snapshot failed: {e}"))),
+                    }
+                }
+                Stage::Sink(sink) => match sink.snapshot(n) {
+                    Ok(state) => PartState::Sink(state),
+                    Err(e) => return Err(self.fail(i, format!("pre-commit failed: {e}"))),
+                },
+            };
+            parts.push(Part { vertex, state });
+        }
+        self.last_snapshot = Some(n);
+        let snapshot = TaskSnapshot {
+            id: n,
+            task: self.task,
+            alignment,
+            sync: started.elapsed(),
+            parts,
+        };
+        self.snapshots
+            .send(snapshot)
+            .map_err(|_| Stop::Disconnected)
+    }
+
+    /// Checkpoint `n` completed: sinks commit what they pre-committed for it.
+    fn notify_complete(&mut self, n: u64) -> Result<(), Stop> {
+        for i in 0..self.stages.len() {
+            if let Stage::Sink(sink) = &mut self.stages[i]
+                && let Err(e) = sink.notify_complete(n)
+            {
+                return Err(self.fail(i, format!("commit of checkpoint {n} failed: {e}")));
+            }
+        }
+        Ok(())
     }
 
     /// Sends a batch of the chain's last vertex to the targets that read that output.
@@ -312,8 +545,9 @@ impl Chain {
         }
     }
 
-    /// End of input: closes operators in order, flushes sinks, ends the output.
-    fn finish(mut self) -> Result<(), Stop> {
+    /// End of input: closes operators in order, flushes sinks, ends the output. Returns the
+    /// last checkpoint the task snapshotted.
+    fn finish(mut self) -> Result<Option<u64>, Stop> {
         for i in 0..self.stages.len() {
             match &mut self.stages[i] {
                 Stage::Operator(op) => {
@@ -341,6 +575,7 @@ impl Chain {
                  reads it (read it with input = \"{vertex}.{name}\")"
             );
         }
-        Ok(self.output.end()?)
+        self.output.end()?;
+        Ok(self.last_snapshot)
     }
 }

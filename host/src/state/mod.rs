@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+mod snapshot;
 mod value_table;
 
 use crate::runtime::key_group::key_group;
@@ -183,6 +184,11 @@ impl KeyedState {
         Ok(id)
     }
 
+    /// Whether no state has been declared (or restored).
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
     pub fn name(&self, id: StateId) -> &str {
         &self.states[id.0].name
     }
@@ -331,7 +337,7 @@ impl KeyedState {
             t.iter().flat_map(|m| m.keys().map(|k| &k[..])).collect()
         }
         match &self.states[id.0].table {
-            Table::Value(t) => t.iter().flat_map(ValueTable::keys).collect(),
+            Table::Value(t) => t.iter().flat_map(|t| t.iter().map(|(k, _)| k)).collect(),
             Table::List(t) => collect(t),
             Table::Map(t) => collect(t),
         }

@@ -64,9 +64,13 @@ impl ValueTable {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.table.iter().map(|(k, _)| &k[..])
+    /// Every `(key, value)`, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.table.iter().map(|(k, v)| (&k[..], &v[..]))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
     }
 }
 
@@ -102,6 +106,6 @@ mod tests {
         assert_eq!(t.find(b"a"), None);
         t.set_at(a, b"a", b"again");
         assert_eq!(t.get(t.find(b"a").unwrap()), Some(&b"again"[..]));
-        assert_eq!(t.keys().count(), 1001);
+        assert_eq!(t.iter().count(), 1001);
     }
 }

@@ -175,6 +175,41 @@ impl Operator for WasmOperator {
         Ok(())
     }
 
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
+        let data = self.store.data();
+        if data.state.is_empty()
+            && data.event_timers.is_empty()
+            && data.processing_timers.is_empty()
+        {
+            return Ok(false);
+        }
+        let timers = (data
+            .event_timers
+            .iter()
+            .map(|(ts, k)| (TimeDomain::EventTime, *ts, &k[..])))
+        .chain(
+            data.processing_timers
+                .iter()
+                .map(|(ts, k)| (TimeDomain::ProcessingTime, *ts, &k[..])),
+        );
+        data.state.snapshot(timers, out);
+        Ok(true)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+        let data = self.store.data_mut();
+        let (event, processing) = (&mut data.event_timers, &mut data.processing_timers);
+        data.state
+            .restore(snapshot, |(domain, ts, key)| {
+                let set = match domain {
+                    TimeDomain::EventTime => &mut *event,
+                    TimeDomain::ProcessingTime => &mut *processing,
+                };
+                set.insert((ts, key.into()));
+            })
+            .map_err(|e| OperatorError::Contract(e.to_string()))
+    }
+
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         std::mem::take(&mut self.store.data_mut().side_outputs)
     }

@@ -1,0 +1,281 @@
+//! Checkpoints: when to take them, where they live, what to restore, how to restart.
+//!
+//! A job with a `[checkpoint]` table in its spec is checkpointed every `interval`: the
+//! [`coordinator`] decides when to trigger checkpoint `n` and when it is complete, sources
+//! emit barrier `n` in band, tasks align and snapshot (see `runtime::barrier`), and
+//! [`storage`] writes `<dir>/<job>/chk-<n>/` with a `_metadata` file written last. After a
+//! crash, `weir run` resumes from the newest checkpoint whose files verify; inside a running
+//! job a failed task restarts the job from it under the [`restart`] strategy.
+//!
+//! ```toml
+//! [checkpoint]
+//! interval = "1s"            # required: checkpointing is on when the table is present
+//! dir = "checkpoints"        # default; relative to the job spec's directory
+//! mode = "exactly_once"      # or "at_least_once" (no barrier alignment)
+//! timeout = "10min"          # a checkpoint not complete by then is aborted
+//! min_pause = "0s"           # between the end of one checkpoint and the next trigger
+//! max_concurrent = 1
+//! tolerable_failures = 0     # failed checkpoints in a row before the job restarts
+//! num_retained = 1           # completed checkpoints kept
+//! ```
+
+pub(crate) mod coordinator;
+pub mod restart;
+pub(crate) mod storage;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::spec::{JobSpec, VertexKind};
+pub use restart::{RestartStrategy, RestartsExhausted};
+pub use storage::{CheckpointError, CheckpointHistory, HistoryEntry, OperatorStats};
+use storage::{Metadata, SubtaskState};
+
+/// Flink's `execution.checkpointing.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointMode {
+    /// Tasks with several inputs align barriers: state reflects every record exactly once.
+    #[default]
+    ExactlyOnce,
+    /// No alignment: lower latency under backpressure; after a restore, some records may be
+    /// counted twice, none is lost.
+    AtLeastOnce,
+}
+
+/// The job spec's `[checkpoint]` table, with Flink's names and defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Time between checkpoint triggers.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Where checkpoints go: `<dir>/<job name>/chk-<n>/`. Relative to the spec's directory.
+    #[serde(default = "default_dir")]
+    pub dir: PathBuf,
+    #[serde(default)]
+    pub mode: CheckpointMode,
+    /// A checkpoint that is not complete this long after its trigger is aborted.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The least time between the completion of one checkpoint and the next trigger.
+    #[serde(default, with = "humantime_serde")]
+    pub min_pause: Duration,
+    /// Checkpoints in progress at once.
+    #[serde(default = "one")]
+    pub max_concurrent: u32,
+    /// Checkpoints that may fail in a row before the job fails (and restarts).
+    #[serde(default)]
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept on disk; older ones are deleted once a newer one completes.
+    #[serde(default = "one")]
+    pub num_retained: u32,
+}
+
+fn default_dir() -> PathBuf {
+    PathBuf::from("checkpoints")
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl CheckpointConfig {
+    /// Checks the settings; the message names the setting and the fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval < Duration::from_millis(10) {
+            return Err(format!(
+                "interval {:?} is too short; use at least 10ms (Flink's minimum), e.g. interval = \"1s\"",
+                self.interval
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err("timeout must be more than 0, e.g. timeout = \"10min\"".into());
+        }
+        if self.max_concurrent == 0 {
+            return Err("max_concurrent must be at least 1".into());
+        }
+        if self.num_retained == 0 {
+            return Err(
+                "num_retained must be at least 1: a job needs a checkpoint to restore from".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Where a job starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The newest checkpoint of the job that verifies, if any (`weir run`).
+    #[default]
+    Latest,
+    /// Nothing: ignore existing checkpoints (`weir run --fresh`).
+    Fresh,
+    /// This checkpoint directory (`weir run --from-checkpoint PATH`); it must verify.
+    Path(PathBuf),
+}
+
+/// A checkpoint being restored.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub dir: PathBuf,
+    pub meta: Metadata,
+}
+
+impl Restored {
+    /// Reads and verifies the checkpoint in `dir` and checks that it fits `spec`.
+    pub(crate) fn load(dir: &Path, spec: &JobSpec) -> Result<Restored, CheckpointError> {
+        let meta = storage::load(dir)?;
+        fits(&meta, spec).map_err(|reason| CheckpointError::Incompatible {
+            path: dir.to_path_buf(),
+            reason,
+        })?;
+        Ok(Restored {
+            dir: dir.to_path_buf(),
+            meta,
+        })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.meta.checkpoint
+    }
+
+    /// What subtask `s` of the vertex named `name` put into the checkpoint.
+    pub(crate) fn subtask(&self, name: &str, s: u32) -> Option<&SubtaskState> {
+        self.meta.vertex(name)?.subtasks.get(s as usize)
+    }
+
+    pub(crate) fn source_position(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
+        match self.subtask(name, s)? {
+            SubtaskState::Source { position } => Some(position),
+            _ => None,
+        }
+    }
+
+    /// The state files of operator `uid` that hold any of the key groups `groups`, read and
+    /// verified (they may come from subtasks of another parallelism).
+    pub(crate) fn operator_state(
+        &self,
+        uid: &str,
+        groups: &Range<u32>,
+    ) -> Result<Vec<Vec<u8>>, CheckpointError> {
+        let Some(vertex) = self
+            .meta
+            .vertices
+            .iter()
+            .find(|v| v.uid.as_deref() == Some(uid))
+        else {
+            return Ok(Vec::new());
+        };
+        vertex
+            .subtasks
+            .iter()
+            .filter_map(|s| match s {
+                SubtaskState::Operator { state: Some(f) } => Some(f),
+                _ => None,
+            })
+            .filter(|f| f.key_groups.0 < groups.end && groups.start < f.key_groups.1)
+            .map(|f| storage::read_state(&self.dir, f))
+            .collect()
+    }
+}
+
+/// Whether checkpoint `meta` can be restored into `spec`: the same job and key groups;
+/// sources and sinks (whose positions are per subtask) at the same parallelism; every
+/// operator with state in the checkpoint still in the job (matched by uid). Operators may
+/// change parallelism: their state is split by key group.
+pub(crate) fn fits(meta: &Metadata, spec: &JobSpec) -> Result<(), String> {
+    if meta.job != spec.name {
+        return Err(format!(
+            "it belongs to job \"{}\", not \"{}\"",
+            meta.job, spec.name
+        ));
+    }
+    if meta.max_parallelism != spec.max_parallelism {
+        return Err(format!(
+            "it was taken with max_parallelism {}, the job has {}; max_parallelism fixes how \
+             keyed state is split and cannot change",
+            meta.max_parallelism, spec.max_parallelism
+        ));
+    }
+    for v in &spec.vertices {
+        let (role, parallelism) = match &v.kind {
+            VertexKind::Operator { .. } => continue,
+            VertexKind::Source(_) => ("source", meta.vertex(&v.name).map(|m| m.parallelism)),
+            VertexKind::Sink(_) => ("sink", meta.vertex(&v.name).map(|m| m.parallelism)),
+        };
+        if let Some(p) = parallelism
+            && p != v.parallelism
+        {
+            return Err(format!(
+                "{role} \"{}\" ran at parallelism {p} and now has {}; a {role}'s position is \
+                 per subtask, so keep its parallelism (or start with --fresh)",
+                v.name, v.parallelism
+            ));
+        }
+    }
+    for m in &meta.vertices {
+        let Some(uid) = &m.uid else { continue };
+        let has_state = m
+            .subtasks
+            .iter()
+            .any(|s| matches!(s, SubtaskState::Operator { state: Some(_) }));
+        let known = spec
+            .vertices
+            .iter()
+            .any(|v| matches!(&v.kind, VertexKind::Operator { uid: u, .. } if u == uid));
+        if has_state && !known {
+            return Err(format!(
+                "it holds state of operator uid \"{uid}\" (\"{}\"), which the job no longer has; \
+                 restore the operator with that uid or start with --fresh",
+                m.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_flinks() {
+        let c: CheckpointConfig = toml::from_str("interval = \"200ms\"").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(200));
+        assert_eq!(c.dir, PathBuf::from("checkpoints"));
+        assert_eq!(c.mode, CheckpointMode::ExactlyOnce);
+        assert_eq!(c.timeout, Duration::from_secs(600));
+        assert_eq!(c.min_pause, Duration::ZERO);
+        assert_eq!(
+            (c.max_concurrent, c.tolerable_failures, c.num_retained),
+            (1, 0, 1)
+        );
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let err = toml::from_str::<CheckpointConfig>("interval = \"1s\"\nintervall = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("intervall"), "{err}");
+        let err = toml::from_str::<CheckpointConfig>("interval = \"soon\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("interval"), "{err}");
+        let c: CheckpointConfig =
+            toml::from_str("interval = \"1s\"\nmode = \"at_least_once\"\nnum_retained = 0")
+                .unwrap();
+        assert_eq!(c.mode, CheckpointMode::AtLeastOnce);
+        assert!(c.validate().unwrap_err().contains("num_retained"));
+    }
+}

@@ -1,0 +1,586 @@
+//! Where checkpoints live and how they are written, verified, found and deleted.
+//!
+//! ```text
+//! <dir>/<job>/chk-<n>/<vertex>-<subtask>   keyed state of one operator subtask
+//! <dir>/<job>/chk-<n>/_metadata           JSON, written last and atomically
+//! <dir>/<job>/history.json                the last checkpoints' id, duration, size, ...
+//! ```
+//!
+//! A checkpoint exists once its `_metadata` exists: the file is written to a temporary name,
+//! synced, renamed and the directory synced, after every state file it names was synced.
+//! The metadata records each state file's size and CRC-32, so a truncated or bit-flipped file
+//! is detected before anything is restored from it.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The metadata format this host writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+const METADATA: &str = "_metadata";
+const HISTORY: &str = "history.json";
+/// Entries kept in `history.json`.
+const HISTORY_LEN: usize = 100;
+
+/// A checkpoint problem, naming the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(
+        "checkpoint directory {path} is not writable ({source}); set [checkpoint] dir in the job spec to a writable directory"
+    )]
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path} is damaged: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("checkpoint {path} does not fit this job: {reason}")]
+    Incompatible { path: PathBuf, reason: String },
+}
+
+fn io(action: &'static str, path: &Path, source: std::io::Error) -> CheckpointError {
+    CheckpointError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A state file of a checkpoint, as the metadata records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StateFile {
+    /// File name inside the checkpoint directory.
+    pub file: String,
+    pub size: u64,
+    pub crc32: u32,
+    /// The key groups it holds, `[start, end)`.
+    pub key_groups: (u32, u32),
+}
+
+/// What one subtask of one vertex put into a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum SubtaskState {
+    /// The subtask had finished: on restore it ends at once.
+    Finished,
+    /// A source's position in its input.
+    Source { position: serde_json::Value },
+    /// An operator's keyed state and timers (`None`: it had none).
+    Operator { state: Option<StateFile> },
+    /// What a sink needs to restore (its pre-committed output).
+    Sink { state: serde_json::Value },
+}
+
+/// One vertex in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct VertexMeta {
+    pub name: String,
+    pub role: String,
+    pub uid: Option<String>,
+    pub parallelism: u32,
+    /// By subtask index.
+    pub subtasks: Vec<SubtaskState>,
+}
+
+/// The `_metadata` file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Metadata {
+    pub format: u32,
+    pub weir_version: String,
+    pub job: String,
+    pub checkpoint: u64,
+    /// Unix time in milliseconds when the checkpoint completed.
+    pub timestamp_ms: u64,
+    pub max_parallelism: u32,
+    pub vertices: Vec<VertexMeta>,
+}
+
+impl Metadata {
+    pub(crate) fn vertex(&self, name: &str) -> Option<&VertexMeta> {
+        self.vertices.iter().find(|v| v.name == name)
+    }
+}
+
+/// One line of the checkpoint history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub id: u64,
+    /// `completed` or `aborted`.
+    pub status: String,
+    /// Why it was aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Unix time in milliseconds of the trigger.
+    pub triggered_ms: u64,
+    pub duration_ms: u64,
+    pub size_bytes: u64,
+    /// The longest barrier alignment of any task.
+    pub alignment_ms: u64,
+    pub operators: Vec<OperatorStats>,
+}
+
+/// What one vertex contributed to a checkpoint, summed over its subtasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorStats {
+    pub vertex: String,
+    pub size_bytes: u64,
+    /// The longest synchronous snapshot part of any of its subtasks.
+    pub sync_ms: u64,
+    pub alignment_ms: u64,
+}
+
+/// The `history.json` file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointHistory {
+    pub job: String,
+    pub checkpoints: Vec<HistoryEntry>,
+}
+
+/// The checkpoints of one job: `<dir>/<job>/`.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckpointStore {
+    root: PathBuf,
+}
+
+impl CheckpointStore {
+    /// Opens (creating it) the checkpoint directory of job `job` under `dir`, and checks that
+    /// it can be written, so that a bad directory fails the job at start, not at the first
+    /// checkpoint.
+    pub(crate) fn open(dir: &Path, job: &str) -> Result<Self, CheckpointError> {
+        let root = dir.join(job);
+        let not_writable = |source| CheckpointError::NotWritable {
+            path: root.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&root).map_err(not_writable)?;
+        let probe = root.join(".write-probe");
+        File::create(&probe)
+            .and_then(|mut f| f.write_all(b"ok"))
+            .map_err(not_writable)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(CheckpointStore { root })
+    }
+
+    #[cfg(test)]
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn dir_of(&self, id: u64) -> PathBuf {
+        self.root.join(format!("chk-{id}"))
+    }
+
+    /// Ids of every `chk-<n>` directory, complete or not, in ascending order.
+    pub(crate) fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
+        let entries = std::fs::read_dir(&self.root).map_err(|e| io("list", &self.root, e))?;
+        let mut ids: Vec<u64> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The id the next checkpoint gets: above every existing directory, so that nothing of
+    /// an earlier run is overwritten.
+    pub(crate) fn next_id(&self) -> Result<u64, CheckpointError> {
+        Ok(self.ids()?.last().map_or(1, |last| last + 1))
+    }
+
+    /// Writes one state file of checkpoint `id` and syncs it.
+    pub(crate) fn write_state(
+        &self,
+        id: u64,
+        file: &str,
+        bytes: &[u8],
+        key_groups: (u32, u32),
+    ) -> Result<StateFile, CheckpointError> {
+        let dir = self.dir_of(id);
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let path = dir.join(file);
+        File::create(&path)
+            .and_then(|mut f| {
+                f.write_all(bytes)?;
+                f.sync_all()
+            })
+            .map_err(|e| io("write", &path, e))?;
+        Ok(StateFile {
+            file: file.to_string(),
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+            key_groups,
+        })
+    }
+
+    /// Makes checkpoint `meta.checkpoint` complete: writes its `_metadata` atomically.
+    pub(crate) fn write_metadata(&self, meta: &Metadata) -> Result<(), CheckpointError> {
+        let dir = self.dir_of(meta.checkpoint);
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let json = serde_json::to_vec_pretty(meta).expect("metadata serializes");
+        write_atomically(&dir.join(METADATA), &json, true)
+    }
+
+    /// Deletes checkpoint `id` (complete or not). The metadata goes first, so that a crash
+    /// halfway leaves an incomplete checkpoint, never one that names missing files.
+    pub(crate) fn discard(&self, id: u64) {
+        let dir = self.dir_of(id);
+        let _ = std::fs::remove_file(dir.join(METADATA));
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("cannot delete checkpoint {}: {e}", dir.display());
+        }
+    }
+
+    /// Applies the retention policy after a checkpoint completed; see [`to_delete`].
+    pub(crate) fn retain(&self, num_retained: u32) -> Result<(), CheckpointError> {
+        let ids = self.ids()?;
+        let complete: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.dir_of(id).join(METADATA).exists())
+            .collect();
+        for id in to_delete(&ids, &complete, num_retained as usize) {
+            tracing::debug!("deleting checkpoint {id} (retention)");
+            self.discard(id);
+        }
+        Ok(())
+    }
+
+    /// Deletes every checkpoint of the job (its history stays).
+    pub(crate) fn discard_all(&self) -> Result<(), CheckpointError> {
+        for id in self.ids()? {
+            self.discard(id);
+        }
+        Ok(())
+    }
+
+    /// The newest checkpoint that verifies and fits the job; each one skipped is logged
+    /// with the reason.
+    pub(crate) fn latest(
+        &self,
+        fits: impl Fn(&Metadata) -> Result<(), String>,
+    ) -> Result<Option<Metadata>, CheckpointError> {
+        for id in self.ids()?.into_iter().rev() {
+            let dir = self.dir_of(id);
+            match load(&dir).and_then(|meta| match fits(&meta) {
+                Ok(()) => Ok(meta),
+                Err(reason) => Err(CheckpointError::Incompatible {
+                    path: dir.clone(),
+                    reason,
+                }),
+            }) {
+                Ok(meta) => return Ok(Some(meta)),
+                Err(e) => tracing::warn!("skipping checkpoint {id}: {e}"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Appends `entry` to `history.json`, keeping the last entries.
+    pub(crate) fn record(&self, job: &str, entry: HistoryEntry) -> Result<(), CheckpointError> {
+        let path = self.root.join(HISTORY);
+        let mut history: CheckpointHistory = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        history.job = job.to_string();
+        history.checkpoints.push(entry);
+        let excess = history.checkpoints.len().saturating_sub(HISTORY_LEN);
+        history.checkpoints.drain(..excess);
+        let json = serde_json::to_vec_pretty(&history).expect("history serializes");
+        write_atomically(&path, &json, false)
+    }
+}
+
+/// Reads the checkpoint in `dir` and verifies every state file it names.
+pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
+    let path = dir.join(METADATA);
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(
+                "it has no _metadata file: it never completed (the job stopped while taking it)"
+                    .into(),
+            ));
+        }
+        Err(e) => return Err(io("read", &path, e)),
+    };
+    let meta: Metadata = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupt(format!("_metadata is not valid: {e}")))?;
+    if meta.format != FORMAT_VERSION {
+        return Err(CheckpointError::Incompatible {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "it was written in checkpoint format {} by weir {}; this weir reads format {FORMAT_VERSION}",
+                meta.format, meta.weir_version
+            ),
+        });
+    }
+    for file in meta
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .filter_map(|s| match s {
+            SubtaskState::Operator { state: Some(f) } => Some(f),
+            _ => None,
+        })
+    {
+        read_state(dir, file)?;
+    }
+    Ok(meta)
+}
+
+/// Reads a state file of the checkpoint in `dir`, checking its size and checksum.
+pub(crate) fn read_state(dir: &Path, file: &StateFile) -> Result<Vec<u8>, CheckpointError> {
+    let path = dir.join(&file.file);
+    let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: path.clone(),
+        reason,
+    };
+    if bytes.len() as u64 != file.size {
+        return Err(corrupt(format!(
+            "it has {} bytes, the metadata says {} (truncated or overwritten)",
+            bytes.len(),
+            file.size
+        )));
+    }
+    let crc = crc32fast::hash(&bytes);
+    if crc != file.crc32 {
+        return Err(corrupt(format!(
+            "its CRC-32 is {crc:08x}, the metadata says {:08x} (the file changed after it was written)",
+            file.crc32
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Which checkpoint directories retention deletes: completed ones beyond the newest
+/// `num_retained`, and incomplete ones older than the newest completed one (abandoned).
+/// Nothing newer than the newest completed checkpoint is touched: it may be in progress.
+pub(crate) fn to_delete(ids: &[u64], complete: &[u64], num_retained: usize) -> Vec<u64> {
+    let Some(&newest) = complete.iter().max() else {
+        return Vec::new();
+    };
+    let mut keep: Vec<u64> = complete.to_vec();
+    keep.sort_unstable();
+    let keep = &keep[keep.len().saturating_sub(num_retained.max(1))..];
+    ids.iter()
+        .copied()
+        .filter(|id| *id < newest && !keep.contains(id))
+        .collect()
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a reader sees the old
+/// content or the new, never a mix; with `durable`, syncs the file and its directory.
+fn write_atomically(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CheckpointError> {
+    let tmp = path.with_extension("tmp");
+    File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            if durable {
+                f.sync_all()?;
+            }
+            Ok(())
+        })
+        .map_err(|e| io("write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io("rename into place", path, e))?;
+    if durable && let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync", dir, e))?;
+    }
+    Ok(())
+}
+
+/// Milliseconds, rounded down, for the history.
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// Unix time in milliseconds.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(id: u64, files: Vec<StateFile>) -> Metadata {
+        Metadata {
+            format: FORMAT_VERSION,
+            weir_version: "test".into(),
+            job: "j".into(),
+            checkpoint: id,
+            timestamp_ms: 0,
+            max_parallelism: 128,
+            vertices: vec![VertexMeta {
+                name: "count".into(),
+                role: "operator".into(),
+                uid: Some("count".into()),
+                parallelism: files.len() as u32,
+                subtasks: files
+                    .into_iter()
+                    .map(|f| SubtaskState::Operator { state: Some(f) })
+                    .collect(),
+            }],
+        }
+    }
+
+    fn complete(store: &CheckpointStore, id: u64, payload: &[u8]) {
+        let f = store.write_state(id, "count-0", payload, (0, 128)).unwrap();
+        store.write_metadata(&meta(id, vec![f])).unwrap();
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_and_what_may_be_in_progress() {
+        assert_eq!(to_delete(&[1, 2, 3], &[1, 2, 3], 1), vec![1, 2]);
+        assert_eq!(to_delete(&[1, 2, 3], &[1, 2, 3], 2), vec![1]);
+        assert_eq!(
+            to_delete(&[1, 2, 3, 4], &[1, 3], 1),
+            vec![1, 2],
+            "4 may be in progress"
+        );
+        assert_eq!(
+            to_delete(&[1, 2], &[], 1),
+            Vec::<u64>::new(),
+            "nothing complete: keep all"
+        );
+        assert_eq!(to_delete(&[5], &[5], 3), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_written_checkpoint_loads_and_verifies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        assert_eq!(store.next_id().unwrap(), 1);
+        complete(&store, 1, b"state bytes");
+        assert_eq!(store.next_id().unwrap(), 2);
+        let m = store.latest(|_| Ok(())).unwrap().unwrap();
+        assert_eq!(m.checkpoint, 1);
+        let SubtaskState::Operator { state: Some(f) } = &m.vertices[0].subtasks[0] else {
+            panic!()
+        };
+        assert_eq!(read_state(&store.dir_of(1), f).unwrap(), b"state bytes");
+    }
+
+    #[test]
+    fn damaged_and_partial_checkpoints_are_skipped_for_older_good_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        complete(&store, 1, b"good state");
+        complete(&store, 2, b"flipped state");
+        complete(&store, 3, b"truncated state");
+        // 4: state written, no metadata (crashed while taking it).
+        store.write_state(4, "count-0", b"x", (0, 128)).unwrap();
+        let flip = store.dir_of(2).join("count-0");
+        let mut bytes = std::fs::read(&flip).unwrap();
+        bytes[3] ^= 0x10;
+        std::fs::write(&flip, bytes).unwrap();
+        std::fs::write(store.dir_of(3).join("count-0"), b"trunc").unwrap();
+
+        let err = load(&store.dir_of(2)).unwrap_err().to_string();
+        assert!(err.contains("CRC-32"), "{err}");
+        let err = load(&store.dir_of(3)).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
+        let err = load(&store.dir_of(4)).unwrap_err().to_string();
+        assert!(err.contains("never completed"), "{err}");
+        assert_eq!(store.latest(|_| Ok(())).unwrap().unwrap().checkpoint, 1);
+        assert!(
+            store
+                .latest(|m| Err(format!("not {}", m.job)))
+                .unwrap()
+                .is_none(),
+            "nothing fits"
+        );
+    }
+
+    #[test]
+    fn garbage_and_foreign_versions_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        complete(&store, 1, b"s");
+        let path = store.dir_of(1).join(METADATA);
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(
+            load(&store.dir_of(1))
+                .unwrap_err()
+                .to_string()
+                .contains("not valid")
+        );
+        let mut m = meta(1, vec![]);
+        m.format = 99;
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let err = load(&store.dir_of(1)).unwrap_err().to_string();
+        assert!(err.contains("format 99"), "{err}");
+    }
+
+    #[test]
+    fn retain_deletes_only_after_a_newer_checkpoint_completed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        complete(&store, 1, b"a");
+        store.write_state(2, "count-0", b"b", (0, 128)).unwrap();
+        store.retain(1).unwrap();
+        assert_eq!(store.ids().unwrap(), vec![1, 2], "2 is not complete yet");
+        complete(&store, 3, b"c");
+        store.retain(1).unwrap();
+        assert_eq!(store.ids().unwrap(), vec![3]);
+    }
+
+    #[test]
+    fn an_unwritable_directory_is_reported_up_front() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain-file");
+        std::fs::write(&file, b"").unwrap();
+        let err = CheckpointStore::open(&file, "j").unwrap_err().to_string();
+        assert!(
+            err.contains("not writable") && err.contains("[checkpoint] dir"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn history_keeps_the_last_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        for id in 0..(HISTORY_LEN as u64 + 5) {
+            store
+                .record(
+                    "j",
+                    HistoryEntry {
+                        id,
+                        status: "completed".into(),
+                        reason: None,
+                        triggered_ms: 0,
+                        duration_ms: 1,
+                        size_bytes: 2,
+                        alignment_ms: 0,
+                        operators: vec![],
+                    },
+                )
+                .unwrap();
+        }
+        let h: CheckpointHistory =
+            serde_json::from_slice(&std::fs::read(store.root().join(HISTORY)).unwrap()).unwrap();
+        assert_eq!(h.checkpoints.len(), HISTORY_LEN);
+        assert_eq!(h.checkpoints[0].id, 5);
+    }
+}

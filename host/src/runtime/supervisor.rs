@@ -1,0 +1,647 @@
+//! The supervisor of a running job: starts an attempt (every task thread), coordinates its
+//! checkpoints, and after a failure restarts the job from the newest checkpoint under the
+//! restart strategy, until the job finishes, is cancelled or runs out of attempts.
+//!
+//! The decisions are pure logic elsewhere ([`Coordinator`], [`Restarts`]); this module does the
+//! threads, channels and files around them. Snapshots travel from the tasks to a writer
+//! thread, which writes and syncs the state files off the processing threads and then
+//! acknowledges to the supervisor.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::barrier::Alignment;
+use super::output::{Message, Target};
+use super::task::{self, Control, PartState, TaskEnd, TaskSetup, TaskSnapshot};
+use super::{CheckpointStatus, JobError, JobParts, Metrics, Shared, role};
+use crate::checkpoint::coordinator::{Completed, Coordinator, Decision, TaskId, TaskState};
+use crate::checkpoint::restart::{RestartDecision, Restarts};
+use crate::checkpoint::storage::{
+    CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats, SubtaskState,
+    VertexMeta, millis, unix_ms,
+};
+use crate::checkpoint::{CheckpointMode, RestartStrategy, Restored};
+use crate::job::spec::{EdgeKind, JobSpec, VertexKind};
+
+/// Batches a channel holds before its sender blocks.
+const CHANNEL_CAPACITY: usize = 8;
+/// How often the supervisor looks at the job's stop and cancel flags.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What a task contributed to a completed checkpoint.
+#[derive(Debug)]
+pub(crate) struct Acked {
+    /// `(vertex, state)` for each vertex of the task's chain.
+    parts: Vec<(usize, SubtaskState)>,
+    alignment: Duration,
+    sync: Duration,
+    bytes: u64,
+}
+
+/// What the tasks and the writer tell the supervisor.
+enum Event {
+    End(TaskId, TaskEnd),
+    Ack { id: u64, task: TaskId, acked: Acked },
+    Decline { id: u64, reason: String },
+}
+
+/// The threads and channels of one attempt.
+struct Attempt {
+    threads: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    controls: Vec<(TaskId, Sender<Control>)>,
+    events: Receiver<Event>,
+    tasks: Vec<TaskId>,
+    sources: Vec<TaskId>,
+}
+
+/// How an attempt ended.
+enum Outcome {
+    Finished,
+    Failed(JobError),
+    Cancelled,
+}
+
+/// Runs the job to its end: the summary, or the failure that ended it.
+pub(crate) fn supervise(
+    parts: Arc<JobParts>,
+    metrics: Arc<Metrics>,
+    flags: Arc<Shared>,
+    store: Option<CheckpointStore>,
+    mut restore: Option<Arc<Restored>>,
+) -> Result<(), JobError> {
+    let origin = Instant::now();
+    let spec = &parts.spec;
+    let mut restarts = Restarts::new(spec.restart.clone());
+    loop {
+        if let Some(r) = &restore {
+            tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
+            metrics.checkpoints().restored_from = Some(r.id());
+        }
+        let started = origin.elapsed();
+        let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
+        let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt);
+        let error = match outcome {
+            Outcome::Finished => {
+                if let Some(store) = &store
+                    && !flags.is_stopping()
+                {
+                    // The input is exhausted: nothing is left to resume (Flink discards the
+                    // checkpoints of a finished job too).
+                    store.discard_all()?;
+                }
+                return Ok(());
+            }
+            Outcome::Cancelled => return Err(JobError::Cancelled),
+            Outcome::Failed(e) => e,
+        };
+        match restarts.on_failure(started, origin.elapsed(), fastrand::f64()) {
+            RestartDecision::Fail => {
+                if restarts.attempts() == 0 && spec.restart == RestartStrategy::None {
+                    return Err(error);
+                }
+                return Err(JobError::Restarts(Box::new(restarts.exhausted(error))));
+            }
+            RestartDecision::Restart { attempt, delay } => {
+                tracing::warn!(
+                    "job \"{}\" failed: {error}; restarting in {delay:.1?} (restart {attempt} of {})",
+                    spec.name,
+                    spec.restart.name()
+                );
+                metrics.checkpoints().restarts += 1;
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    if flags.is_user_cancelled() {
+                        return Err(JobError::Cancelled);
+                    }
+                    std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
+                }
+                if let Some(store) = &store {
+                    restore = store
+                        .latest(|m| crate::checkpoint::fits(m, spec))?
+                        .map(|meta| {
+                            Arc::new(Restored {
+                                dir: store.dir_of(meta.checkpoint),
+                                meta,
+                            })
+                        });
+                }
+            }
+        }
+    }
+}
+
+/// Starts every task of an attempt, restored from `restore` when given.
+fn spawn(
+    parts: &JobParts,
+    metrics: &Arc<Metrics>,
+    flags: &Arc<Shared>,
+    store: Option<&CheckpointStore>,
+    restore: Option<Arc<Restored>>,
+) -> Result<Attempt, JobError> {
+    let spec = &parts.spec;
+    let chains = &parts.plan.chains;
+    // Channels: inputs[chain][subtask] and targets[chain][subtask].
+    let mut inputs: Vec<Vec<Vec<Receiver<Message>>>> = chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    let mut targets: Vec<Vec<Vec<Target>>> = chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for conn in &parts.plan.connections {
+        let (up, down) = (
+            chains[conn.from_chain].parallelism,
+            chains[conn.to_chain].parallelism,
+        );
+        for u in 0..up {
+            let mut senders = Vec::new();
+            for d in 0..down {
+                if conn.edge == EdgeKind::Forward && d != u {
+                    continue;
+                }
+                let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+                senders.push(tx);
+                inputs[conn.to_chain][d as usize].push(rx);
+            }
+            targets[conn.from_chain][u as usize].push(Target::new(
+                spec.vertices[chains[conn.to_chain].head()].name.clone(),
+                conn.side_output.clone(),
+                conn.edge,
+                senders,
+                spec.max_parallelism,
+            ));
+        }
+    }
+
+    let shared = Arc::new(Shared::attempt(flags));
+    let (event_tx, events) = crossbeam_channel::unbounded();
+    let (snapshot_tx, snapshot_rx) = crossbeam_channel::unbounded::<TaskSnapshot>();
+    let writer = match store {
+        Some(store) => {
+            let (store, spec, events) = (store.clone(), Arc::clone(spec), event_tx.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("checkpoint-writer".into())
+                    .spawn(move || write_snapshots(&store, &spec, &snapshot_rx, &events))
+                    .map_err(JobError::Spawn)?,
+            )
+        }
+        None => None,
+    };
+    let alignment = match spec.checkpoint.as_ref().map(|c| c.mode) {
+        Some(CheckpointMode::AtLeastOnce) => Alignment::AtLeast,
+        _ => Alignment::Exactly,
+    };
+    let mut attempt = Attempt {
+        threads: Vec::new(),
+        writer,
+        shared: Arc::clone(&shared),
+        controls: Vec::new(),
+        events,
+        tasks: Vec::new(),
+        sources: Vec::new(),
+    };
+    for (c, chain) in chains.iter().enumerate() {
+        for s in (0..chain.parallelism).rev() {
+            let task = TaskId {
+                chain: c,
+                subtask: s,
+            };
+            let (control_tx, control) = crossbeam_channel::unbounded();
+            attempt.controls.push((task, control_tx));
+            attempt.tasks.push(task);
+            if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
+                attempt.sources.push(task);
+            }
+            let setup = TaskSetup {
+                spec: Arc::clone(spec),
+                task,
+                chain: chain.vertices.clone(),
+                inputs: inputs[c].pop().unwrap_or_default(),
+                targets: targets[c].pop().unwrap_or_default(),
+                components: chain
+                    .vertices
+                    .iter()
+                    .filter_map(|v| parts.components.get(v).map(|c| (*v, c.clone())))
+                    .collect(),
+                metrics: Arc::clone(metrics),
+                shared: Arc::clone(&shared),
+                control,
+                snapshots: snapshot_tx.clone(),
+                alignment,
+                restore: restore.clone(),
+            };
+            let name = format!("{}-{s}", spec.vertices[chain.head()].name);
+            let (shared, events) = (Arc::clone(&shared), event_tx.clone());
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    let end = std::panic::catch_unwind(AssertUnwindSafe(|| task::run(setup)))
+                        .unwrap_or_else(|panic| TaskEnd::Failed(internal_error(&*panic)));
+                    if matches!(end, TaskEnd::Failed(_)) {
+                        shared.cancel();
+                    }
+                    let _ = events.send(Event::End(task, end));
+                })
+                .map_err(JobError::Spawn)?;
+            attempt.threads.push(handle);
+        }
+    }
+    Ok(attempt)
+}
+
+fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    JobError::Task {
+        role: "task",
+        name: "runtime".into(),
+        uid: None,
+        subtask: 0,
+        parallelism: 1,
+        message: format!("internal error (please report): {message}"),
+    }
+}
+
+/// Coordinates the attempt's checkpoints until every task has ended.
+fn run(
+    parts: &JobParts,
+    metrics: &Metrics,
+    flags: &Shared,
+    store: Option<&CheckpointStore>,
+    attempt: Attempt,
+) -> Outcome {
+    let spec = &parts.spec;
+    let started = Instant::now();
+    let now = || started.elapsed();
+    let mut coordinator = match (store, &spec.checkpoint) {
+        (Some(store), Some(config)) => match store.next_id() {
+            Ok(first) => Some(Coordinator::new(
+                config,
+                attempt.tasks.iter().copied(),
+                attempt.sources.iter().copied(),
+                first,
+            )),
+            Err(e) => return finish(attempt, Outcome::Failed(e.into()), None),
+        },
+        _ => None,
+    };
+    let controls: HashMap<TaskId, Sender<Control>> = attempt.controls.iter().cloned().collect();
+    let mut triggered_at: HashMap<u64, u64> = HashMap::new();
+    let mut ended = 0;
+    let mut failure: Option<JobError> = None;
+    let mut cancelled = false;
+    while ended < attempt.tasks.len() {
+        if !cancelled && flags.is_user_cancelled() {
+            cancelled = true;
+            attempt.shared.cancel();
+        }
+        let mut decisions = Vec::new();
+        if let Some(c) = &mut coordinator
+            && failure.is_none()
+            && !cancelled
+        {
+            decisions.extend(c.poll(now()));
+        }
+        for d in decisions {
+            if let Some(e) = apply(d, parts, metrics, store, &controls, &mut triggered_at) {
+                failure.get_or_insert(e);
+                attempt.shared.cancel();
+            }
+        }
+        let wait = coordinator
+            .as_ref()
+            .and_then(|c| {
+                c.next_trigger_at()
+                    .into_iter()
+                    .chain(c.next_expiry_at())
+                    .min()
+            })
+            .map_or(TICK, |at| at.saturating_sub(now()).min(TICK));
+        let event = match attempt.events.recv_timeout(wait) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let decisions = match event {
+            Event::End(task, end) => {
+                ended += 1;
+                match end {
+                    TaskEnd::Finished(last) => coordinator
+                        .as_mut()
+                        .map(|c| c.finished(task, last, now()))
+                        .unwrap_or_default(),
+                    TaskEnd::Failed(e) => {
+                        failure.get_or_insert(e);
+                        Vec::new()
+                    }
+                    TaskEnd::Stopped => Vec::new(),
+                }
+            }
+            Event::Ack { id, task, acked } => coordinator
+                .as_mut()
+                .map(|c| c.ack(id, task, acked, now()))
+                .unwrap_or_default(),
+            Event::Decline { id, reason } => coordinator
+                .as_mut()
+                .map(|c| c.decline(id, reason))
+                .unwrap_or_default(),
+        };
+        if failure.is_some() || cancelled {
+            continue;
+        }
+        for d in decisions {
+            if let Some(e) = apply(d, parts, metrics, store, &controls, &mut triggered_at) {
+                failure.get_or_insert(e);
+                attempt.shared.cancel();
+            }
+        }
+    }
+    let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
+        (Some(e), false) => Outcome::Failed(e),
+        (_, true) => Outcome::Cancelled,
+        (None, false) if coordinator.as_ref().is_none_or(|c| c.all_finished()) => Outcome::Finished,
+        (None, false) => Outcome::Failed(JobError::Task {
+            role: "task",
+            name: "runtime".into(),
+            uid: None,
+            subtask: 0,
+            parallelism: 1,
+            message: "a task stopped without reporting why (please report)".into(),
+        }),
+    };
+    let pending: Vec<u64> = triggered_at.keys().copied().collect();
+    finish(attempt, outcome, store.map(|s| (s, pending)))
+}
+
+/// Joins the attempt's threads and deletes what its unfinished checkpoints wrote.
+fn finish(
+    attempt: Attempt,
+    outcome: Outcome,
+    pending: Option<(&CheckpointStore, Vec<u64>)>,
+) -> Outcome {
+    attempt.shared.cancel();
+    drop(attempt.controls);
+    for t in attempt.threads {
+        let _ = t.join();
+    }
+    if let Some(w) = attempt.writer {
+        let _ = w.join();
+    }
+    if let Some((store, ids)) = pending {
+        for id in ids {
+            store.discard(id);
+        }
+    }
+    outcome
+}
+
+/// Carries out one coordinator decision; `Some` is a failure of the job.
+fn apply(
+    decision: Decision<Acked>,
+    parts: &JobParts,
+    metrics: &Metrics,
+    store: Option<&CheckpointStore>,
+    controls: &HashMap<TaskId, Sender<Control>>,
+    triggered_at: &mut HashMap<u64, u64>,
+) -> Option<JobError> {
+    let spec = &parts.spec;
+    let store = store?;
+    match decision {
+        Decision::Trigger(id) => {
+            tracing::debug!("triggering checkpoint {id}");
+            triggered_at.insert(id, unix_ms());
+            for (task, tx) in controls {
+                if matches!(
+                    spec.vertices[parts.plan.chains[task.chain].head()].kind,
+                    VertexKind::Source(_)
+                ) {
+                    // A source that has finished is gone; the coordinator knows it.
+                    let _ = tx.send(Control::Trigger(id));
+                }
+            }
+            None
+        }
+        Decision::Complete(done) => {
+            let id = done.id;
+            let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
+            let (meta, entry) = summarize(parts, &done, triggered_ms);
+            if let Err(e) = store.write_metadata(&meta) {
+                store.discard(id);
+                return Some(JobError::Checkpoint(e));
+            }
+            tracing::info!(
+                "checkpoint {id} complete in {} ms ({} bytes)",
+                entry.duration_ms,
+                entry.size_bytes
+            );
+            if let Err(e) = store.retain(spec.checkpoint.as_ref().map_or(1, |c| c.num_retained)) {
+                tracing::warn!("checkpoint retention failed: {e}");
+            }
+            record(store, spec, metrics, entry);
+            for tx in controls.values() {
+                let _ = tx.send(Control::Complete(id));
+            }
+            None
+        }
+        Decision::Abort { id, reason } => {
+            let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
+            store.discard(id);
+            let entry = HistoryEntry {
+                id,
+                status: "aborted".into(),
+                reason: Some(reason.to_string()),
+                triggered_ms,
+                duration_ms: unix_ms().saturating_sub(triggered_ms),
+                size_bytes: 0,
+                alignment_ms: 0,
+                operators: Vec::new(),
+            };
+            if matches!(
+                reason,
+                crate::checkpoint::coordinator::AbortReason::Subsumed
+            ) {
+                tracing::debug!("checkpoint {id} aborted: {reason}");
+            } else {
+                tracing::warn!("checkpoint {id} aborted: {reason}");
+                metrics.checkpoints().failed += 1;
+            }
+            record(store, spec, metrics, entry);
+            None
+        }
+        Decision::Fail(message) => Some(JobError::CheckpointFailed(message)),
+    }
+}
+
+fn record(store: &CheckpointStore, spec: &JobSpec, metrics: &Metrics, entry: HistoryEntry) {
+    if entry.status == "completed" {
+        let mut status = metrics.checkpoints();
+        status.completed += 1;
+        status.last = Some(entry.clone());
+    }
+    if let Err(e) = store.record(&spec.name, entry) {
+        tracing::warn!("cannot write the checkpoint history: {e}");
+    }
+}
+
+/// The metadata and the history entry of a completed checkpoint.
+fn summarize(
+    parts: &JobParts,
+    done: &Completed<Acked>,
+    triggered_ms: u64,
+) -> (Metadata, HistoryEntry) {
+    let spec = &parts.spec;
+    let mut vertices: Vec<VertexMeta> = spec
+        .vertices
+        .iter()
+        .map(|v| VertexMeta {
+            name: v.name.clone(),
+            role: role(&v.kind).into(),
+            uid: match &v.kind {
+                VertexKind::Operator { uid, .. } => Some(uid.clone()),
+                _ => None,
+            },
+            parallelism: v.parallelism,
+            subtasks: vec![SubtaskState::Finished; v.parallelism as usize],
+        })
+        .collect();
+    let mut stats: Vec<OperatorStats> = spec
+        .vertices
+        .iter()
+        .map(|v| OperatorStats {
+            vertex: v.name.clone(),
+            size_bytes: 0,
+            sync_ms: 0,
+            alignment_ms: 0,
+        })
+        .collect();
+    let (mut size, mut alignment) = (0, Duration::ZERO);
+    for (task, state) in &done.tasks {
+        let TaskState::Snapshot(acked) = state else {
+            continue; // every vertex of a finished task stays `Finished`
+        };
+        size += acked.bytes;
+        alignment = alignment.max(acked.alignment);
+        for (v, sub) in &acked.parts {
+            if let SubtaskState::Operator { state: Some(f) } = sub {
+                stats[*v].size_bytes += f.size;
+            }
+            stats[*v].sync_ms = stats[*v].sync_ms.max(millis(acked.sync));
+            stats[*v].alignment_ms = stats[*v].alignment_ms.max(millis(acked.alignment));
+            vertices[*v].subtasks[task.subtask as usize] = sub.clone();
+        }
+    }
+    let meta = Metadata {
+        format: FORMAT_VERSION,
+        weir_version: env!("CARGO_PKG_VERSION").into(),
+        job: spec.name.clone(),
+        checkpoint: done.id,
+        timestamp_ms: unix_ms(),
+        max_parallelism: spec.max_parallelism,
+        vertices,
+    };
+    let entry = HistoryEntry {
+        id: done.id,
+        status: "completed".into(),
+        reason: None,
+        triggered_ms,
+        duration_ms: millis(done.completed.saturating_sub(done.triggered)),
+        size_bytes: size,
+        alignment_ms: millis(alignment),
+        operators: stats,
+    };
+    (meta, entry)
+}
+
+/// The writer thread: writes each task snapshot's state files, then acknowledges.
+fn write_snapshots(
+    store: &CheckpointStore,
+    spec: &JobSpec,
+    snapshots: &Receiver<TaskSnapshot>,
+    events: &Sender<Event>,
+) {
+    for snap in snapshots {
+        let (id, task) = (snap.id, snap.task);
+        let event = match write_one(store, spec, snap) {
+            Ok(acked) => Event::Ack { id, task, acked },
+            Err(e) => Event::Decline {
+                id,
+                reason: e.to_string(),
+            },
+        };
+        if events.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+fn write_one(
+    store: &CheckpointStore,
+    spec: &JobSpec,
+    snap: TaskSnapshot,
+) -> Result<Acked, crate::checkpoint::CheckpointError> {
+    let mut acked = Acked {
+        parts: Vec::with_capacity(snap.parts.len()),
+        alignment: snap.alignment,
+        sync: snap.sync,
+        bytes: 0,
+    };
+    for part in snap.parts {
+        let state = match part.state {
+            PartState::Source(position) => SubtaskState::Source { position },
+            PartState::Sink(state) => SubtaskState::Sink { state },
+            PartState::Stateless => SubtaskState::Operator { state: None },
+            PartState::Keyed { bytes, key_groups } => {
+                let file = state_file_name(
+                    part.vertex,
+                    &spec.vertices[part.vertex].name,
+                    snap.task.subtask,
+                );
+                let f = store.write_state(
+                    snap.id,
+                    &file,
+                    &bytes,
+                    (key_groups.start, key_groups.end),
+                )?;
+                acked.bytes += f.size;
+                SubtaskState::Operator { state: Some(f) }
+            }
+        };
+        acked.parts.push((part.vertex, state));
+    }
+    Ok(acked)
+}
+
+/// `<index>-<vertex name>-<subtask>`, with anything but letters, digits, `-` and `_` in the
+/// name replaced (the index keeps replaced names apart).
+fn state_file_name(index: usize, name: &str, subtask: u32) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{index}-{safe}-{subtask}")
+}
+
+impl Metrics {
+    /// The checkpoint counters, for updating or reading.
+    pub(crate) fn checkpoints(&self) -> std::sync::MutexGuard<'_, CheckpointStatus> {
+        self.checkpoints.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,367 @@
+//! Checkpoints and recovery: the `weir` process is killed with SIGKILL at random moments and
+//! restarted, and the word counts still come out exactly right.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{Workspace, count_words, key_value, part_files, toml_path, wasm, weir_bin};
+
+/// Deterministic text of `lines` lines over a skewed vocabulary of 2000 words.
+fn text(lines: usize, seed: u64) -> String {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut out = String::new();
+    for _ in 0..lines {
+        for w in 0..1 + rng.usize(..12) {
+            if w > 0 {
+                out.push(' ');
+            }
+            // Skewed: low word numbers are much more frequent.
+            let bound = 1 + rng.u32(..2000);
+            out.push_str(&format!("w{}", rng.u32(..bound)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Word count at parallelism 2 with checkpoints every 100 ms: the input split over two file
+/// source subtasks, rebalanced into the split operator, keyed into the count operator, whose
+/// updates go to a file sink.
+fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32) -> PathBuf {
+    ws.write(
+        "job.toml",
+        format!(
+            r#"
+[job]
+name = "crashy"
+parallelism = 2
+
+[checkpoint]
+interval = "100ms"
+dir = {chk}
+mode = "{mode}"
+num_retained = {retained}
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = 65536
+
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "count"
+path = {out}
+format = "key_value"
+"#,
+            chk = toml_path(&ws.path("chk")),
+            input = toml_path(input),
+            out = toml_path(&ws.path("out")),
+            split = wasm("wordcount_split"),
+            count = wasm("wordcount_count"),
+        ),
+    )
+}
+
+fn start(ws: &Workspace, spec: &Path) -> Child {
+    command(ws, spec)
+        .env("WEIR_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir")
+}
+
+fn command(ws: &Workspace, spec: &Path) -> Command {
+    let mut cmd = Command::new(weir_bin());
+    cmd.arg("--cache-dir")
+        .arg(ws.path("cache"))
+        .args(["run", "--no-progress", "--summary-json"])
+        .arg(ws.path("summary.json"))
+        .arg(spec)
+        .stdout(Stdio::piped());
+    cmd
+}
+
+/// The completed checkpoints in the job's checkpoint directory.
+fn completed(ws: &Workspace) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(ws.path("chk/crashy"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().join("_metadata").exists())
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
+/// Every count the sink wrote, per word, in order of appearance per part file.
+fn sink_counts(ws: &Workspace) -> HashMap<String, Vec<u64>> {
+    let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+    for lines in part_files(&ws.path("out")).into_values() {
+        for line in &lines {
+            let (word, n) = key_value(line);
+            counts
+                .entry(word.to_string())
+                .or_default()
+                .push(n.parse().expect("a count"));
+        }
+    }
+    counts
+}
+
+/// Kills `weir` with SIGKILL `kills` times, each at a random moment (0-400 ms) after the run
+/// completed a checkpoint, then lets the last run finish. Returns the log (at level info) of
+/// every run.
+fn crash_loop(ws: &Workspace, spec: &Path, kills: usize) -> Vec<String> {
+    let seed = fastrand::u64(..);
+    eprintln!("crash loop seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let log = |run: usize| ws.path(&format!("run-{run}.log"));
+    let spawn = |run: usize| {
+        let file = std::fs::File::create(log(run)).expect("a log file");
+        command(ws, spec)
+            .env("WEIR_LOG", "info")
+            .stderr(file)
+            .spawn()
+            .expect("start weir")
+    };
+    for kill in 0..kills {
+        // Kill at a random moment after this run completed a checkpoint of its own, so that
+        // every run makes progress and the next one has something to resume from.
+        let before = completed(ws).last().copied();
+        let mut child = spawn(kill);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while completed(ws).last().copied() <= before {
+            if let Some(status) = child.try_wait().expect("poll weir") {
+                panic!(
+                    "run {kill} ended by itself ({status}) before its SIGKILL; make the input \
+                     larger\n{}",
+                    std::fs::read_to_string(log(kill)).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {kill} completed no checkpoint in 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(rng.u64(..400)));
+        child.kill().expect("SIGKILL weir");
+        let status = child.wait().expect("reap weir");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "run {kill} finished ({status}) just before its SIGKILL; make the input larger"
+        );
+    }
+    let status = spawn(kills).wait().expect("weir exits");
+    let logs: Vec<String> = (0..=kills)
+        .map(|run| std::fs::read_to_string(log(run)).expect("the run's log"))
+        .collect();
+    assert!(status.success(), "weir failed:\n{}", logs[kills]);
+    logs
+}
+
+fn input(ws: &Workspace) -> (PathBuf, HashMap<String, u64>) {
+    let text = text(2_400_000, 7);
+    let expected = count_words([text.as_str()], false);
+    (ws.write("input.txt", &text), expected)
+}
+
+#[test]
+fn exactly_once_state_and_file_output_survive_sigkill() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "exactly_once", 1);
+    let logs = crash_loop(&ws, &spec, 5);
+    let restores = logs
+        .iter()
+        .filter(|l| l.contains("restoring checkpoint"))
+        .count();
+    assert!(
+        restores > 0,
+        "no run resumed from a checkpoint:\n{}",
+        logs.join("\n")
+    );
+
+    let counts = sink_counts(&ws);
+    assert_eq!(counts.len(), expected.len(), "every word reached the sink");
+    for (word, n) in &expected {
+        let mut seen = counts[word].clone();
+        // Exactly once: the file sink cut back to each checkpoint, so the word's updates are
+        // exactly 1..=n, each once, as in a run without crashes.
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
+    }
+    assert!(
+        completed(&ws).is_empty(),
+        "a finished job discards its checkpoints"
+    );
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.path("chk/crashy/history.json")).unwrap())
+            .unwrap();
+    let entries = history["checkpoints"].as_array().unwrap();
+    assert!(
+        entries.iter().any(|e| e["status"] == "completed"
+            && e["size_bytes"].as_u64() > Some(0)
+            && e["operators"].as_array().unwrap().len() == 4),
+        "the history records completed checkpoints with sizes per vertex: {history}"
+    );
+}
+
+#[test]
+fn at_least_once_loses_nothing_after_sigkill() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "at_least_once", 1);
+    let logs = crash_loop(&ws, &spec, 5);
+    assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
+    let counts = sink_counts(&ws);
+    for (word, n) in &expected {
+        let max = counts[word].iter().max().copied().unwrap_or(0);
+        assert!(max >= *n, "{word:?}: counted {max}, expected at least {n}");
+    }
+}
+
+#[test]
+fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "exactly_once", 2);
+    let mut child = start(&ws, &spec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed(&ws).len() < 2 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before two checkpoints completed"
+        );
+        assert!(Instant::now() < deadline, "no two checkpoints within 60 s");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ids = completed(&ws);
+    let (older, newest) = (ids[ids.len() - 2], ids[ids.len() - 1]);
+    // Flip one bit in a state file of the newest checkpoint.
+    let dir = ws.path(&format!("chk/crashy/chk-{newest}"));
+    let state = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().contains("count"))
+        .expect("a state file of the count operator");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x04;
+    std::fs::write(&state, bytes).unwrap();
+
+    let out = start(&ws, &spec).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("skipping checkpoint {newest}")) && stderr.contains("CRC-32"),
+        "the damaged checkpoint is skipped with the reason: {stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.path("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["checkpoints"]["restored_from"], older);
+    let counts = sink_counts(&ws);
+    for (word, n) in &expected {
+        let mut seen = counts[word].clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
+    }
+}
+
+#[test]
+fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "exactly_once", 3);
+    let mut child = start(&ws, &spec);
+    while completed(&ws).is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = completed(&ws)[0];
+
+    // A checkpoint of another job is refused, naming the reason.
+    let other = ws.write(
+        "other.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("name = \"crashy\"", "name = \"other\""),
+    );
+    let chk = ws.path(&format!("chk/crashy/chk-{first}"));
+    let run = crate::support::weir(
+        &[
+            "run",
+            "--no-progress",
+            "--from-checkpoint",
+            chk.to_str().unwrap(),
+        ],
+        &other,
+    );
+    run.assert_clean_failure();
+    assert!(
+        run.stderr()
+            .contains("belongs to job \"crashy\", not \"other\""),
+        "{run}"
+    );
+
+    let run = crate::support::weir(
+        &[
+            "run",
+            "--no-progress",
+            "--from-checkpoint",
+            chk.to_str().unwrap(),
+        ],
+        &spec,
+    );
+    assert!(run.success(), "{run}");
+    assert!(
+        run.stdout().contains(&format!("restored from #{first}")),
+        "{run}"
+    );
+    let totals: BTreeMap<String, u64> = sink_counts(&ws)
+        .into_iter()
+        .map(|(w, c)| (w, c.into_iter().max().unwrap()))
+        .collect();
+    let expected: BTreeMap<String, u64> = expected.into_iter().collect();
+    assert_eq!(totals, expected);
+
+    // --fresh ignores checkpoints: the output is that of a plain run.
+    let run = crate::support::weir(&["run", "--no-progress", "--fresh"], &spec);
+    assert!(run.success(), "{run}");
+    assert!(!run.stdout().contains("restored from"), "{run}");
+    let totals: BTreeMap<String, u64> = sink_counts(&ws)
+        .into_iter()
+        .map(|(w, c)| (w, c.into_iter().max().unwrap()))
+        .collect();
+    assert_eq!(totals, expected);
+}
