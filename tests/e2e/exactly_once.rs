@@ -1,7 +1,7 @@
 //! Checkpoints and recovery: the `weir` process is killed with SIGKILL at random moments and
 //! restarted, and the word counts still come out exactly right.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -130,6 +130,18 @@ fn sink_counts(ws: &Workspace) -> HashMap<String, Vec<u64>> {
     counts
 }
 
+/// Asserts that the sink holds each word's updates 1..=n exactly once, as a run without
+/// crashes writes them (in some order).
+fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) {
+    let counts = sink_counts(ws);
+    assert_eq!(counts.len(), expected.len(), "every word reached the sink");
+    for (word, n) in expected {
+        let mut seen = counts[word].clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
+    }
+}
+
 /// Kills `weir` with SIGKILL `kills` times, each at a random moment (0-400 ms) after the run
 /// completed a checkpoint, then lets the last run finish. Returns the log (at level info) of
 /// every run.
@@ -205,15 +217,8 @@ fn exactly_once_state_and_file_output_survive_sigkill() {
         logs.join("\n")
     );
 
-    let counts = sink_counts(&ws);
-    assert_eq!(counts.len(), expected.len(), "every word reached the sink");
-    for (word, n) in &expected {
-        let mut seen = counts[word].clone();
-        // Exactly once: the file sink cut back to each checkpoint, so the word's updates are
-        // exactly 1..=n, each once, as in a run without crashes.
-        seen.sort_unstable();
-        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
-    }
+    // Exactly once: state restored, and the file sink cut back to each checkpoint.
+    assert_exactly_once(&ws, &expected);
     assert!(
         completed(&ws).is_empty(),
         "a finished job discards its checkpoints"
@@ -285,12 +290,7 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(ws.path("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["checkpoints"]["restored_from"], older);
-    let counts = sink_counts(&ws);
-    for (word, n) in &expected {
-        let mut seen = counts[word].clone();
-        seen.sort_unstable();
-        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
-    }
+    assert_exactly_once(&ws, &expected);
 }
 
 #[test]
@@ -318,15 +318,11 @@ fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
             .replace("name = \"crashy\"", "name = \"other\""),
     );
     let chk = ws.path(&format!("chk/crashy/chk-{first}"));
-    let run = crate::support::weir(
-        &[
-            "run",
-            "--no-progress",
-            "--from-checkpoint",
-            chk.to_str().unwrap(),
-        ],
-        &other,
-    );
+    let from = |spec: &Path| {
+        let chk = chk.to_str().unwrap();
+        crate::support::weir(&["run", "--no-progress", "--from-checkpoint", chk], spec)
+    };
+    let run = from(&other);
     run.assert_clean_failure();
     assert!(
         run.stderr()
@@ -334,34 +330,106 @@ fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
         "{run}"
     );
 
-    let run = crate::support::weir(
-        &[
-            "run",
-            "--no-progress",
-            "--from-checkpoint",
-            chk.to_str().unwrap(),
-        ],
-        &spec,
-    );
+    let run = from(&spec);
     assert!(run.success(), "{run}");
     assert!(
         run.stdout().contains(&format!("restored from #{first}")),
         "{run}"
     );
-    let totals: BTreeMap<String, u64> = sink_counts(&ws)
-        .into_iter()
-        .map(|(w, c)| (w, c.into_iter().max().unwrap()))
-        .collect();
-    let expected: BTreeMap<String, u64> = expected.into_iter().collect();
-    assert_eq!(totals, expected);
+    assert_exactly_once(&ws, &expected);
 
     // --fresh ignores checkpoints: the output is that of a plain run.
     let run = crate::support::weir(&["run", "--no-progress", "--fresh"], &spec);
     assert!(run.success(), "{run}");
     assert!(!run.stdout().contains("restored from"), "{run}");
-    let totals: BTreeMap<String, u64> = sink_counts(&ws)
-        .into_iter()
-        .map(|(w, c)| (w, c.into_iter().max().unwrap()))
+    assert_exactly_once(&ws, &expected);
+}
+
+/// Mounts a tmpfs of `size` at `dir` for the life of the guard.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// `None` when this process may not mount (not root).
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_the_checkpoint_with_a_clear_error() {
+    let ws = Workspace::new();
+    let Some(_disk) = Tmpfs::mount(&ws.path("chk"), "128k") else {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    };
+    // 200k keys of count state do not fit in 128 KiB.
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[job]
+name = "full"
+parallelism = 2
+
+[checkpoint]
+interval = "100ms"
+dir = {chk}
+
+[restart]
+strategy = "none"
+
+[[source]]
+name = "keys"
+type = "generator"
+mode = "keyed_cycle"
+vocabulary = 200000
+count = 100000000
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "keys"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+"#,
+            chk = toml_path(&ws.path("chk")),
+            count = wasm("wordcount_count"),
+        ),
+    );
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("No space left on device")
+            && stderr.contains("tolerable_failures is 0")
+            && stderr.contains("checkpoint 1 failed"),
+        "{run}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(ws.path("chk/full"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with("chk-"))
         .collect();
-    assert_eq!(totals, expected);
+    assert!(
+        leftovers.is_empty(),
+        "the failed checkpoint is deleted: {leftovers:?}"
+    );
 }

@@ -26,13 +26,7 @@ impl Options {
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .with_context(|| format!("{name} needs a value"))?
-                    .replace('_', "")
-                    .parse::<u64>()
-                    .with_context(|| format!("{name} needs a whole number"))
-            };
+            let mut value = |name: &str| number(&mut args, name);
             match arg.as_str() {
                 "--words" => options.words = value("--words")?,
                 "--runs" => options.runs = u32::try_from(value("--runs")?)?,
@@ -46,6 +40,15 @@ impl Options {
         ensure!(options.runs > 0, "--runs must be at least 1");
         Ok(options)
     }
+}
+
+/// The value of option `name`: the next argument, a whole number (`_` separators allowed).
+pub(crate) fn number<'a>(args: &mut impl Iterator<Item = &'a String>, name: &str) -> Result<u64> {
+    args.next()
+        .with_context(|| format!("{name} needs a value"))?
+        .replace('_', "")
+        .parse::<u64>()
+        .with_context(|| format!("{name} needs a whole number"))
 }
 
 /// One way of running the word count.

@@ -7,16 +7,18 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::bench::{run_job, toml_str};
+use crate::bench::{number, run_job, toml_str};
 use crate::{build_weir, guests, target_dir};
 
 const PARALLELISM: u32 = 2;
+/// Keys of the state, by default.
 const KEYS: [u64; 2] = [100_000, 1_000_000];
 
 #[derive(Debug)]
 pub struct Options {
     records: u64,
     runs: u32,
+    keys: Vec<u64>,
 }
 
 impl Options {
@@ -24,26 +26,23 @@ impl Options {
         let mut options = Options {
             records: 40_000_000,
             runs: 3,
+            keys: KEYS.to_vec(),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .with_context(|| format!("{name} needs a value"))?
-                    .replace('_', "")
-                    .parse::<u64>()
-                    .with_context(|| format!("{name} needs a whole number"))
-            };
+            let mut value = |name: &str| number(&mut args, name);
             match arg.as_str() {
                 "--records" => options.records = value("--records")?,
                 "--runs" => options.runs = u32::try_from(value("--runs")?)?,
-                other => bail!("unknown option `{other}`; use --records N and --runs R"),
+                "--keys" => options.keys = vec![value("--keys")?],
+                other => bail!("unknown option `{other}`; use --records N, --runs R, --keys K"),
             }
         }
+        let most = options.keys.iter().copied().max().unwrap_or(0);
         ensure!(
-            options.records >= 2 * KEYS[1],
+            options.records >= 2 * most && most > 0,
             "--records must be at least {} so that every key is counted twice",
-            2 * KEYS[1]
+            2 * most
         );
         ensure!(options.runs > 0, "--runs must be at least 1");
         Ok(options)
@@ -67,7 +66,7 @@ pub fn run(options: Options) -> Result<()> {
     let count = toml_str(&guests::operators_dir().join("wordcount_count.wasm"));
 
     let mut rows = Vec::new();
-    for keys in KEYS {
+    for &keys in &options.keys {
         let mut best = [f64::INFINITY; 2];
         let mut stats = Checkpoints::default();
         for run in 1..=options.runs {

@@ -4,7 +4,7 @@
 //! - `demo`: build everything, run the word count example and show its top words
 //! - `test`: everything CI runs, failing fast
 //! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
-//! - `bench-checkpoints [--records N] [--runs R]`: throughput with checkpoints off and on,
+//! - `bench-checkpoints [--records N] [--runs R] [--keys K]`: throughput with checkpoints off and on,
 //!   checkpoint duration and size at 100k and 1M keys
 
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ commands:
   bench [--words N] [--runs R]
                               word count throughput, WASM vs native operators
                               (default 5000000 words, 3 runs)
-  bench-checkpoints [--records N] [--runs R]
+  bench-checkpoints [--records N] [--runs R] [--keys K]
                               keyed count with checkpoints off and every second:
                               throughput, checkpoint duration and size at 100k
                               and 1M keys (default 40000000 records, 3 runs)";

@@ -381,6 +381,7 @@ fn run(
             message: "a task stopped without reporting why (please report)".into(),
         }),
     };
+    // Checkpoints triggered in this attempt that did not complete.
     let pending: Vec<u64> = triggered_at.keys().copied().collect();
     finish(attempt, outcome, store.map(|s| (s, pending)))
 }
@@ -414,6 +415,7 @@ fn apply(
     metrics: &Metrics,
     store: Option<&CheckpointStore>,
     controls: &HashMap<TaskId, Sender<Control>>,
+    // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
     triggered_at: &mut HashMap<u64, u64>,
 ) -> Option<JobError> {
     let spec = &parts.spec;
@@ -456,7 +458,9 @@ fn apply(
             None
         }
         Decision::Abort { id, reason } => {
-            let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
+            // Stays in `triggered_at`: the writer may still write a late snapshot of it,
+            // which the end of the attempt deletes.
+            let triggered_ms = triggered_at.get(&id).copied().unwrap_or_else(unix_ms);
             store.discard(id);
             let entry = HistoryEntry {
                 id,

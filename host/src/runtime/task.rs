@@ -102,6 +102,8 @@ struct Chain {
     stages: Vec<Stage>,
     /// Output buffer of each operator stage, reused between batches.
     bufs: Vec<Batch>,
+    /// The size of each stage's last snapshot: the next one reserves that much at once.
+    snapshot_sizes: Vec<usize>,
     output: Output,
     metrics: Arc<Metrics>,
     snapshots: Sender<TaskSnapshot>,
@@ -208,6 +210,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
     let mut chain = Chain {
         tail: *setup.chain.last().expect("a chain has a vertex"),
         bufs: rest.iter().map(|_| Batch::default()).collect(),
+        snapshot_sizes: vec![0; rest.len()],
         spec: Arc::clone(&spec),
         subtask: s,
         vertices: rest,
@@ -434,8 +437,10 @@ impl Chain {
             let vertex = self.vertices[i];
             let state = match &mut self.stages[i] {
                 Stage::Operator(op) => {
-                    let mut bytes = Vec::new();
-                    match op.snapshot(&mut bytes) {
+                    let mut bytes = Vec::with_capacity(self.snapshot_sizes[i] + 4096);
+                    let result = op.snapshot(&mut bytes);
+                    self.snapshot_sizes[i] = bytes.len();
+                    match result {
                         Ok(true) => PartState::Keyed {
                             bytes,
                             key_groups: key_group_range(
