@@ -45,4 +45,8 @@ pub(crate) trait Backend {
     fn current_watermark(&mut self) -> Option<i64>;
     fn current_processing_time(&mut self) -> i64;
     fn log(&mut self, level: Level, message: &str);
+    /// Declares a non-keyed operator state (the resource constructor); returns its handle.
+    fn declare_operator_state(&mut self, name: &str) -> usize;
+    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>>;
+    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>);
 }

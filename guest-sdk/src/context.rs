@@ -11,7 +11,7 @@ use weir_wire::{Kind, RecordRef, TimeDomain, TimerOp, put_timer_op};
 use crate::backend::StateKind;
 use crate::runtime::Core;
 use crate::state::{Access, StateEntry, StateId};
-use crate::{Error, Level, ListState, MapState, Result, Ttl, ValueState};
+use crate::{Error, Level, ListState, MapState, OperatorState, Result, Ttl, ValueState};
 
 /// The operator's view of the runtime while it handles a record or a timer.
 ///
@@ -173,6 +173,29 @@ impl<'a> Context<'a> {
             self.keys,
         )?;
         f(&mut access)
+    }
+
+    /// The non-keyed [`OperatorState`] called `name`, of this subtask.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let last = ctx.operator_state::<String>("last");
+    ///     let previous = last.get()?;
+    ///     last.set(&rec.value_str()?.to_owned())?;
+    ///     ctx.emit(rec.key(), previous.unwrap_or_default())
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "a"), ("k", "b")])[1].value_str(), "a");
+    /// ```
+    pub fn operator_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorState<'_, T> {
+        OperatorState::new(self.core, name)
     }
 
     /// The [`ValueState`] called `name`, of the current key.

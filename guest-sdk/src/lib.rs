@@ -93,7 +93,7 @@ pub use error::{Error, Result};
 pub use level::Level;
 pub use operator::{OpenContext, Operator};
 pub use record::{Record, Timer};
-pub use state::{ListState, MapState, ValueState};
+pub use state::{ListState, MapState, OperatorState, ValueState};
 pub use ttl::{StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
 pub use weir_wire::{Kind, TimeDomain};
 
@@ -113,8 +113,8 @@ pub use weir_wire::{Kind, TimeDomain};
 /// ```
 pub mod prelude {
     pub use crate::{
-        Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator, Record, Result,
-        TimeDomain, Timer, Ttl, ValueState,
+        Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator, OperatorState,
+        Record, Result, TimeDomain, Timer, Ttl, ValueState,
     };
 }
 

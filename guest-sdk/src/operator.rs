@@ -3,11 +3,12 @@
 use std::cell::RefCell;
 use std::fmt;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::context::log_to;
 use crate::runtime::{Core, OpenInfo};
-use crate::{Context, Error, Level, Record, Result, Timer};
+use crate::{Context, Error, Level, OperatorState, Record, Result, Timer};
 
 /// A stream operator: one required method, [`process`](Self::process); the other hooks do
 /// nothing by default.
@@ -279,6 +280,23 @@ impl<'a> OpenContext<'a> {
             "" => "{}",
             text => text,
         }
+    }
+
+    /// The non-keyed [`OperatorState`] called `name`, as [`Context::operator_state`]: in
+    /// `open` it holds what the subtask had at the checkpoint the job restored from.
+    ///
+    /// ```
+    /// # weir_sdk::testing::doc_open_context(|ctx| {
+    /// let seen = ctx.operator_state::<u64>("seen").get()?.unwrap_or(0);
+    /// assert_eq!(seen, 0);
+    /// # Ok::<(), weir_sdk::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn operator_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorState<'a, T> {
+        OperatorState::new(self.core, name)
     }
 
     /// Sends a line to the operator's log, as [`Context::log`].

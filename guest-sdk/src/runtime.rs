@@ -20,6 +20,8 @@ pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 pub(crate) struct Core {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) states: Vec<StateEntry>,
+    /// Declared operator states: name and backend handle.
+    pub(crate) operator_states: Vec<(String, usize)>,
     /// Incremented per batch; state caches of an older epoch are stale.
     pub(crate) epoch: u64,
     pub(crate) output: OutputWriter,
@@ -32,6 +34,7 @@ impl Core {
         Core {
             backend,
             states: Vec::new(),
+            operator_states: Vec::new(),
             epoch: 0,
             output: OutputWriter::default(),
             timer_changes: Vec::new(),
@@ -63,6 +66,7 @@ impl Core {
             output,
             timer_changes,
             store_buf,
+            ..
         } = self;
         for state in states.iter() {
             if state.changes(*epoch, store_buf) {

@@ -242,6 +242,8 @@ struct Store {
     output: Vec<Output>,
     logs: Vec<(Level, String)>,
     calls: HostCalls,
+    /// Operator states by name; the index of a name is its handle.
+    operator_states: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// How often the runtime called each host import (for tests of the boundary cost).
@@ -438,6 +440,25 @@ impl Backend for MemoryBackend {
     fn log(&mut self, level: Level, message: &str) {
         eprintln!("[operator {level}] {message}");
         self.0.borrow_mut().logs.push((level, message.to_owned()));
+    }
+
+    fn declare_operator_state(&mut self, name: &str) -> usize {
+        let states = &mut self.0.borrow_mut().operator_states;
+        match states.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                states.push((name.to_owned(), None));
+                states.len() - 1
+            }
+        }
+    }
+
+    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>> {
+        self.0.borrow().operator_states[state].1.clone()
+    }
+
+    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>) {
+        self.0.borrow_mut().operator_states[state].1 = value.map(<[u8]>::to_vec);
     }
 }
 
@@ -857,6 +878,25 @@ impl<T: Operator + Default> Harness<T> {
     /// ```
     pub fn restart(&mut self) {
         self.instance = None;
+    }
+
+    /// The value of operator state `name`, `None` if it has none.
+    ///
+    /// # Panics
+    /// When the stored bytes do not decode as `V`.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op { fn process(&mut self, ctx: &mut Context, r: Record<'_>) -> Result<()> { ctx.operator_state::<String>("last").set(&r.value_str()?.to_owned()) } }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// h.process([("k", "x"), ("j", "y")]);
+    /// assert_eq!(h.operator_state::<String>("last").as_deref(), Some("y"));
+    /// ```
+    pub fn operator_state<V: DeserializeOwned>(&self, name: &str) -> Option<V> {
+        let store = self.store.borrow();
+        let (_, value) = store.operator_states.iter().find(|(n, _)| n == name)?;
+        value.as_deref().map(|v| decode_or_panic(name, v))
     }
 
     /// The value of value state `name` for `key`, `None` if it has none.

@@ -499,6 +499,59 @@ impl Backend for BadHost {
         0
     }
     fn log(&mut self, _: Level, _: &str) {}
+    fn declare_operator_state(&mut self, _: &str) -> usize {
+        0
+    }
+    fn get_operator_state(&mut self, _: usize) -> Option<Vec<u8>> {
+        Some(vec![0xff; 11])
+    }
+    fn set_operator_state(&mut self, _: usize, _: Option<&[u8]>) {}
+}
+
+/// Restores a running total from operator state in `open`, saves it after every batch.
+#[derive(Default)]
+struct Total(u64);
+
+impl Operator for Total {
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.0 = ctx.operator_state::<u64>("total").get()?.unwrap_or(0);
+        Ok(())
+    }
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        self.0 += 1;
+        ctx.emit_display(rec.key(), self.0)
+    }
+    fn finish_batch(&mut self, ctx: &mut Context) -> Result<()> {
+        ctx.operator_state("total").set(&self.0)
+    }
+}
+
+#[test]
+fn operator_state_outlives_batches_and_keys() {
+    let mut h = Harness::<Total>::new();
+    h.process([("a", ""), ("b", "")]);
+    assert_eq!(h.operator_state::<u64>("total"), Some(2));
+    // A new instance (as after a restore) reads it back in `open`.
+    h.restart();
+    let out = h.process([("c", "")]);
+    assert_eq!(out[0].value_str(), "3");
+    assert_eq!(h.operator_state::<u64>("total"), Some(3));
+}
+
+#[test]
+fn undecodable_operator_state_is_an_error_naming_it() {
+    let info = OpenInfo {
+        operator_uid: "u".into(),
+        subtask_index: 0,
+        parallelism: 1,
+        config: String::new(),
+    };
+    let mut instance = Instance::new(Total::default(), Box::new(BadHost), info);
+    let err = instance.open().unwrap_err().to_string();
+    assert!(
+        err.contains("operator state \"total\" cannot be decoded"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -35,6 +35,7 @@ enum WitState {
 #[derive(Default)]
 struct WitBackend {
     states: Vec<WitState>,
+    operator_states: Vec<state::OperatorState>,
 }
 
 fn wit_ttl(ttl: &Ttl) -> types::Ttl {
@@ -113,6 +114,19 @@ impl Backend for WitBackend {
 
     fn log(&mut self, level: Level, message: &str) {
         log::log(wit_level(level), message);
+    }
+
+    fn declare_operator_state(&mut self, name: &str) -> usize {
+        self.operator_states.push(state::OperatorState::new(name));
+        self.operator_states.len() - 1
+    }
+
+    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>> {
+        self.operator_states[state].get()
+    }
+
+    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>) {
+        self.operator_states[state].set(value);
     }
 }
 

@@ -24,6 +24,7 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-other-world",
     "weir-test-wrong-version",
     "weir-test-keyer",
+    "weir-test-tally",
 ];
 
 /// Where the components are copied to.

@@ -10,10 +10,12 @@
 mod codec;
 mod list;
 mod map;
+mod operator;
 mod value;
 
 pub use list::ListState;
 pub use map::MapState;
+pub use operator::OperatorState;
 pub use value::ValueState;
 
 use list::ListCache;

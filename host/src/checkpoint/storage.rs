@@ -74,8 +74,13 @@ pub(crate) enum SubtaskState {
     Finished,
     /// A source's position in its input.
     Source { position: serde_json::Value },
-    /// An operator's keyed state and timers (`None`: it had none).
-    Operator { state: Option<StateFile> },
+    /// An operator's keyed state and timers, and its non-keyed operator state (`None`: it
+    /// had none).
+    Operator {
+        state: Option<StateFile>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        operator_state: Option<StateFile>,
+    },
     /// What a sink needs to restore (its pre-committed output).
     Sink { state: serde_json::Value },
 }
@@ -334,10 +339,14 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
         .vertices
         .iter()
         .flat_map(|v| &v.subtasks)
-        .filter_map(|s| match s {
-            SubtaskState::Operator { state: Some(f) } => Some(f),
-            _ => None,
+        .flat_map(|s| match s {
+            SubtaskState::Operator {
+                state,
+                operator_state,
+            } => [state.as_ref(), operator_state.as_ref()],
+            _ => [None, None],
         })
+        .flatten()
     {
         read_state(dir, file)?;
     }
@@ -438,7 +447,10 @@ mod tests {
                 parallelism: files.len() as u32,
                 subtasks: files
                     .into_iter()
-                    .map(|f| SubtaskState::Operator { state: Some(f) })
+                    .map(|f| SubtaskState::Operator {
+                        state: Some(f),
+                        operator_state: None,
+                    })
                     .collect(),
             }],
         }
@@ -475,7 +487,7 @@ mod tests {
         assert_eq!(store.next_id().unwrap(), 2);
         let m = store.latest(|_| Ok(())).unwrap().unwrap();
         assert_eq!(m.checkpoint, 1);
-        let SubtaskState::Operator { state: Some(f) } = &m.vertices[0].subtasks[0] else {
+        let SubtaskState::Operator { state: Some(f), .. } = &m.vertices[0].subtasks[0] else {
             panic!()
         };
         assert_eq!(read_state(&store.dir_of(1), f).unwrap(), b"state bytes");

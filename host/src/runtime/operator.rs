@@ -59,6 +59,17 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// The operator's non-keyed state, snapshotted on a checkpoint barrier (`None`: none).
+    fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Restores what [`Operator::snapshot_operator_state`] returned in the subtask of the
+    /// same index; called before `open`.
+    fn restore_operator_state(&mut self, _snapshot: &[u8]) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
     /// Records emitted to side outputs by the last `process` or `close`, by side output name.
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         Vec::new()

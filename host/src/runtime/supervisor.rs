@@ -538,8 +538,16 @@ fn summarize(
         size += acked.bytes;
         alignment = alignment.max(acked.alignment);
         for (v, sub) in &acked.parts {
-            if let SubtaskState::Operator { state: Some(f) } = sub {
-                stats[*v].size_bytes += f.size;
+            if let SubtaskState::Operator {
+                state,
+                operator_state,
+            } = sub
+            {
+                stats[*v].size_bytes += state
+                    .iter()
+                    .chain(operator_state)
+                    .map(|f| f.size)
+                    .sum::<u64>();
             }
             stats[*v].sync_ms = stats[*v].sync_ms.max(millis(acked.sync));
             stats[*v].alignment_ms = stats[*v].alignment_ms.max(millis(acked.alignment));
@@ -605,21 +613,36 @@ fn write_one(
         let state = match part.state {
             PartState::Source(position) => SubtaskState::Source { position },
             PartState::Sink(state) => SubtaskState::Sink { state },
-            PartState::Stateless => SubtaskState::Operator { state: None },
-            PartState::Keyed { bytes, key_groups } => {
-                let file = state_file_name(
+            PartState::Operator { keyed, operator } => {
+                let name = state_file_name(
                     part.vertex,
                     &spec.vertices[part.vertex].name,
                     snap.task.subtask,
                 );
-                let f = store.write_state(
-                    snap.id,
-                    &file,
-                    &bytes,
-                    (key_groups.start, key_groups.end),
-                )?;
-                acked.bytes += f.size;
-                SubtaskState::Operator { state: Some(f) }
+                let state = match keyed {
+                    Some((bytes, groups)) => Some(store.write_state(
+                        snap.id,
+                        &name,
+                        &bytes,
+                        (groups.start, groups.end),
+                    )?),
+                    None => None,
+                };
+                let operator_state = match operator {
+                    Some(bytes) => {
+                        Some(store.write_state(snap.id, &format!("{name}.op"), &bytes, (0, 0))?)
+                    }
+                    None => None,
+                };
+                acked.bytes += state
+                    .iter()
+                    .chain(&operator_state)
+                    .map(|f| f.size)
+                    .sum::<u64>();
+                SubtaskState::Operator {
+                    state,
+                    operator_state,
+                }
             }
         };
         acked.parts.push((part.vertex, state));

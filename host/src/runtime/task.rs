@@ -79,11 +79,12 @@ pub(crate) struct Part {
 #[derive(Debug)]
 pub(crate) enum PartState {
     Source(serde_json::Value),
-    Keyed {
-        bytes: Vec<u8>,
-        key_groups: Range<u32>,
+    Operator {
+        /// Keyed state and timers, with the key groups they cover.
+        keyed: Option<(Vec<u8>, Range<u32>)>,
+        /// Non-keyed operator state.
+        operator: Option<Vec<u8>>,
     },
-    Stateless,
     Sink(serde_json::Value),
 }
 
@@ -274,12 +275,16 @@ fn build_stage(
             }
             .map_err(|e| error(spec, v, s, e.to_string()))?;
             if let Some(r) = restore {
-                let snapshots = r
-                    .operator_state(uid, &groups)
-                    .map_err(|e| error(spec, v, s, format!("cannot restore its state: {e}")))?;
-                for bytes in snapshots {
-                    op.restore(&bytes)
-                        .map_err(|e| error(spec, v, s, format!("cannot restore its state: {e}")))?;
+                let fail = |e: String| error(spec, v, s, format!("cannot restore its state: {e}"));
+                for bytes in r
+                    .keyed_state(uid, &groups)
+                    .map_err(|e| fail(e.to_string()))?
+                {
+                    op.restore(&bytes).map_err(|e| fail(e.to_string()))?;
+                }
+                if let Some(bytes) = r.operator_state(uid, s).map_err(|e| fail(e.to_string()))? {
+                    op.restore_operator_state(&bytes)
+                        .map_err(|e| fail(e.to_string()))?;
                 }
             }
             Ok(Stage::Operator(op))
@@ -438,19 +443,20 @@ impl Chain {
             let state = match &mut self.stages[i] {
                 Stage::Operator(op) => {
                     let mut bytes = Vec::with_capacity(self.snapshot_sizes[i] + 4096);
-                    let result = op.snapshot(&mut bytes);
-                    self.snapshot_sizes[i] = bytes.len();
-                    match result {
-                        Ok(true) => PartState::Keyed {
-                            bytes,
-                            key_groups: key_group_range(
-                                self.spec.max_parallelism,
-                                self.spec.vertices[vertex].parallelism,
-                                self.subtask,
-                            ),
-                        },
-                        Ok(false) => PartState::Stateless,
+                    let keyed = match op.snapshot(&mut bytes) {
+                        Ok(true) => Some(bytes),
+                        Ok(false) => None,
                         Err(e) => return Err(self.fail(i, format!("snapshot failed: {e}"))),
+                    };
+                    self.snapshot_sizes[i] = keyed.as_ref().map_or(0, Vec::len);
+                    let groups = key_group_range(
+                        self.spec.max_parallelism,
+                        self.spec.vertices[vertex].parallelism,
+                        self.subtask,
+                    );
+                    PartState::Operator {
+                        keyed: keyed.map(|bytes| (bytes, groups)),
+                        operator: op.snapshot_operator_state(),
                     }
                 }
                 Stage::Sink(sink) => match sink.snapshot(n) {

@@ -11,6 +11,8 @@ use std::ops::Range;
 mod snapshot;
 mod value_table;
 
+pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
+
 use crate::runtime::key_group::key_group;
 pub use value_table::ValuePos;
 use value_table::ValueTable;

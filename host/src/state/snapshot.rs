@@ -15,17 +15,54 @@
 //! checksum lives in the checkpoint metadata; this reader still bounds every count by the
 //! bytes left, so a damaged file fails with an error, never a huge allocation.
 
+use std::collections::BTreeMap;
+
 use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
 use super::{KeyGroupIndex, KeyedState, StateKind, Table, Ttl, TtlUpdate, TtlVisibility};
 use crate::runtime::key_group::key_group;
 
 const MAGIC: &[u8; 8] = b"WEIRKS01";
+const OPERATOR_MAGIC: &[u8; 8] = b"WEIROS01";
+
+/// Non-keyed operator state of one subtask: a byte string per name.
+pub type OperatorStates = BTreeMap<String, Vec<u8>>;
+
+/// The snapshot of operator state: magic `WEIROS01`, u32 count, then name and value each.
+pub fn snapshot_operator_states(states: &OperatorStates) -> Vec<u8> {
+    let mut out = OPERATOR_MAGIC.to_vec();
+    put_u32(&mut out, states.len() as u32);
+    for (name, value) in states {
+        put_bytes(&mut out, name.as_bytes());
+        put_bytes(&mut out, value);
+    }
+    out
+}
+
+/// Reads what [`snapshot_operator_states`] wrote.
+pub fn restore_operator_states(bytes: &[u8]) -> Result<OperatorStates, SnapshotError> {
+    let body = bytes
+        .strip_prefix(OPERATOR_MAGIC)
+        .ok_or(SnapshotError::Magic)?;
+    let mut r = Reader::new(body, "operator-state snapshot");
+    let mut states = OperatorStates::new();
+    for _ in 0..r.count(8)? {
+        let name = std::str::from_utf8(r.bytes()?)
+            .map_err(|_| SnapshotError::Invalid("an operator state name is not UTF-8".into()))?;
+        states.insert(name.to_string(), r.bytes()?.to_vec());
+    }
+    if !r.is_empty() {
+        return Err(SnapshotError::Invalid(
+            "trailing bytes after the last operator state".into(),
+        ));
+    }
+    Ok(states)
+}
 
 /// A keyed-state snapshot that cannot be restored.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("not a keyed-state snapshot (bad magic bytes)")]
+    #[error("not a state snapshot of this kind (bad magic bytes)")]
     Magic,
     #[error("damaged keyed-state snapshot: {0}")]
     Decode(#[from] DecodeError),
@@ -324,6 +361,22 @@ mod tests {
         let mut evil = MAGIC.to_vec();
         evil.extend_from_slice(&[0, 0, 0, 0, 128, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]);
         assert!(s.restore(&evil, |_| {}).is_err());
+    }
+
+    #[test]
+    fn operator_states_round_trip_and_damage_is_an_error() {
+        let mut states = OperatorStates::new();
+        states.insert("total".into(), vec![7, 0, 1]);
+        states.insert("empty".into(), Vec::new());
+        let bytes = snapshot_operator_states(&states);
+        assert_eq!(restore_operator_states(&bytes).unwrap(), states);
+        assert!(restore_operator_states(&bytes[..bytes.len() - 1]).is_err());
+        let mut keyed = Vec::new();
+        sample(0..128).snapshot(std::iter::empty(), &mut keyed);
+        assert!(matches!(
+            restore_operator_states(&keyed),
+            Err(SnapshotError::Magic)
+        ));
     }
 
     #[test]

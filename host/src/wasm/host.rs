@@ -20,7 +20,8 @@ use crate::batch::Batch;
 use crate::runtime::key_group::key_group;
 use crate::runtime::operator::OperatorContext;
 use crate::state::{
-    KeyGroupIndex, KeyedState, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility, ValuePos,
+    KeyGroupIndex, KeyedState, OperatorStates, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
+    ValuePos,
 };
 
 /// Event-time timers: `(timestamp, key)` in firing order.
@@ -51,6 +52,10 @@ pub(crate) struct HostState {
     pub(crate) watermark: Option<i64>,
     /// The last error the guest logged (its panic hook logs the panic message there).
     pub(crate) last_error: Option<String>,
+    /// Non-keyed operator state by name.
+    pub(crate) operator_state: OperatorStates,
+    /// Operator-state names by resource rep.
+    operator_names: Vec<String>,
 }
 
 impl WasiView for HostState {
@@ -82,6 +87,8 @@ impl HostState {
             processing_timers: TimerSet::new(),
             watermark: None,
             last_error: None,
+            operator_state: OperatorStates::new(),
+            operator_names: Vec::new(),
         }
     }
 
@@ -359,6 +366,50 @@ impl state::HostMapState for HostState {
 
     fn drop(&mut self, _s: Resource<state::MapState>) -> wasmtime::Result<()> {
         Ok(())
+    }
+}
+
+impl state::HostOperatorState for HostState {
+    fn new(&mut self, name: String) -> wasmtime::Result<Resource<state::OperatorState>> {
+        let rep = match self.operator_names.iter().position(|n| *n == name) {
+            Some(rep) => rep,
+            None => {
+                self.operator_names.push(name);
+                self.operator_names.len() - 1
+            }
+        };
+        Ok(Resource::new_own(rep as u32))
+    }
+
+    fn get(&mut self, s: Resource<state::OperatorState>) -> wasmtime::Result<Option<Vec<u8>>> {
+        let name = self.operator_name(s.rep())?;
+        Ok(self.operator_state.get(name).cloned())
+    }
+
+    fn set(
+        &mut self,
+        s: Resource<state::OperatorState>,
+        value: Option<Vec<u8>>,
+    ) -> wasmtime::Result<()> {
+        let name = self.operator_name(s.rep())?.to_string();
+        match value {
+            Some(v) => self.operator_state.insert(name, v),
+            None => self.operator_state.remove(&name),
+        };
+        Ok(())
+    }
+
+    fn drop(&mut self, _s: Resource<state::OperatorState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl HostState {
+    fn operator_name(&self, rep: u32) -> wasmtime::Result<&str> {
+        self.operator_names
+            .get(rep as usize)
+            .map(String::as_str)
+            .ok_or_else(|| wasmtime::format_err!("unknown operator state handle {rep}"))
     }
 }
 

@@ -9,7 +9,7 @@ use super::exports::weir::stream::operator::OpenContext;
 use super::host::HostState;
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::runtime::operator::{Operator, OperatorContext, OperatorError};
-use crate::state::FastMap;
+use crate::state::{FastMap, restore_operator_states, snapshot_operator_states};
 
 /// Runs one instance of an operator component for one subtask.
 pub(crate) struct WasmOperator {
@@ -208,6 +208,17 @@ impl Operator for WasmOperator {
                 set.insert((ts, key.into()));
             })
             .map_err(|e| OperatorError::Contract(e.to_string()))
+    }
+
+    fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {
+        let states = &self.store.data().operator_state;
+        (!states.is_empty()).then(|| snapshot_operator_states(states))
+    }
+
+    fn restore_operator_state(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+        self.store.data_mut().operator_state = restore_operator_states(snapshot)
+            .map_err(|e| OperatorError::Contract(e.to_string()))?;
+        Ok(())
     }
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
