@@ -219,11 +219,6 @@ impl<S> Coordinator<S> {
         out
     }
 
-    /// Whether every task has finished.
-    pub(crate) fn all_finished(&self) -> bool {
-        self.tasks.iter().all(|t| self.finished.contains_key(t))
-    }
-
     /// Completes the newest checkpoint every task has answered, subsuming older ones.
     fn complete_ready(&mut self, now: Duration, out: &mut Vec<Decision<S>>) {
         let ready = self.pending.iter().rev().find_map(|(&id, p)| {
@@ -454,9 +449,6 @@ mod tests {
         c.finished(task(0, 1), None, ms(20));
         assert_eq!(c.next_trigger_at(), None);
         assert_eq!(c.poll(ms(500)), vec![]);
-        assert!(!c.all_finished());
-        c.finished(task(1, 0), None, ms(30));
-        assert!(c.all_finished());
     }
 
     #[test]

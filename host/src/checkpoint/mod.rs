@@ -144,6 +144,17 @@ impl Restored {
         })
     }
 
+    /// The newest checkpoint in `store` that verifies and fits `spec`, if any.
+    pub(crate) fn latest(
+        store: &storage::CheckpointStore,
+        spec: &JobSpec,
+    ) -> Result<Option<Restored>, CheckpointError> {
+        Ok(store.latest(|m| fits(m, spec))?.map(|meta| Restored {
+            dir: store.dir_of(meta.checkpoint),
+            meta,
+        }))
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.meta.checkpoint
     }

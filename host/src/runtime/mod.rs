@@ -169,12 +169,7 @@ impl Job {
         };
         let restore = match (from, &store) {
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
-            (RestoreFrom::Latest, Some(store)) => store
-                .latest(|m| crate::checkpoint::fits(m, spec))?
-                .map(|meta| Restored {
-                    dir: store.dir_of(meta.checkpoint),
-                    meta,
-                }),
+            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec)?,
             (RestoreFrom::Path(dir), _) => Some(Restored::load(&dir, spec)?),
         };
         let metrics = Arc::new(Metrics {

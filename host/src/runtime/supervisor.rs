@@ -55,7 +55,7 @@ struct Attempt {
     threads: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
-    controls: Vec<(TaskId, Sender<Control>)>,
+    controls: HashMap<TaskId, Sender<Control>>,
     events: Receiver<Event>,
     tasks: Vec<TaskId>,
     sources: Vec<TaskId>,
@@ -123,14 +123,7 @@ pub(crate) fn supervise(
                     std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
                 }
                 if let Some(store) = &store {
-                    restore = store
-                        .latest(|m| crate::checkpoint::fits(m, spec))?
-                        .map(|meta| {
-                            Arc::new(Restored {
-                                dir: store.dir_of(meta.checkpoint),
-                                meta,
-                            })
-                        });
+                    restore = Restored::latest(store, spec)?.map(Arc::new);
                 }
             }
         }
@@ -204,7 +197,7 @@ fn spawn(
         threads: Vec::new(),
         writer,
         shared: Arc::clone(&shared),
-        controls: Vec::new(),
+        controls: HashMap::new(),
         events,
         tasks: Vec::new(),
         sources: Vec::new(),
@@ -216,7 +209,7 @@ fn spawn(
                 subtask: s,
             };
             let (control_tx, control) = crossbeam_channel::unbounded();
-            attempt.controls.push((task, control_tx));
+            attempt.controls.insert(task, control_tx);
             attempt.tasks.push(task);
             if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
                 attempt.sources.push(task);
@@ -297,25 +290,25 @@ fn run(
         },
         _ => None,
     };
-    let controls: HashMap<TaskId, Sender<Control>> = attempt.controls.iter().cloned().collect();
     let mut triggered_at: HashMap<u64, u64> = HashMap::new();
-    let mut ended = 0;
+    let (mut ended, mut finished) = (0, 0);
     let mut failure: Option<JobError> = None;
     let mut cancelled = false;
+    // What the coordinator decided on the last event, carried out with the next poll.
+    let mut decisions = Vec::new();
     while ended < attempt.tasks.len() {
         if !cancelled && flags.is_user_cancelled() {
             cancelled = true;
             attempt.shared.cancel();
         }
-        let mut decisions = Vec::new();
-        if let Some(c) = &mut coordinator
-            && failure.is_none()
-            && !cancelled
-        {
+        if failure.is_some() || cancelled {
+            // Wind down: no more triggers, nothing more to complete.
+            decisions.clear();
+        } else if let Some(c) = &mut coordinator {
             decisions.extend(c.poll(now()));
         }
-        for d in decisions {
-            if let Some(e) = apply(d, parts, metrics, store, &controls, &mut triggered_at) {
+        for d in decisions.drain(..) {
+            if let Some(e) = apply(d, parts, metrics, store, &attempt, &mut triggered_at) {
                 failure.get_or_insert(e);
                 attempt.shared.cancel();
             }
@@ -334,14 +327,17 @@ fn run(
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        let decisions = match event {
+        decisions = match event {
             Event::End(task, end) => {
                 ended += 1;
                 match end {
-                    TaskEnd::Finished(last) => coordinator
-                        .as_mut()
-                        .map(|c| c.finished(task, last, now()))
-                        .unwrap_or_default(),
+                    TaskEnd::Finished(last) => {
+                        finished += 1;
+                        coordinator
+                            .as_mut()
+                            .map(|c| c.finished(task, last, now()))
+                            .unwrap_or_default()
+                    }
                     TaskEnd::Failed(e) => {
                         failure.get_or_insert(e);
                         Vec::new()
@@ -358,20 +354,19 @@ fn run(
                 .map(|c| c.decline(id, reason))
                 .unwrap_or_default(),
         };
-        if failure.is_some() || cancelled {
-            continue;
-        }
+    }
+    // The last task's end may have completed a checkpoint.
+    if failure.is_none() && !cancelled {
         for d in decisions {
-            if let Some(e) = apply(d, parts, metrics, store, &controls, &mut triggered_at) {
+            if let Some(e) = apply(d, parts, metrics, store, &attempt, &mut triggered_at) {
                 failure.get_or_insert(e);
-                attempt.shared.cancel();
             }
         }
     }
     let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
-        (Some(e), false) => Outcome::Failed(e),
         (_, true) => Outcome::Cancelled,
-        (None, false) if coordinator.as_ref().is_none_or(|c| c.all_finished()) => Outcome::Finished,
+        (Some(e), false) => Outcome::Failed(e),
+        (None, false) if finished == attempt.tasks.len() => Outcome::Finished,
         (None, false) => Outcome::Failed(JobError::Task {
             role: "task",
             name: "runtime".into(),
@@ -414,7 +409,7 @@ fn apply(
     parts: &JobParts,
     metrics: &Metrics,
     store: Option<&CheckpointStore>,
-    controls: &HashMap<TaskId, Sender<Control>>,
+    attempt: &Attempt,
     // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
     triggered_at: &mut HashMap<u64, u64>,
 ) -> Option<JobError> {
@@ -424,14 +419,9 @@ fn apply(
         Decision::Trigger(id) => {
             tracing::debug!("triggering checkpoint {id}");
             triggered_at.insert(id, unix_ms());
-            for (task, tx) in controls {
-                if matches!(
-                    spec.vertices[parts.plan.chains[task.chain].head()].kind,
-                    VertexKind::Source(_)
-                ) {
-                    // A source that has finished is gone; the coordinator knows it.
-                    let _ = tx.send(Control::Trigger(id));
-                }
+            for task in &attempt.sources {
+                // A source that has finished is gone; the coordinator knows it.
+                let _ = attempt.controls[task].send(Control::Trigger(id));
             }
             None
         }
@@ -452,7 +442,7 @@ fn apply(
                 tracing::warn!("checkpoint retention failed: {e}");
             }
             record(store, spec, metrics, entry);
-            for tx in controls.values() {
+            for tx in attempt.controls.values() {
                 let _ = tx.send(Control::Complete(id));
             }
             None
