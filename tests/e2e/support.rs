@@ -6,9 +6,13 @@ use std::process::{Command, Output};
 
 use tempfile::TempDir;
 
-/// The workspace root.
+/// The workspace root: the parent of this package's directory, which `cargo test` gives at run
+/// time (the compile-time path is another checkout's when a shared target directory reuses
+/// a test binary built there).
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("the e2e crate lives one level below the workspace root")
         .to_path_buf()

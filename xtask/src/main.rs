@@ -67,9 +67,13 @@ fn no_args(rest: &[String]) -> Result<()> {
     }
 }
 
-/// The workspace root.
+/// The workspace root: the parent of this package's directory, which `cargo run` gives at run
+/// time. (The compile-time path would be wrong when one target directory serves several
+/// checkouts, as CI's does: cargo then reuses the xtask binary another checkout built.)
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("xtask lives one level below the workspace root")
         .to_path_buf()

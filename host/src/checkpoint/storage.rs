@@ -29,17 +29,17 @@ const HISTORY_LEN: usize = 100;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error(
-        "checkpoint directory {path} is not writable ({source}); set [checkpoint] dir in the job spec to a writable directory"
+        "checkpoint directory {path} is not writable ({cause}); set [checkpoint] dir in the job spec to a writable directory"
     )]
     NotWritable {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot {action} {path}: {source}")]
+    #[error("cannot {action} {path}: {cause}")]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("checkpoint {path} is damaged: {reason}")]
     Corrupt { path: PathBuf, reason: String },
@@ -47,11 +47,11 @@ pub enum CheckpointError {
     Incompatible { path: PathBuf, reason: String },
 }
 
-fn io(action: &'static str, path: &Path, source: std::io::Error) -> CheckpointError {
+fn io(action: &'static str, path: &Path, cause: std::io::Error) -> CheckpointError {
     CheckpointError::Io {
         action,
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 
@@ -162,9 +162,9 @@ impl CheckpointStore {
     /// checkpoint.
     pub(crate) fn open(dir: &Path, job: &str) -> Result<Self, CheckpointError> {
         let root = dir.join(job);
-        let not_writable = |source| CheckpointError::NotWritable {
+        let not_writable = |cause| CheckpointError::NotWritable {
             path: root.clone(),
-            source,
+            cause,
         };
         std::fs::create_dir_all(&root).map_err(not_writable)?;
         let probe = root.join(".write-probe");

@@ -110,7 +110,7 @@ pub(crate) fn supervise(
             }
             RestartDecision::Restart { attempt, delay } => {
                 tracing::warn!(
-                    "job \"{}\" failed: {error}; restarting in {delay:.1?} (restart {attempt} of {})",
+                    "job \"{}\" failed: {error}; restarting in {delay:.1?} (restart {attempt}, strategy {})",
                     spec.name,
                     spec.restart.name()
                 );
