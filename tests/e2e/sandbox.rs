@@ -210,3 +210,43 @@ path = {out}
         "the summary counts what the sink wrote"
     );
 }
+
+/// A job whose operator is the hostile guest, fed `lines`.
+fn hostile_job(ws: &Workspace, lines: &str) -> String {
+    poison_job(ws, lines).replace(&wasm("weir_test_poison"), &wasm("weir_test_hostile"))
+}
+
+#[test]
+fn a_guest_that_loops_forever_is_stopped_at_the_call_deadline() {
+    let ws = Workspace::new();
+    let run = ws.run(&hostile_job(&ws, "apple\nspin\ncherry\n"));
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("poison-filter")
+            && stderr.contains("execution deadline exceeded: process ran longer than 5s"),
+        "{run}"
+    );
+}
+
+#[test]
+fn a_guest_that_grows_memory_without_bound_is_stopped_at_the_memory_limit() {
+    let ws = Workspace::new();
+    let run = ws.run(&hostile_job(&ws, "apple\nhog\n"));
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("poison-filter")
+            && stderr.contains("memory limit exceeded")
+            && stderr.contains("over the limit of 256 MiB"),
+        "{run}"
+    );
+}
+
+#[test]
+fn the_hostile_guest_passes_other_records_through() {
+    let ws = Workspace::new();
+    ws.run_ok(&hostile_job(&ws, "apple\nbanana\n"));
+    let out = std::fs::read_to_string(ws.path("out/part-0")).expect("the sink's part file");
+    assert_eq!(out, "apple\nbanana\n");
+}

@@ -102,7 +102,11 @@ impl WasmEngine {
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<WasmEngine>, WasmError> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        // Execution deadlines of guest calls (see `limits`).
+        config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
+        super::limits::start_ticker(&engine)
+            .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| WasmError::Engine(format!("{e:#}")))?;

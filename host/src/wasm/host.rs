@@ -56,6 +56,7 @@ pub(crate) struct HostState {
     pub(crate) operator_state: OperatorStates,
     /// Operator-state names by resource rep.
     operator_names: Vec<String>,
+    pub(crate) limiter: super::limits::Limiter,
 }
 
 impl WasiView for HostState {
@@ -89,6 +90,7 @@ impl HostState {
             last_error: None,
             operator_state: OperatorStates::new(),
             operator_names: Vec::new(),
+            limiter: super::limits::Limiter::default(),
         }
     }
 

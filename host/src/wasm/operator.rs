@@ -1,12 +1,13 @@
 //! An operator subtask running a component instance.
 
-use wasmtime::Store;
+use wasmtime::{Store, Trap};
 use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
 
 use super::OperatorComponent;
 use super::Processor;
 use super::exports::weir::stream::operator::OpenContext;
 use super::host::HostState;
+use super::limits::{DEFAULT_CALL_DEADLINE, deadline_ticks};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::runtime::operator::{Operator, OperatorContext, OperatorError};
 use crate::state::{FastMap, restore_operator_states, snapshot_operator_states};
@@ -26,6 +27,8 @@ impl WasmOperator {
     ) -> Result<Self, OperatorError> {
         let engine = component.pre.engine();
         let mut store = Store::new(engine, HostState::new(ctx));
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(DEFAULT_CALL_DEADLINE));
         let bindings = component
             .pre
             .instantiate(&mut store)
@@ -35,6 +38,12 @@ impl WasmOperator {
             bindings,
             buf: Vec::new(),
         })
+    }
+
+    /// Starts the execution deadline of the next call.
+    fn arm(&mut self) {
+        self.store
+            .set_epoch_deadline(deadline_ticks(DEFAULT_CALL_DEADLINE));
     }
 
     /// Turns the result of a guest call into the operator's result.
@@ -51,7 +60,14 @@ impl WasmOperator {
             Err(trap) => {
                 // The wasm backtrace goes to the debug log; the error keeps the cause.
                 tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
-                let mut message = format!("in {hook}: {}", trap.root_cause());
+                let mut message = match trap.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => format!(
+                        "execution deadline exceeded: {hook} ran longer than {:?}, the limit \
+                         of one call",
+                        DEFAULT_CALL_DEADLINE
+                    ),
+                    _ => format!("in {hook}: {}", trap.root_cause()),
+                };
                 if let Some(logged) = data.last_error.take() {
                     message = format!("{logged} ({message})");
                 }
@@ -105,6 +121,7 @@ impl WasmOperator {
             }
             write_fired_timers(&mut self.buf, &keys, entries.into_iter());
             data.in_call = true;
+            self.arm();
             let result = self
                 .bindings
                 .weir_stream_operator()
@@ -124,6 +141,7 @@ impl Operator for WasmOperator {
             parallelism: c.parallelism,
             config: c.config.clone(),
         };
+        self.arm();
         let result = self
             .bindings
             .weir_stream_operator()
@@ -152,6 +170,7 @@ impl Operator for WasmOperator {
         }
         self.buf = writer.finish();
         data.in_call = true;
+        self.arm();
         let result = self
             .bindings
             .weir_stream_operator()
@@ -166,6 +185,7 @@ impl Operator for WasmOperator {
         let data = self.store.data_mut();
         data.clear_slots();
         data.in_call = true;
+        self.arm();
         let result = self
             .bindings
             .weir_stream_operator()

@@ -1,0 +1,30 @@
+//! Test guest: passes records through, except that the record `spin` makes it loop forever
+//! and the record `hog` makes it allocate 16 MiB after 16 MiB without end. The host's limits
+//! must stop both and name the limit.
+
+use std::hint::black_box;
+
+use weir_sdk::prelude::*;
+
+#[derive(Default)]
+struct Hostile;
+
+impl Operator for Hostile {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        match rec.value() {
+            b"spin" => loop {
+                black_box(());
+            },
+            b"hog" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1; 16 << 20]);
+                    black_box(&hoard);
+                }
+            }
+            value => ctx.emit(rec.key(), value),
+        }
+    }
+}
+
+weir_sdk::export!(Hostile);
