@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use weir_wire::{Kind, RecordRef, TimeDomain, TimerOp, put_timer_op};
 
 use crate::backend::StateKind;
-use crate::runtime::Core;
+use crate::runtime::{Core, borrow_core};
 use crate::state::{Access, StateEntry, StateId};
 use crate::{Error, Level, ListState, MapState, OperatorState, Result, Ttl, ValueState};
 
@@ -76,12 +76,7 @@ impl<'a> Context<'a> {
     // by a third (measured with callgrind and `cargo xtask bench`).
     #[inline(always)]
     fn core(&self) -> Result<RefMut<'a, Core>> {
-        self.core.try_borrow_mut().map_err(|_| {
-            Error::msg(
-                "weir-sdk: the context was used from inside a Display or serde implementation \
-                 that the context itself was running; compute the value first",
-            )
-        })
+        borrow_core(self.core)
     }
 
     /// The key of the record or timer being handled, `None` for a record without key (and in

@@ -84,6 +84,18 @@ impl Core {
     }
 }
 
+/// The core, borrowed for one host call or state access; an error (not a panic) when a hook
+/// re-enters it from a `Display` or serde implementation the core itself is running.
+#[inline(always)]
+pub(crate) fn borrow_core(core: &RefCell<Core>) -> Result<std::cell::RefMut<'_, Core>> {
+    core.try_borrow_mut().map_err(|_| {
+        Error::msg(
+            "weir-sdk: the context was used from inside a Display or serde implementation \
+             that the context itself was running; compute the value first",
+        )
+    })
+}
+
 /// What `open` tells an instance (the WIT `open-context`).
 #[derive(Clone, Debug)]
 pub(crate) struct OpenInfo {

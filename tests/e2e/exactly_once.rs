@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{Workspace, count_words, key_value, part_files, toml_path, wasm, weir_bin};
+use crate::support::{
+    Workspace, count_words, key_value, part_files, toml_path, wasm, weir_command,
+};
 
 /// Deterministic text of `lines` lines over a skewed vocabulary of 2000 words.
 fn text(lines: usize, seed: u64) -> String {
@@ -27,22 +29,29 @@ fn text(lines: usize, seed: u64) -> String {
     out
 }
 
+/// Writes `job.toml`: job `name` at parallelism 2, checkpointed every `interval` into
+/// `chk/<name>/`, followed by `rest` (more `[checkpoint]` keys, then the other tables).
+fn checkpointed_job(ws: &Workspace, name: &str, interval: &str, rest: &str) -> PathBuf {
+    let chk = toml_path(&ws.path("chk"));
+    ws.write(
+        "job.toml",
+        format!(
+            "[job]\nname = \"{name}\"\nparallelism = 2\n\n\
+             [checkpoint]\ninterval = \"{interval}\"\ndir = {chk}\n{rest}"
+        ),
+    )
+}
+
 /// Word count at parallelism 2 with checkpoints every 100 ms: the input split over two file
 /// source subtasks, rebalanced into the split operator, keyed into the count operator, whose
 /// updates go to a file sink.
 fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32) -> PathBuf {
-    ws.write(
-        "job.toml",
-        format!(
-            r#"
-[job]
-name = "crashy"
-parallelism = 2
-
-[checkpoint]
-interval = "100ms"
-dir = {chk}
-mode = "{mode}"
+    checkpointed_job(
+        ws,
+        "crashy",
+        "100ms",
+        &format!(
+            r#"mode = "{mode}"
 num_retained = {retained}
 
 [[source]]
@@ -72,7 +81,6 @@ input = "count"
 path = {out}
 format = "key_value"
 "#,
-            chk = toml_path(&ws.path("chk")),
             input = toml_path(input),
             out = toml_path(&ws.path("out")),
             split = wasm("wordcount_split"),
@@ -90,13 +98,15 @@ fn start(ws: &Workspace, spec: &Path) -> Child {
 }
 
 fn command(ws: &Workspace, spec: &Path) -> Command {
-    let mut cmd = Command::new(weir_bin());
-    cmd.arg("--cache-dir")
-        .arg(ws.path("cache"))
-        .args(["run", "--no-progress", "--summary-json"])
-        .arg(ws.path("summary.json"))
-        .arg(spec)
-        .stdout(Stdio::piped());
+    let summary = ws.path("summary.json");
+    let args = [
+        "run",
+        "--no-progress",
+        "--summary-json",
+        summary.to_str().unwrap(),
+    ];
+    let mut cmd = weir_command(&args, spec);
+    cmd.stdout(Stdio::piped());
     cmd
 }
 
@@ -377,18 +387,12 @@ fn a_full_disk_fails_the_checkpoint_with_a_clear_error() {
         return;
     };
     // 200k keys of count state do not fit in 128 KiB.
-    let spec = ws.write(
-        "job.toml",
-        format!(
+    let spec = checkpointed_job(
+        &ws,
+        "full",
+        "100ms",
+        &format!(
             r#"
-[job]
-name = "full"
-parallelism = 2
-
-[checkpoint]
-interval = "100ms"
-dir = {chk}
-
 [restart]
 strategy = "none"
 
@@ -411,7 +415,6 @@ name = "out"
 type = "discard"
 input = "count"
 "#,
-            chk = toml_path(&ws.path("chk")),
             count = wasm("wordcount_count"),
         ),
     );
@@ -439,18 +442,12 @@ input = "count"
 fn operator_state_survives_sigkill() {
     let ws = Workspace::new();
     // 2 x 120k records at 80k records/s: a few seconds of work, so that the kills land.
-    let spec = ws.write(
-        "job.toml",
-        format!(
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "100ms",
+        &format!(
             r#"
-[job]
-name = "crashy"
-parallelism = 2
-
-[checkpoint]
-interval = "100ms"
-dir = {chk}
-
 [[source]]
 name = "seq"
 type = "generator"
@@ -469,7 +466,6 @@ type = "file"
 input = "tally"
 path = {out}
 "#,
-            chk = toml_path(&ws.path("chk")),
             tally = wasm("weir_test_tally"),
             out = toml_path(&ws.path("out")),
         ),
@@ -504,17 +500,12 @@ fn timers_survive_sigkill() {
         lines.push_str(&format!("k{} vget\n", i % 1000));
     }
     let input = ws.write("input.txt", lines);
-    let spec = ws.write(
-        "job.toml",
-        format!(
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "20ms",
+        &format!(
             r#"
-[job]
-name = "crashy"
-
-[checkpoint]
-interval = "20ms"
-dir = {chk}
-
 [[source]]
 name = "lines"
 type = "file"
@@ -540,7 +531,6 @@ input = "probe"
 path = {out}
 format = "key_value"
 "#,
-            chk = toml_path(&ws.path("chk")),
             input = toml_path(&input),
             keyer = wasm("weir_test_keyer"),
             probe = wasm("weir_test_state_probe"),
@@ -560,4 +550,76 @@ format = "key_value"
         1_500_002,
         "every command answered once, plus the timer"
     );
+}
+
+#[test]
+fn a_failed_task_restarts_the_job_from_the_newest_checkpoint() {
+    let ws = Workspace::new();
+    // A record in the middle traps for the next two seconds: the job fails, restarts from its
+    // newest checkpoint (after a checkpoint has completed) until the failure has passed, and
+    // the sink, cut back at each restore, holds every line once and in order.
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 2000;
+    let mut text = String::new();
+    for i in 0..1_000_000 {
+        text.push_str(&format!("line {i}\n"));
+        if i == 500_000 {
+            text.push_str(&format!("trap-until {until}\n"));
+        }
+    }
+    let input = ws.write("input.txt", &text);
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "20ms",
+        &format!(
+            r#"
+[restart]
+strategy = "fixed_delay"
+attempts = 1000
+delay = "100ms"
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[operator]]
+name = "flaky"
+uid = "flaky"
+{hostile}
+input = "lines"
+parallelism = 1
+
+[[sink]]
+name = "out"
+type = "file"
+input = "flaky"
+path = {out}
+parallelism = 1
+"#,
+            input = toml_path(&input),
+            hostile = wasm("weir_test_hostile"),
+            out = toml_path(&ws.path("out")),
+        ),
+    );
+    let out = command(&ws, &spec)
+        .env("WEIR_LOG", "info")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("weir runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("transient failure until") && stderr.contains("restarting in"),
+        "the task failed and the job restarted: {stderr}"
+    );
+    let restored = stderr.matches("restoring checkpoint").count();
+    assert!(restored > 0, "restarts resumed from a checkpoint: {stderr}");
+    let written = std::fs::read_to_string(ws.path("out/part-0")).unwrap();
+    assert!(written == text, "the sink holds every line once, in order");
 }

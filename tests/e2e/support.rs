@@ -124,15 +124,22 @@ impl Workspace {
 
 /// `weir <args> <spec>`, with a compiled-component cache shared by the tests.
 pub fn weir(args: &[&str], spec: &Path) -> Run {
-    let output = Command::new(weir_bin())
-        .arg("--cache-dir")
-        .arg(release_dir().join("e2e-component-cache"))
-        .args(args)
-        .arg(spec)
-        .env_remove("WEIR_LOG")
+    let output = weir_command(args, spec)
         .output()
         .expect("cannot start the weir binary");
     Run { output }
+}
+
+/// The command `weir <args> <spec>` with the shared component cache and without `WEIR_LOG`,
+/// for tests that start `weir` and signal or kill it while it runs.
+pub fn weir_command(args: &[&str], spec: &Path) -> Command {
+    let mut cmd = Command::new(weir_bin());
+    cmd.arg("--cache-dir")
+        .arg(release_dir().join("e2e-component-cache"))
+        .args(args)
+        .arg(spec)
+        .env_remove("WEIR_LOG");
+    cmd
 }
 
 /// The outcome of one `weir` command.

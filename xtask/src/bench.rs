@@ -58,11 +58,18 @@ struct Variant {
     count: String,
 }
 
-pub fn run(options: Options) -> Result<()> {
+/// Builds the guests and `weir` and creates `<target>/<name>/` for a benchmark's files;
+/// returns the `weir` binary and that directory.
+pub(crate) fn prepare(name: &str) -> Result<(PathBuf, PathBuf)> {
     guests::run()?;
     let weir = build_weir()?;
-    let dir = target_dir()?.join("bench");
+    let dir = target_dir()?.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok((weir, dir))
+}
+
+pub fn run(options: Options) -> Result<()> {
+    let (weir, dir) = prepare("bench")?;
     let input = generate(&dir, options.words)?;
 
     let operators = guests::operators_dir();

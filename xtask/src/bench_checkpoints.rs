@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::bench::{number, run_job, toml_str};
-use crate::{build_weir, guests, target_dir};
+use crate::bench::{number, prepare, run_job, toml_str};
+use crate::guests;
 
 const PARALLELISM: u32 = 2;
 /// Keys of the state, by default.
@@ -59,10 +59,7 @@ struct Checkpoints {
 }
 
 pub fn run(options: Options) -> Result<()> {
-    guests::run()?;
-    let weir = build_weir()?;
-    let dir = target_dir()?.join("bench-checkpoints");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (weir, dir) = prepare("bench-checkpoints")?;
     let count = toml_str(&guests::operators_dir().join("wordcount_count.wasm"));
 
     let mut rows = Vec::new();

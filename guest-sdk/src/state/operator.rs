@@ -8,7 +8,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::codec;
-use crate::runtime::Core;
+use crate::backend::Backend;
+use crate::runtime::{Core, borrow_core};
 use crate::{Error, Result};
 
 /// A value of this operator subtask that is not tied to a key (Flink's operator state): the
@@ -51,7 +52,6 @@ use crate::{Error, Result};
 pub struct OperatorState<'c, T> {
     core: &'c RefCell<Core>,
     name: String,
-    handle: Option<usize>,
     value: PhantomData<fn() -> T>,
 }
 
@@ -64,36 +64,17 @@ impl<T> fmt::Debug for OperatorState<'_, T> {
 }
 
 impl<'c, T: Serialize + DeserializeOwned> OperatorState<'c, T> {
-    /// The state called `name`, declared with the host on first use. A failure to declare
-    /// (the context is busy) surfaces at the first `get` or `set`.
     pub(crate) fn new(core: &'c RefCell<Core>, name: &str) -> Self {
-        let handle = core.try_borrow_mut().ok().map(|mut c| {
-            match c.operator_states.iter().find(|(n, _)| n == name) {
-                Some(&(_, handle)) => handle,
-                None => {
-                    let handle = c.backend.declare_operator_state(name);
-                    c.operator_states.push((name.to_owned(), handle));
-                    handle
-                }
-            }
-        });
         OperatorState {
             core,
             name: name.to_owned(),
-            handle,
             value: PhantomData,
         }
     }
 
     /// The value, or `None` if it was never set (or was cleared).
     pub fn get(&self) -> Result<Option<T>> {
-        let handle = self.handle.ok_or_else(busy)?;
-        let bytes = self
-            .core
-            .try_borrow_mut()
-            .map_err(|_| busy())?
-            .backend
-            .get_operator_state(handle);
+        let bytes = self.with_backend(|backend, handle| backend.get_operator_state(handle))?;
         bytes
             .map(|b| {
                 codec::decode(&b).map_err(|e| {
@@ -115,28 +96,31 @@ impl<'c, T: Serialize + DeserializeOwned> OperatorState<'c, T> {
                 self.name
             ))
         })?;
-        self.write(Some(&bytes))
+        self.with_backend(|backend, handle| backend.set_operator_state(handle, Some(&bytes)))
     }
 
     /// Removes the value.
     pub fn clear(&self) -> Result<()> {
-        self.write(None)
+        self.with_backend(|backend, handle| backend.set_operator_state(handle, None))
     }
 
-    fn write(&self, value: Option<&[u8]>) -> Result<()> {
-        let handle = self.handle.ok_or_else(busy)?;
-        self.core
-            .try_borrow_mut()
-            .map_err(|_| busy())?
-            .backend
-            .set_operator_state(handle, value);
-        Ok(())
+    /// Runs `f` with the backend and the state's handle, declaring the state with the host on
+    /// first use.
+    fn with_backend<R>(&self, f: impl FnOnce(&mut dyn Backend, usize) -> R) -> Result<R> {
+        let mut core = borrow_core(self.core)?;
+        let Core {
+            backend,
+            operator_states,
+            ..
+        } = &mut *core;
+        let handle = match operator_states.iter().find(|(n, _)| *n == self.name) {
+            Some(&(_, handle)) => handle,
+            None => {
+                let handle = backend.declare_operator_state(&self.name);
+                operator_states.push((self.name.clone(), handle));
+                handle
+            }
+        };
+        Ok(f(&mut **backend, handle))
     }
-}
-
-fn busy() -> Error {
-    Error::msg(
-        "weir-sdk: operator state was used from inside a Display or serde implementation that \
-         the context itself was running; compute the value first",
-    )
 }

@@ -160,13 +160,25 @@ impl Restored {
     }
 
     /// What subtask `s` of the vertex named `name` put into the checkpoint.
-    pub(crate) fn subtask(&self, name: &str, s: u32) -> Option<&SubtaskState> {
+    fn subtask(&self, name: &str, s: u32) -> Option<&SubtaskState> {
         self.meta.vertex(name)?.subtasks.get(s as usize)
+    }
+
+    /// Whether subtask `s` of the vertex named `name` had finished (it then ends at once).
+    pub(crate) fn is_finished(&self, name: &str, s: u32) -> bool {
+        matches!(self.subtask(name, s), Some(SubtaskState::Finished))
     }
 
     pub(crate) fn source_position(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
         match self.subtask(name, s)? {
             SubtaskState::Source { position } => Some(position),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn sink_state(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
+        match self.subtask(name, s)? {
+            SubtaskState::Sink { state } => Some(state),
             _ => None,
         }
     }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::barrier::Alignment;
 use super::output::{Message, Target};
 use super::task::{self, Control, PartState, TaskEnd, TaskSetup, TaskSnapshot};
 use super::{CheckpointStatus, JobError, JobParts, Metrics, Shared, role};
@@ -25,7 +24,7 @@ use crate::checkpoint::storage::{
     CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats, SubtaskState,
     VertexMeta, millis, unix_ms,
 };
-use crate::checkpoint::{CheckpointMode, RestartStrategy, Restored};
+use crate::checkpoint::{RestartStrategy, Restored};
 use crate::job::spec::{EdgeKind, JobSpec, VertexKind};
 
 /// Batches a channel holds before its sender blocks.
@@ -57,7 +56,6 @@ struct Attempt {
     shared: Arc<Shared>,
     controls: HashMap<TaskId, Sender<Control>>,
     events: Receiver<Event>,
-    tasks: Vec<TaskId>,
     sources: Vec<TaskId>,
 }
 
@@ -189,17 +187,12 @@ fn spawn(
         }
         None => None,
     };
-    let alignment = match spec.checkpoint.as_ref().map(|c| c.mode) {
-        Some(CheckpointMode::AtLeastOnce) => Alignment::AtLeast,
-        _ => Alignment::Exactly,
-    };
     let mut attempt = Attempt {
         threads: Vec::new(),
         writer,
         shared: Arc::clone(&shared),
         controls: HashMap::new(),
         events,
-        tasks: Vec::new(),
         sources: Vec::new(),
     };
     for (c, chain) in chains.iter().enumerate() {
@@ -210,7 +203,6 @@ fn spawn(
             };
             let (control_tx, control) = crossbeam_channel::unbounded();
             attempt.controls.insert(task, control_tx);
-            attempt.tasks.push(task);
             if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
                 attempt.sources.push(task);
             }
@@ -229,7 +221,6 @@ fn spawn(
                 shared: Arc::clone(&shared),
                 control,
                 snapshots: snapshot_tx.clone(),
-                alignment,
                 restore: restore.clone(),
             };
             let name = format!("{}-{s}", spec.vertices[chain.head()].name);
@@ -282,7 +273,7 @@ fn run(
         (Some(store), Some(config)) => match store.next_id() {
             Ok(first) => Some(Coordinator::new(
                 config,
-                attempt.tasks.iter().copied(),
+                attempt.controls.keys().copied(),
                 attempt.sources.iter().copied(),
                 first,
             )),
@@ -296,7 +287,8 @@ fn run(
     let mut cancelled = false;
     // What the coordinator decided on the last event, carried out with the next poll.
     let mut decisions = Vec::new();
-    while ended < attempt.tasks.len() {
+    let tasks = attempt.controls.len();
+    while ended < tasks {
         if !cancelled && flags.is_user_cancelled() {
             cancelled = true;
             attempt.shared.cancel();
@@ -366,7 +358,7 @@ fn run(
     let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
         (_, true) => Outcome::Cancelled,
         (Some(e), false) => Outcome::Failed(e),
-        (None, false) if finished == attempt.tasks.len() => Outcome::Finished,
+        (None, false) if finished == tasks => Outcome::Finished,
         (None, false) => Outcome::Failed(JobError::Task {
             role: "task",
             name: "runtime".into(),

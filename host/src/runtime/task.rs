@@ -24,9 +24,8 @@ use super::operator::{Operator, OperatorContext};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
 use crate::batch::{BATCH_RECORDS, Batch};
-use crate::checkpoint::Restored;
 use crate::checkpoint::coordinator::TaskId;
-use crate::checkpoint::storage::SubtaskState;
+use crate::checkpoint::{CheckpointMode, Restored};
 use crate::connectors::{Poll, Sink, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::wasm::{OperatorComponent, WasmOperator};
@@ -45,7 +44,6 @@ pub(crate) struct TaskSetup {
     pub shared: Arc<Shared>,
     pub control: Receiver<Control>,
     pub snapshots: Sender<TaskSnapshot>,
-    pub alignment: Alignment,
     pub restore: Option<Arc<Restored>>,
 }
 
@@ -236,14 +234,6 @@ fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
     chain.finish()
 }
 
-impl Restored {
-    /// Whether vertex `name`'s subtask `s` had finished in the restored checkpoint.
-    fn is_finished(&self, name: &str, s: u32) -> bool {
-        self.subtask(name, s)
-            .is_some_and(|st| matches!(st, SubtaskState::Finished))
-    }
-}
-
 fn build_stage(
     spec: &JobSpec,
     v: usize,
@@ -290,10 +280,7 @@ fn build_stage(
             Ok(Stage::Operator(op))
         }
         VertexKind::Sink(config) => {
-            let state = restore.and_then(|r| match r.subtask(&vertex.name, s) {
-                Some(SubtaskState::Sink { state }) => Some(state),
-                _ => None,
-            });
+            let state = restore.and_then(|r| r.sink_state(&vertex.name, s));
             config
                 .restore(
                     &spec.base_dir,
@@ -354,7 +341,12 @@ fn run_source(
 
 fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
     let inputs = &setup.inputs;
-    let mut aligner = Aligner::new(setup.alignment, inputs.len());
+    let mode = setup.spec.checkpoint.as_ref().map(|c| c.mode);
+    let alignment = match mode {
+        Some(CheckpointMode::AtLeastOnce) => Alignment::AtLeast,
+        _ => Alignment::Exactly,
+    };
+    let mut aligner = Aligner::new(alignment, inputs.len());
     let origin = Instant::now();
     let mut ended = vec![false; inputs.len()];
     while aligner.open_inputs() > 0 {

@@ -1,6 +1,7 @@
 //! Test guest: passes records through, except that the record `spin` makes it loop forever
-//! and the record `hog` makes it allocate 16 MiB after 16 MiB without end. The host's limits
-//! must stop both and name the limit.
+//! and the record `hog` makes it allocate 16 MiB after 16 MiB without end (the host's limits
+//! must stop both and name the limit), and `trap-until T` panics while the processing time
+//! is before `T` (Unix ms): a transient failure that a restart gets past.
 
 use std::hint::black_box;
 
@@ -22,7 +23,15 @@ impl Operator for Hostile {
                     black_box(&hoard);
                 }
             }
-            value => ctx.emit(rec.key(), value),
+            value => {
+                if let Some(until) = value.strip_prefix(b"trap-until ") {
+                    let until: i64 = std::str::from_utf8(until)?.parse()?;
+                    if ctx.current_processing_time() < until {
+                        panic!("transient failure until {until}");
+                    }
+                }
+                ctx.emit(rec.key(), value)
+            }
         }
     }
 }
