@@ -105,6 +105,12 @@ pub(crate) struct OpenInfo {
     pub(crate) config: String,
 }
 
+thread_local! {
+    /// The index in its batch of the record `process` is handling, for the panic message.
+    pub(crate) static CURRENT_RECORD: std::cell::Cell<Option<u32>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// An operator with its runtime state.
 pub(crate) struct Instance<T> {
     operator: T,
@@ -174,6 +180,7 @@ impl<T: Operator> Instance<T> {
         keys.extend_from_slice(reader.keys());
         self.core.borrow_mut().begin();
         let result = run_batch(&mut self.operator, &self.core, &keys, &mut reader);
+        CURRENT_RECORD.set(None);
         if result.is_ok() {
             self.core.borrow_mut().finish(&keys);
         }
@@ -221,6 +228,7 @@ fn run_batch<T: Operator>(
         let rec = next.map_err(malformed)?;
         ctx.slot = rec.slot;
         ctx.timestamp = rec.record.timestamp;
+        CURRENT_RECORD.set(Some(index));
         if let Err(e) = operator.process(&mut ctx, Record::from_ref(rec.record)) {
             return Err(e.context(format!(
                 "record {index} of the batch ({})",
@@ -229,6 +237,7 @@ fn run_batch<T: Operator>(
         }
         index += 1;
     }
+    CURRENT_RECORD.set(None);
     ctx.slot = None;
     ctx.timestamp = None;
     operator

@@ -160,7 +160,6 @@ thread_local! {
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let payload = info.payload();
             let message = payload
@@ -177,8 +176,12 @@ fn install_panic_hook() {
                 ),
                 None => format!("operator panicked: {message}"),
             };
+            let text = match crate::runtime::CURRENT_RECORD.get() {
+                Some(index) => format!("{text} (at record {index} of the batch)"),
+                None => text,
+            };
+            // Not also the default hook: its copy on stderr would only repeat this.
             log::log(types::LogLevel::Error, &text);
-            previous(info);
         }));
     });
 }

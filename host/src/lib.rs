@@ -31,7 +31,7 @@ pub(crate) mod wasm;
 
 pub use job::spec::{EdgeKind, JobSpec, SpecError};
 pub use runtime::{
-    CheckpointStatus, Job, JobControl, JobError, JobSummary, Metrics, RunningJob, VertexMetrics,
-    VertexSummary,
+    CheckpointStatus, FailureKind, Job, JobControl, JobError, JobSummary, Metrics, RunningJob,
+    VertexMetrics, VertexSummary,
 };
-pub use wasm::{WasmEngine, WasmError};
+pub use wasm::{DirGrant, EngineOptions, Grants, Limit, Limits, WasmEngine, WasmError};

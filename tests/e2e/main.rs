@@ -11,6 +11,7 @@ mod bad_specs;
 mod cache;
 mod clickstream;
 mod exactly_once;
+mod isolation;
 mod sandbox;
 mod state;
 mod support;

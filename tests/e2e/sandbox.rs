@@ -240,3 +240,32 @@ fn a_guest_that_grows_memory_without_bound_is_stopped_at_the_memory_limit() {
         "{run}"
     );
 }
+
+#[test]
+fn guest_stdout_and_stderr_go_to_the_log_tagged_with_the_operator_and_rate_limited() {
+    let ws = Workspace::new();
+    let mut lines = String::from("print hello from the guest\n");
+    for i in 0..500 {
+        lines.push_str(&format!("print noise {i}\n"));
+    }
+    let run = ws.run_ok(&hostile_job(&ws, &lines));
+    let stderr = run.stderr();
+    let hello = stderr
+        .lines()
+        .find(|l| l.contains("hello from the guest"))
+        .unwrap_or_else(|| panic!("the guest's stderr is not in the log:\n{run}"));
+    assert!(
+        hello.contains("poisoned") && hello.contains("poison-filter") && hello.contains("stderr"),
+        "not tagged with job, operator and stream: {hello}"
+    );
+    // Each `print` writes a line to stdout (logged at info, not shown) and one to stderr.
+    let noise = stderr.lines().filter(|l| l.contains("noise")).count();
+    assert!(noise < 500, "not rate-limited: {noise} lines");
+    assert!(
+        stderr.contains("line(s) of the operator's output over the limit of 100 lines per second"),
+        "the dropped lines are not reported:\n{run}"
+    );
+    // The records themselves pass through untouched.
+    let out = std::fs::read_to_string(ws.path("out/part-0")).unwrap();
+    assert_eq!(out, lines);
+}

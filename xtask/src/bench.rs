@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: word count throughput at parallelism 2, WASM operators vs the native
-//! built-ins that do the same work, over the input of `bench/gen_words.py`.
+//! built-ins that do the same work, over the input of `bench/gen_words.py`; and the WASM
+//! operators once more without epoch interruption, to show what enforcing call deadlines costs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +57,8 @@ struct Variant {
     name: &'static str,
     split: String,
     count: String,
+    /// Extra arguments of `weir`.
+    flags: &'static [&'static str],
 }
 
 /// Builds the guests and `weir` and creates `<target>/<name>/` for a benchmark's files;
@@ -79,11 +82,19 @@ pub fn run(options: Options) -> Result<()> {
             name: "wasm",
             split: wasm("wordcount_split.wasm"),
             count: wasm("wordcount_count.wasm"),
+            flags: &[],
         },
         Variant {
             name: "native",
             split: "native = \"split_words\"".into(),
             count: "native = \"count_words\"".into(),
+            flags: &[],
+        },
+        Variant {
+            name: "wasm-no-epoch",
+            split: wasm("wordcount_split.wasm"),
+            count: wasm("wordcount_count.wasm"),
+            flags: &["--no-epoch-interruption"],
         },
     ];
     let mut best = vec![f64::INFINITY; variants.len()];
@@ -93,9 +104,9 @@ pub fn run(options: Options) -> Result<()> {
             let spec = dir.join(format!("wordcount-{}.toml", variant.name));
             std::fs::write(&spec, job_spec(variant, &input))
                 .with_context(|| format!("cannot write {}", spec.display()))?;
-            let secs = run_job(&weir, &spec, &dir.join("summary.json"))?;
+            let secs = run_job(&weir, &spec, &dir.join("summary.json"), variant.flags)?;
             println!(
-                "run {run}/{}: {:<6} {secs:.3} s",
+                "run {run}/{}: {:<13} {secs:.3} s",
                 options.runs, variant.name
             );
             *best = best.min(secs);
@@ -108,17 +119,21 @@ pub fn run(options: Options) -> Result<()> {
         options.runs
     );
     println!(
-        "  {:<8} {:>12} {:>10} {:>12}",
+        "  {:<13} {:>12} {:>10} {:>12}",
         "variant", "words", "best s", "M words/s"
     );
     for (variant, secs) in variants.iter().zip(&best) {
         let rate = options.words as f64 / secs / 1e6;
         println!(
-            "  {:<8} {:>12} {:>10.3} {:>12.2}",
+            "  {:<13} {:>12} {:>10.3} {:>12.2}",
             variant.name, options.words, secs, rate
         );
     }
     println!("  wasm/native time ratio: {:.2}", best[0] / best[1]);
+    println!(
+        "  epoch interruption costs {:+.1}% (wasm vs wasm-no-epoch)",
+        (best[0] / best[2] - 1.0) * 100.0
+    );
     Ok(())
 }
 
@@ -180,8 +195,9 @@ input = "count"
 }
 
 /// Runs the job and returns its duration in seconds, as its summary reports it.
-pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path) -> Result<f64> {
+pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path, flags: &[&str]) -> Result<f64> {
     let out = Command::new(weir)
+        .args(flags)
         .arg("run")
         .arg(spec)
         .arg("--no-progress")

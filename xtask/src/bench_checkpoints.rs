@@ -76,7 +76,7 @@ pub fn run(options: Options) -> Result<()> {
                     job_spec(keys, options.records, &count, &chk, interval),
                 )
                 .with_context(|| format!("cannot write {}", spec.display()))?;
-                let secs = run_job(&weir, &spec, &dir.join("summary.json"))?;
+                let secs = run_job(&weir, &spec, &dir.join("summary.json"), &[])?;
                 let label = interval.map_or("off".to_string(), |i| format!("every {i}"));
                 println!(
                     "{keys} keys, run {run}/{}: checkpoints {label:<9} {secs:.3} s",

@@ -26,6 +26,7 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-keyer",
     "weir-test-tally",
     "weir-test-hostile",
+    "weir-test-unknown-import",
 ];
 
 /// Where the components are copied to.

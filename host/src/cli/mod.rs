@@ -12,7 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::checkpoint::RestoreFrom;
 use crate::job::spec::VertexKind;
-use crate::{CheckpointStatus, Job, JobSpec, JobSummary, RunningJob, WasmEngine};
+use crate::{CheckpointStatus, EngineOptions, Job, JobSpec, JobSummary, RunningJob, WasmEngine};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,6 +29,10 @@ struct Cli {
     /// Compile components on every run instead of caching them.
     #[arg(long, global = true)]
     no_cache: bool,
+    /// Turn off epoch interruption, which enforces `limits.call_deadline`. Only to measure
+    /// what it costs: a guest that loops forever is then never stopped.
+    #[arg(long, global = true, hide = true)]
+    no_epoch_interruption: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,9 +91,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     } else {
         cli.cache_dir.or_else(WasmEngine::default_cache_dir)
     };
+    let engine = WasmEngine::with_options(
+        cache_dir,
+        EngineOptions {
+            epoch_interruption: !cli.no_epoch_interruption,
+        },
+    )?;
     match cli.command {
         Command::Validate { job } => {
-            let job = load(&job, cache_dir)?;
+            let job = load(&job, &engine)?;
             let spec = job.spec();
             println!(
                 "{}: job \"{}\" is valid ({} vertices, max_parallelism {})",
@@ -107,7 +117,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             from_checkpoint,
             fresh,
         } => {
-            let job = load(&job, cache_dir)?;
+            let job = load(&job, &engine)?;
             let from = match (from_checkpoint, fresh) {
                 (Some(path), _) => RestoreFrom::Path(path),
                 (None, true) => RestoreFrom::Fresh,
@@ -138,10 +148,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn load(path: &Path, cache_dir: Option<PathBuf>) -> anyhow::Result<Job> {
+fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {
     let spec = JobSpec::from_file(path)?;
-    let engine = WasmEngine::new(cache_dir)?;
-    Ok(Job::new(spec, &engine)?)
+    Ok(Job::new(spec, engine)?)
 }
 
 /// Waits for the job, drawing one progress line per vertex on a terminal.

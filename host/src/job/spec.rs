@@ -18,6 +18,8 @@
 //! input = "lines"          # or a list; "op.name" reads op's side output `name`
 //! edge = "rebalance"       # forward (default) | key_by | rebalance
 //! config = { lowercase = true }
+//! limits = { memory = "512 MiB" }   # over the job's [limits] (see `wasm::Limits`)
+//! grants = { env = ["TZ"] }         # nothing outside the sandbox unless granted
 //!
 //! [[sink]]
 //! name = "out"
@@ -33,6 +35,7 @@ use serde::Deserialize;
 use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
 use crate::runtime::native;
+use crate::wasm::{Grants, Limits};
 
 /// Flink's default number of key groups.
 pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
@@ -69,8 +72,12 @@ pub enum EdgeKind {
 /// What an operator runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OperatorCode {
-    /// A WebAssembly component (absolute path).
-    Wasm(PathBuf),
+    /// A WebAssembly component (absolute path), with its limits and grants.
+    Wasm {
+        path: PathBuf,
+        limits: Limits,
+        grants: Grants,
+    },
     /// A built-in native operator by name.
     Native(String),
 }
@@ -133,6 +140,8 @@ struct RawFile {
     sink: Vec<toml::Table>,
     checkpoint: Option<CheckpointConfig>,
     restart: Option<RestartStrategy>,
+    /// Limits of every WebAssembly operator (see [`Limits`]).
+    limits: Option<toml::Table>,
 }
 
 #[derive(Deserialize, Default)]
@@ -162,6 +171,8 @@ struct RawOperator {
     edge: EdgeKind,
     parallelism: Option<u32>,
     config: Option<toml::Table>,
+    limits: Option<toml::Table>,
+    grants: Option<toml::Table>,
 }
 
 /// The keys every vertex table has besides its connector configuration.
@@ -321,8 +332,20 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     for op in raw.operator {
         let name = op.name;
         let code = match (op.wasm, op.native) {
-            (Some(path), None) => OperatorCode::Wasm(base_dir.join(path)),
+            (Some(path), None) => OperatorCode::Wasm {
+                path: base_dir.join(path),
+                limits: Limits::resolve(raw.limits.as_ref(), op.limits.as_ref())
+                    .map_err(|e| format!("operator \"{name}\": {e}"))?,
+                grants: Grants::resolve(op.grants, base_dir)
+                    .map_err(|e| format!("operator \"{name}\": {e}"))?,
+            },
             (None, Some(native)) => {
+                if op.limits.is_some() || op.grants.is_some() {
+                    return Err(format!(
+                        "operator \"{name}\": `limits` and `grants` apply to WebAssembly \
+                         operators; remove them from the native operator"
+                    ));
+                }
                 if !native::exists(&native) {
                     return Err(format!(
                         "operator \"{name}\": unknown native operator \"{native}\"; built-ins are: {}",
@@ -455,7 +478,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 if !matches!(
                     pending[from].kind,
                     VertexKind::Operator {
-                        code: OperatorCode::Wasm(_),
+                        code: OperatorCode::Wasm { .. },
                         ..
                     }
                 ) {

@@ -24,6 +24,7 @@ use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, Restor
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::wasm::{OperatorComponent, WasmEngine, WasmError};
+pub use operator::FailureKind;
 
 /// Why a job could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,8 @@ pub enum JobError {
     },
     #[error("{role} \"{name}\"{uid} (subtask {subtask} of {parallelism}) failed: {message}", uid = uid.as_ref().map(|u| format!(" (uid {u})")).unwrap_or_default())]
     Task {
+        /// What kind of failure it was (a guest trap, a limit, ...).
+        kind: FailureKind,
         role: &'static str,
         name: String,
         uid: Option<String>,
@@ -124,15 +127,17 @@ impl Job {
         for (v, vertex) in spec.vertices.iter().enumerate() {
             if let VertexKind::Operator {
                 uid,
-                code: OperatorCode::Wasm(path),
+                code: OperatorCode::Wasm { path, limits, .. },
                 ..
             } = &vertex.kind
             {
-                let component = engine.load(path).map_err(|cause| JobError::Component {
-                    name: vertex.name.clone(),
-                    uid: uid.clone(),
-                    cause,
-                })?;
+                let component = engine
+                    .load(path, limits)
+                    .map_err(|cause| JobError::Component {
+                        name: vertex.name.clone(),
+                        uid: uid.clone(),
+                        cause,
+                    })?;
                 components.insert(v, component);
             }
         }
@@ -343,6 +348,7 @@ impl RunningJob {
             Ok(result) => result?,
             Err(_) => {
                 return Err(JobError::Task {
+                    kind: FailureKind::Other,
                     role: "task",
                     name: "supervisor".into(),
                     uid: None,

@@ -24,12 +24,42 @@ pub enum OperatorError {
     /// The operator returned an error for a batch or hook.
     #[error("{0}")]
     Failed(String),
-    /// The guest trapped (panic, out-of-bounds access, unreachable, limit).
-    #[error("guest trapped: {0}")]
-    Trap(String),
+    /// A guest call trapped, ran past its deadline or went over a limit.
+    #[error("guest trapped: {message}")]
+    Guest { kind: FailureKind, message: String },
     /// The operator broke the host contract (bad buffer, foreign key, wrong state kind).
     #[error("{0}")]
     Contract(String),
+}
+
+impl OperatorError {
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            OperatorError::Failed(_) => FailureKind::Error,
+            OperatorError::Guest { kind, .. } => *kind,
+            OperatorError::Contract(_) => FailureKind::Contract,
+        }
+    }
+}
+
+/// What kind of failure stopped a task, for callers that act on it (and tests that assert
+/// it) rather than read the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The operator returned an error.
+    Error,
+    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a denied import.
+    Trap,
+    /// The guest's call stack overflowed.
+    StackOverflow,
+    /// A guest call ran past `limits.call_deadline`.
+    Deadline,
+    /// A guest call went over one of its limits.
+    Limit(crate::wasm::Limit),
+    /// The operator broke the host contract.
+    Contract,
+    /// A source, a sink or the runtime failed.
+    Other,
 }
 
 /// An operator instance of one subtask.

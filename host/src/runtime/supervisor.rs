@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::operator::FailureKind;
 use super::output::{Message, Target};
 use super::task::{self, Control, PartState, TaskEnd, TaskSetup, TaskSnapshot};
 use super::{CheckpointStatus, JobError, JobParts, Metrics, Shared, role};
@@ -249,6 +250,7 @@ fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "unknown panic".into());
     JobError::Task {
+        kind: FailureKind::Other,
         role: "task",
         name: "runtime".into(),
         uid: None,
@@ -360,6 +362,7 @@ fn run(
         (Some(e), false) => Outcome::Failed(e),
         (None, false) if finished == tasks => Outcome::Finished,
         (None, false) => Outcome::Failed(JobError::Task {
+            kind: FailureKind::Other,
             role: "task",
             name: "runtime".into(),
             uid: None,

@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::barrier::{Aligner, Alignment, Progress};
 use super::native;
-use super::operator::{Operator, OperatorContext};
+use super::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
 use crate::batch::{BATCH_RECORDS, Batch};
@@ -146,8 +146,24 @@ pub(crate) fn run(setup: TaskSetup) -> TaskEnd {
 }
 
 fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
+    failure(spec, vertex, subtask, FailureKind::Other, message)
+}
+
+/// The failure of operator `vertex`, of the kind the operator reported.
+fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError) -> Stop {
+    failure(spec, vertex, subtask, e.kind(), e.to_string())
+}
+
+fn failure(
+    spec: &JobSpec,
+    vertex: usize,
+    subtask: u32,
+    kind: FailureKind,
+    message: String,
+) -> Stop {
     let v = &spec.vertices[vertex];
     Stop::Failed(JobError::Task {
+        kind,
         role: role(&v.kind),
         name: v.name.clone(),
         uid: match &v.kind {
@@ -224,7 +240,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
             op.open()
-                .map_err(|e| error(&spec, chain.vertices[i], s, e.to_string()))?;
+                .map_err(|e| operator_error(&spec, chain.vertices[i], s, e))?;
         }
     }
     match source {
@@ -256,14 +272,15 @@ fn build_stage(
             let groups = ctx.key_groups.clone();
             let mut op: Box<dyn Operator> = match code {
                 OperatorCode::Native(name) => native::build(name, &ctx),
-                OperatorCode::Wasm(_) => {
+                OperatorCode::Wasm { limits, grants, .. } => {
                     let component = components
                         .remove(&v)
                         .expect("Job::new loads every wasm operator");
-                    WasmOperator::new(&component, ctx).map(|o| Box::new(o) as Box<dyn Operator>)
+                    WasmOperator::new(&component, ctx, *limits, grants)
+                        .map(|o| Box::new(o) as Box<dyn Operator>)
                 }
             }
-            .map_err(|e| error(spec, v, s, e.to_string()))?;
+            .map_err(|e| operator_error(spec, v, s, e))?;
             if let Some(r) = restore {
                 let fail = |e: String| error(spec, v, s, format!("cannot restore its state: {e}"));
                 for bytes in r
@@ -532,7 +549,12 @@ impl Chain {
             Stage::Operator(op) => {
                 let mut out = std::mem::take(&mut self.bufs[i]);
                 if let Err(e) = op.process(batch, &mut out) {
-                    return Err(self.fail(i, e.to_string()));
+                    return Err(operator_error(
+                        &self.spec,
+                        self.vertices[i],
+                        self.subtask,
+                        e,
+                    ));
                 }
                 m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
                 let result = self
@@ -556,7 +578,12 @@ impl Chain {
                 Stage::Operator(op) => {
                     let mut out = std::mem::take(&mut self.bufs[i]);
                     if let Err(e) = op.close(&mut out) {
-                        return Err(self.fail(i, e.to_string()));
+                        return Err(operator_error(
+                            &self.spec,
+                            self.vertices[i],
+                            self.subtask,
+                            e,
+                        ));
                     }
                     let m = &self.metrics.vertices[self.vertices[i]];
                     m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);

@@ -9,12 +9,15 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceType};
 use wasmtime::{Config, Engine};
 
 use super::host::HostState;
+use super::limits::{Limits, bytes};
 use super::{Processor, ProcessorPre};
 
 /// The WIT package version this host implements.
@@ -56,11 +59,25 @@ pub enum WasmError {
     )]
     WrongWorld { path: PathBuf, exports: String },
     #[error(
-        "{path} imports `{import}`, which this host does not provide; operators may import only weir:stream@{WIT_VERSION} and WASI interfaces"
+        "{path} imports `{import}`, which this host does not provide; operators may import only weir:stream@{WIT_VERSION} and standard WASI interfaces"
     )]
     UnknownImport { path: PathBuf, import: String },
     #[error("{path}: {message}")]
     Link { path: PathBuf, message: String },
+    #[error(
+        "{path} is {size}, over the limit of {limit}; raise `limits.wasm_size` of the operator if \
+         this is expected"
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: String,
+        limit: String,
+    },
+    #[error(
+        "compiling {path} took longer than {limit:?}; raise `limits.compile_time` of the operator \
+         if this is expected"
+    )]
+    CompileTimeout { path: PathBuf, limit: Duration },
     #[error("wasmtime engine: {0}")]
     Engine(String),
 }
@@ -70,7 +87,45 @@ pub enum WasmError {
 pub struct OperatorComponent {
     pub(crate) pre: ProcessorPre<HostState>,
     pub(crate) path: PathBuf,
+    /// Whether the engine interrupts calls at their deadline.
+    pub(crate) deadlines: bool,
 }
+
+/// How the process's engine is configured.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineOptions {
+    /// Epoch interruption, which enforces `limits.call_deadline`. Off only to measure what it
+    /// costs: a guest that loops forever is then never stopped.
+    pub epoch_interruption: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            epoch_interruption: true,
+        }
+    }
+}
+
+/// Standard WASI packages weir knows but does not provide: a component may import them (guest
+/// toolchains add them to pure code), and any call traps, naming the function.
+const DENIED_WASI: &[&str] = &[
+    "wasi:http/",
+    "wasi:keyvalue/",
+    "wasi:config/",
+    "wasi:logging/",
+    "wasi:blobstore/",
+    "wasi:messaging/",
+];
+/// Standard WASI packages weir links, with every capability denied unless granted.
+const LINKED_WASI: &[&str] = &[
+    "wasi:io/",
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
 
 impl std::fmt::Debug for OperatorComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,6 +138,7 @@ impl std::fmt::Debug for OperatorComponent {
 /// One wasmtime engine for the process, with its linker and compiled-component cache.
 pub struct WasmEngine {
     engine: Engine,
+    options: EngineOptions,
     linker: Linker<HostState>,
     cache_dir: Option<PathBuf>,
     fingerprint: String,
@@ -100,13 +156,23 @@ impl std::fmt::Debug for WasmEngine {
 impl WasmEngine {
     /// An engine that caches compiled components in `cache_dir` (none: compile every time).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<WasmEngine>, WasmError> {
+        Self::with_options(cache_dir, EngineOptions::default())
+    }
+
+    /// [`WasmEngine::new`] with `options`.
+    pub fn with_options(
+        cache_dir: Option<PathBuf>,
+        options: EngineOptions,
+    ) -> Result<Arc<WasmEngine>, WasmError> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         // Execution deadlines of guest calls (see `limits`).
-        config.epoch_interruption(true);
+        config.epoch_interruption(options.epoch_interruption);
         let engine = Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
-        super::limits::start_ticker(&engine)
-            .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        if options.epoch_interruption {
+            super::limits::start_ticker(&engine)
+                .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        }
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| WasmError::Engine(format!("{e:#}")))?;
@@ -117,6 +183,7 @@ impl WasmEngine {
         let fingerprint = format!("{:016x}", h.finish());
         Ok(Arc::new(WasmEngine {
             engine,
+            options,
             linker,
             cache_dir,
             fingerprint,
@@ -136,22 +203,41 @@ impl WasmEngine {
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("weir"))
     }
 
-    /// Reads, validates, compiles (or loads from the cache) and links an operator component.
-    pub fn load(&self, path: &Path) -> Result<OperatorComponent, WasmError> {
-        let bytes = std::fs::read(path).map_err(|cause| WasmError::Read {
+    /// Reads, validates, compiles (or loads from the cache) and links an operator component,
+    /// within the `wasm_size` and `compile_time` of `limits`.
+    pub fn load(&self, path: &Path, limits: &Limits) -> Result<OperatorComponent, WasmError> {
+        let read = |cause| WasmError::Read {
             path: path.to_path_buf(),
             cause,
-        })?;
-        check_header(path, &bytes)?;
-        let component = self.compile(path, &bytes)?;
+        };
+        let size = std::fs::metadata(path).map_err(read)?.len();
+        if size > limits.wasm_size.as_u64() {
+            return Err(WasmError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes(size),
+                limit: bytes(limits.wasm_size.as_u64()),
+            });
+        }
+        let wasm = std::fs::read(path).map_err(read)?;
+        check_header(path, &wasm)?;
+        let component = self.compile(path, wasm, limits.compile_time)?;
         check_world(path, &self.engine, &component)?;
-        let instance_pre =
-            self.linker
-                .instantiate_pre(&component)
-                .map_err(|e| WasmError::Link {
-                    path: path.to_path_buf(),
-                    message: format!("{e:#}"),
-                })?;
+        let link = |e: wasmtime::Error| WasmError::Link {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        };
+        let denied = component
+            .component_type()
+            .imports(&self.engine)
+            .any(|(name, _)| DENIED_WASI.iter().any(|p| name.starts_with(p)));
+        let instance_pre = if denied {
+            let mut linker = self.linker.clone();
+            define_denied(&mut linker, &self.engine, &component).map_err(link)?;
+            linker.instantiate_pre(&component)
+        } else {
+            self.linker.instantiate_pre(&component)
+        }
+        .map_err(link)?;
         let pre = ProcessorPre::new(instance_pre).map_err(|e| WasmError::Link {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -159,11 +245,17 @@ impl WasmEngine {
         Ok(OperatorComponent {
             pre,
             path: path.to_path_buf(),
+            deadlines: self.options.epoch_interruption,
         })
     }
 
-    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<Component, WasmError> {
-        let hash: [u8; 32] = Sha256::digest(bytes).into();
+    fn compile(
+        &self,
+        path: &Path,
+        wasm: Vec<u8>,
+        time_limit: Duration,
+    ) -> Result<Component, WasmError> {
+        let hash: [u8; 32] = Sha256::digest(&wasm).into();
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = loaded.get(&hash) {
             return Ok(c.clone());
@@ -198,23 +290,72 @@ impl WasmEngine {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
         };
-        let component = match &cached {
-            Some(file) => {
-                let compiled = self.engine.precompile_component(bytes).map_err(invalid)?;
-                if let Err(e) = write_atomically(file, &compiled) {
-                    tracing::warn!(file = %file.display(), "cannot cache compiled component: {e}");
-                }
-                // SAFETY: `compiled` was produced just above by this engine.
-                #[allow(unsafe_code)]
-                let c = unsafe { Component::deserialize(&self.engine, &compiled) };
-                c.map_err(invalid)?
+        // Compile on a thread of its own, so that a component that takes too long to compile
+        // fails the load at its time limit. That thread runs on to its end in the background.
+        let (done, result) = std::sync::mpsc::channel();
+        let engine = self.engine.clone();
+        std::thread::Builder::new()
+            .name("wasm-compile".into())
+            .spawn(move || drop(done.send(engine.precompile_component(&wasm))))
+            .map_err(|e| WasmError::Engine(format!("cannot start a compile thread: {e}")))?;
+        let compiled = match result.recv_timeout(time_limit) {
+            Ok(compiled) => compiled.map_err(invalid)?,
+            Err(_) => {
+                return Err(WasmError::CompileTimeout {
+                    path: path.to_path_buf(),
+                    limit: time_limit,
+                });
             }
-            None => Component::new(&self.engine, bytes).map_err(invalid)?,
         };
+        if let Some(file) = &cached
+            && let Err(e) = write_atomically(file, &compiled)
+        {
+            tracing::warn!(file = %file.display(), "cannot cache compiled component: {e}");
+        }
+        // SAFETY: `compiled` was produced just above by this engine.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(&self.engine, &compiled) };
+        let component = component.map_err(invalid)?;
         tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
         loaded.insert(hash, component.clone());
         Ok(component)
     }
+}
+
+/// Defines every import of `component` from a package of [`DENIED_WASI`] as functions that
+/// fail the call, naming the function.
+fn define_denied(
+    linker: &mut Linker<HostState>,
+    engine: &Engine,
+    component: &Component,
+) -> wasmtime::Result<()> {
+    for (name, item) in component.component_type().imports(engine) {
+        let ComponentItem::ComponentInstance(instance) = item.ty else {
+            continue;
+        };
+        if !DENIED_WASI.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let mut interface = linker.instance(name)?;
+        for (export, item) in instance.exports(engine) {
+            match item.ty {
+                ComponentItem::ComponentFunc(_) => {
+                    let function = format!("{name}#{export}");
+                    interface.func_new(export, move |_, _, _, _| {
+                        Err(wasmtime::format_err!(
+                            "the operator called `{function}`, which weir does not provide to \
+                             operators"
+                        ))
+                    })?;
+                }
+                ComponentItem::Resource(_) => {
+                    interface.resource(export, ResourceType::host::<()>(), |_, _| Ok(()))?
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -283,7 +424,11 @@ fn check_world(path: &Path, engine: &Engine, component: &Component) -> Result<()
                 found: found.to_string(),
             });
         }
-        if !ours && !import.starts_with("wasi:") {
+        let wasi = LINKED_WASI
+            .iter()
+            .chain(DENIED_WASI)
+            .any(|p| import.starts_with(p));
+        if !ours && !wasi {
             return Err(WasmError::UnknownImport {
                 path: path.to_path_buf(),
                 import: import.to_string(),

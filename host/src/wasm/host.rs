@@ -15,6 +15,9 @@ use weir_wire::{
     read_list_ops, read_map_ops, read_timer_ops, read_value_ops,
 };
 
+use super::capabilities::{Grants, GuestLog, Level};
+use super::describe_bytes;
+use super::limits::{Limit, LimitExceeded, Limiter, Limits, bytes};
 use super::weir::stream::{log, output, state, timers, types};
 use crate::batch::Batch;
 use crate::runtime::key_group::key_group;
@@ -56,7 +59,14 @@ pub(crate) struct HostState {
     pub(crate) operator_state: OperatorStates,
     /// Operator-state names by resource rep.
     operator_names: Vec<String>,
-    pub(crate) limiter: super::limits::Limiter,
+    pub(crate) limiter: Limiter,
+    /// The guest's stdout, stderr and log messages, rate-limited.
+    log: GuestLog,
+    /// The hook being called (`process`, `on-timers`, ...), for error messages.
+    pub(crate) hook: &'static str,
+    /// Records and bytes emitted by the current call, against the output limits.
+    emitted_records: u64,
+    emitted_bytes: u64,
 }
 
 impl WasiView for HostState {
@@ -69,11 +79,17 @@ impl WasiView for HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(ctx: OperatorContext) -> Self {
+    /// The store data of an instance with `limits` that may reach what `grants` grants
+    /// (see [`super::capabilities`]).
+    pub(crate) fn new(
+        ctx: OperatorContext,
+        limits: Limits,
+        grants: &Grants,
+    ) -> Result<Self, String> {
         let state = KeyedState::new(ctx.max_parallelism, ctx.key_groups.clone());
-        HostState {
-            // No preopened directories, environment, arguments or inherited stdio.
-            wasi: WasiCtx::builder().build(),
+        let log = GuestLog::new(&ctx);
+        Ok(HostState {
+            wasi: grants.wasi_ctx(&log)?,
             table: ResourceTable::new(),
             ctx,
             state,
@@ -90,8 +106,45 @@ impl HostState {
             last_error: None,
             operator_state: OperatorStates::new(),
             operator_names: Vec::new(),
-            limiter: super::limits::Limiter::default(),
+            limiter: Limiter { limits },
+            log,
+            hook: "open",
+            emitted_records: 0,
+            emitted_bytes: 0,
+        })
+    }
+
+    /// Starts a call of `hook`: its output counts from zero.
+    pub(crate) fn begin_call(&mut self, hook: &'static str) {
+        self.hook = hook;
+        self.emitted_records = 0;
+        self.emitted_bytes = 0;
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limiter.limits
+    }
+
+    /// Refuses a state value (or list element, or map entry) over the `state_value` limit.
+    fn check_value_size(&self, id: StateId, slot: u32, len: usize) -> wasmtime::Result<()> {
+        let limit = self.limits().state_value.as_u64();
+        if len as u64 <= limit {
+            return Ok(());
         }
+        let key = self
+            .slot_key(slot)
+            .map(|(range, _)| describe_bytes(&self.slot_bytes[range]))
+            .unwrap_or_default();
+        Err(LimitExceeded::error(
+            Limit::StateValue,
+            format!(
+                "{} tried to write {} into state \"{}\" for key {key}, over the limit of {}",
+                self.hook,
+                bytes(len as u64),
+                self.state.name(id),
+                bytes(limit)
+            ),
+        ))
     }
 
     /// Starts a new slot table for the next call.
@@ -235,6 +288,9 @@ impl HostState {
                 for op in read_value_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
                     let known = positions.get(slot as usize).copied().flatten();
+                    if let ValueOp::Set(v) = &op {
+                        self.check_value_size(id, slot, v.len())?;
+                    }
                     match (op, known) {
                         (ValueOp::Set(v), Some(pos)) => {
                             let (g, key) = self.locate(id, slot)?;
@@ -263,6 +319,11 @@ impl HostState {
             StateKind::List => {
                 for op in read_list_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
+                    if let ListOp::Replace(elems) | ListOp::Append(elems) = &op {
+                        for e in elems {
+                            self.check_value_size(id, slot, e.len())?;
+                        }
+                    }
                     let (g, key) = self.locate(id, slot)?;
                     let key = &self.slot_bytes[key];
                     match op {
@@ -275,6 +336,9 @@ impl HostState {
             StateKind::Map => {
                 for op in read_map_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
+                    if let MapOp::Put(k, v) = &op {
+                        self.check_value_size(id, slot, k.len() + v.len())?;
+                    }
                     let (g, key) = self.locate(id, slot)?;
                     let key = &self.slot_bytes[key];
                     match op {
@@ -394,6 +458,21 @@ impl state::HostOperatorState for HostState {
         value: Option<Vec<u8>>,
     ) -> wasmtime::Result<()> {
         let name = self.operator_name(s.rep())?.to_string();
+        if let Some(v) = &value {
+            let limit = self.limits().state_value.as_u64();
+            if v.len() as u64 > limit {
+                return Err(LimitExceeded::error(
+                    Limit::StateValue,
+                    format!(
+                        "{} tried to write {} into operator state \"{name}\", over the limit \
+                         of {}",
+                        self.hook,
+                        bytes(v.len() as u64),
+                        bytes(limit)
+                    ),
+                ));
+            }
+        }
         match value {
             Some(v) => self.operator_state.insert(name, v),
             None => self.operator_state.remove(&name),
@@ -457,16 +536,40 @@ impl output::Host for HostState {
                 "records were emitted outside of process, on-timers or close"
             ));
         }
+        self.emitted_bytes += records.len() as u64;
+        let limit = self.limits().output_bytes.as_u64();
+        if self.emitted_bytes > limit {
+            return Err(LimitExceeded::error(
+                Limit::OutputBytes,
+                format!(
+                    "{} emitted more than {} in one call",
+                    self.hook,
+                    bytes(limit)
+                ),
+            ));
+        }
         // A batch addresses its bytes with u32 offsets.
         if self.out.bytes() + records.len() > u32::MAX as usize {
             return Err(wasmtime::format_err!(
                 "the operator emitted more than 4 GiB in one call; emit less per record or batch"
             ));
         }
+        let before = self.out.len();
         let side = self
             .out
             .extend_from_output(&records)
             .map_err(|e| wasmtime::format_err!("{e}"))?;
+        self.emitted_records += (self.out.len() - before) as u64;
+        let limit = self.limits().output_records;
+        if self.emitted_records > limit {
+            return Err(LimitExceeded::error(
+                Limit::OutputRecords,
+                format!(
+                    "{} emitted more than {limit} records in one call",
+                    self.hook
+                ),
+            ));
+        }
         if side > 0 {
             // The buffer decoded whole above; now pick out its side-output records.
             for (name, rec) in OutputReader::new(&records).flatten() {
@@ -489,16 +592,16 @@ impl output::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
-        let (job, op, subtask) = (&self.ctx.job, &self.ctx.uid, self.ctx.subtask);
-        match level {
-            types::LogLevel::Trace => tracing::trace!(job, operator = op, subtask, "{message}"),
-            types::LogLevel::Debug => tracing::debug!(job, operator = op, subtask, "{message}"),
-            types::LogLevel::Info => tracing::info!(job, operator = op, subtask, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(job, operator = op, subtask, "{message}"),
-            types::LogLevel::Error => {
-                tracing::error!(job, operator = op, subtask, "{message}");
-                self.last_error = Some(message);
-            }
+        let level = match level {
+            types::LogLevel::Trace => Level::Trace,
+            types::LogLevel::Debug => Level::Debug,
+            types::LogLevel::Info => Level::Info,
+            types::LogLevel::Warn => Level::Warn,
+            types::LogLevel::Error => Level::Error,
+        };
+        self.log.line(level, "log", &message);
+        if let Level::Error = level {
+            self.last_error = Some(message);
         }
         Ok(())
     }

@@ -1,29 +1,199 @@
-//! Limits of one operator instance: linear memory, table elements, and the execution
-//! deadline of every call into the guest.
+//! Limits of one operator instance, set per job (`[limits]`) and per operator
+//! (`limits = { ... }` in its `[[operator]]` table, which overrides the job's).
 //!
-//! | limit | default | exceeded |
-//! |---|---|---|
-//! | linear memory | 256 MiB | the growing call traps, naming the limit |
-//! | table elements | 100,000 | the growing call traps, naming the limit |
-//! | execution deadline | 5 s per call (`open`, a batch, a timer batch, `close`) | the call traps |
+//! | limit | key | default | exceeded |
+//! |---|---|---|---|
+//! | linear memory | `memory` | 256 MiB | the growing call traps |
+//! | table elements | `table_elements` | 100,000 | the growing call traps |
+//! | instances, memories and tables | `instances` | 100 | instantiation fails |
+//! | execution deadline per call | `call_deadline` | 5 s | the call traps |
+//! | records emitted by one call | `output_records` | 1,000,000 | the call traps |
+//! | bytes emitted by one call | `output_bytes` | 256 MiB | the call traps |
+//! | one state value, list element or map entry | `state_value` | 64 MiB | the call traps |
+//! | bytes passed to the host in one host call | `host_call_bytes` | 256 MiB | the call traps |
+//! | size of the `.wasm` file | `wasm_size` | 100 MiB | the job does not start |
+//! | compiling the `.wasm` file | `compile_time` | 120 s | the job does not start |
+//!
+//! A call is `open`, one batch of `process`, one batch of `on-timers` or `close`; a batch holds
+//! up to 4,096 records. The wasm call stack is 512 KiB for every operator (wasmtime's
+//! default); a deeper recursion traps as a stack overflow.
 //!
 //! The deadline uses wasmtime's epoch interruption: one ticker thread per engine advances the
 //! epoch every [`EPOCH_TICK`], and every call is armed with the deadline in ticks, so a guest
 //! that loops forever is stopped within a tick of its deadline.
 
+use std::fmt;
 use std::time::Duration;
 
+use bytesize::ByteSize;
+use serde::Deserialize;
 use wasmtime::{Engine, ResourceLimiter};
 
 /// How often the engine's epoch advances: the resolution of the execution deadline.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
-pub(crate) const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
-pub(crate) const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
-pub(crate) const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The deadline of one call, in epoch ticks.
-pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
-    (deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+/// The largest linear memory of a 32-bit WebAssembly instance.
+const MAX_MEMORY: u64 = 4 << 30;
+
+/// The limits of one operator instance (see the module documentation for the table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub memory: ByteSize,
+    pub table_elements: u64,
+    pub instances: u64,
+    #[serde(with = "humantime_serde")]
+    pub call_deadline: Duration,
+    pub output_records: u64,
+    pub output_bytes: ByteSize,
+    pub state_value: ByteSize,
+    pub host_call_bytes: ByteSize,
+    pub wasm_size: ByteSize,
+    #[serde(with = "humantime_serde")]
+    pub compile_time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory: ByteSize::mib(256),
+            table_elements: 100_000,
+            instances: 100,
+            call_deadline: Duration::from_secs(5),
+            output_records: 1_000_000,
+            output_bytes: ByteSize::mib(256),
+            state_value: ByteSize::mib(64),
+            host_call_bytes: ByteSize::mib(256),
+            wasm_size: ByteSize::mib(100),
+            compile_time: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Limits {
+    /// The job's `[limits]` table with an operator's `limits` table over it.
+    pub(crate) fn resolve(
+        job: Option<&toml::Table>,
+        operator: Option<&toml::Table>,
+    ) -> Result<Limits, String> {
+        let mut merged = job.cloned().unwrap_or_default();
+        merged.extend(operator.cloned().unwrap_or_default());
+        let limits = Limits::deserialize(toml::Value::Table(merged)).map_err(|e| {
+            format!(
+                "limits: {}; the keys are memory, table_elements, instances, call_deadline, \
+                 output_records, output_bytes, state_value, host_call_bytes, wasm_size and \
+                 compile_time",
+                e.message()
+            )
+        })?;
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.memory.as_u64() == 0 || self.memory.as_u64() > MAX_MEMORY {
+            return Err(format!(
+                "limits: memory = \"{}\" is out of range; use 1 MiB to 4 GiB, the most a 32-bit \
+                 WebAssembly instance can address",
+                bytes(self.memory.as_u64())
+            ));
+        }
+        if self.call_deadline < EPOCH_TICK {
+            return Err(format!(
+                "limits: call_deadline = {:?} is shorter than the deadline's resolution of {:?}",
+                self.call_deadline, EPOCH_TICK
+            ));
+        }
+        for (key, value) in [
+            ("table_elements", self.table_elements),
+            ("instances", self.instances),
+            ("output_records", self.output_records),
+            ("output_bytes", self.output_bytes.as_u64()),
+            ("state_value", self.state_value.as_u64()),
+            ("host_call_bytes", self.host_call_bytes.as_u64()),
+            ("wasm_size", self.wasm_size.as_u64()),
+            ("compile_time", self.compile_time.as_millis() as u64),
+        ] {
+            if value == 0 {
+                return Err(format!("limits: {key} must be greater than 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The call deadline in epoch ticks.
+    pub(crate) fn deadline_ticks(&self) -> u64 {
+        (self.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+    }
+}
+
+/// A limit a guest call can exceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Memory,
+    TableElements,
+    Instances,
+    OutputRecords,
+    OutputBytes,
+    StateValue,
+    HostCallBytes,
+}
+
+impl Limit {
+    /// The key of the limit in a `limits` table.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::Memory => "memory",
+            Limit::TableElements => "table_elements",
+            Limit::Instances => "instances",
+            Limit::OutputRecords => "output_records",
+            Limit::OutputBytes => "output_bytes",
+            Limit::StateValue => "state_value",
+            Limit::HostCallBytes => "host_call_bytes",
+        }
+    }
+}
+
+/// A guest call went over one of its limits: the error a host function or the resource
+/// limiter fails the call with, recognised again when the call returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitExceeded {
+    pub limit: Limit,
+    /// What the guest did, and the limit's value.
+    pub message: String,
+}
+
+impl fmt::Display for LimitExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} limit exceeded: {}; raise `limits.{}` of the operator if this is expected",
+            self.limit.key().replace('_', " "),
+            self.message,
+            self.limit.key()
+        )
+    }
+}
+
+impl std::error::Error for LimitExceeded {}
+
+impl LimitExceeded {
+    pub(crate) fn error(limit: Limit, message: String) -> wasmtime::Error {
+        wasmtime::Error::new(LimitExceeded { limit, message })
+    }
+}
+
+/// Shows a byte count as people write it in a spec: "256 MiB", "1.5 GiB".
+pub(crate) fn bytes(n: u64) -> String {
+    for (unit, size) in [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{} {unit}", n / size);
+        }
+    }
+    if n < 1 << 10 {
+        return format!("{n} bytes");
+    }
+    ByteSize::b(n).display().iec().to_string()
 }
 
 /// Advances `engine`'s epoch every tick for as long as the engine lives (its components and
@@ -42,20 +212,11 @@ pub(crate) fn start_ticker(engine: &Engine) -> std::io::Result<()> {
         .map(drop)
 }
 
-/// Refuses growth of an instance's memories and tables beyond its limits.
+/// Refuses growth of an instance's memories and tables beyond its limits, and more
+/// instances, memories or tables than `instances`.
 #[derive(Debug)]
 pub(crate) struct Limiter {
-    pub memory_bytes: usize,
-    pub table_elements: usize,
-}
-
-impl Default for Limiter {
-    fn default() -> Self {
-        Limiter {
-            memory_bytes: DEFAULT_MEMORY_BYTES,
-            table_elements: DEFAULT_TABLE_ELEMENTS,
-        }
-    }
+    pub limits: Limits,
 }
 
 impl ResourceLimiter for Limiter {
@@ -65,13 +226,16 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
-            return Err(wasmtime::format_err!(
-                "memory limit exceeded: the operator tried to grow its linear memory from {} MiB \
-                 to {} MiB, over the limit of {} MiB",
-                current >> 20,
-                desired.div_ceil(1 << 20),
-                self.memory_bytes >> 20
+        if desired as u64 > self.limits.memory.as_u64() {
+            return Err(LimitExceeded::error(
+                Limit::Memory,
+                format!(
+                    "the operator tried to grow its linear memory from {} to {}, over the limit \
+                     of {}",
+                    bytes(current as u64),
+                    bytes(desired as u64),
+                    bytes(self.limits.memory.as_u64())
+                ),
             ));
         }
         Ok(true)
@@ -83,14 +247,29 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.table_elements {
-            return Err(wasmtime::format_err!(
-                "table limit exceeded: the operator tried to grow a table from {current} to \
-                 {desired} elements, over the limit of {}",
-                self.table_elements
+        if desired as u64 > self.limits.table_elements {
+            return Err(LimitExceeded::error(
+                Limit::TableElements,
+                format!(
+                    "the operator tried to grow a table from {current} to {desired} elements, \
+                     over the limit of {}",
+                    self.limits.table_elements
+                ),
             ));
         }
         Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances as usize
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.instances as usize
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.instances as usize
     }
 }
 
@@ -98,12 +277,21 @@ impl ResourceLimiter for Limiter {
 mod tests {
     use super::*;
 
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
+
     #[test]
     fn growth_within_limits_is_allowed_and_beyond_is_an_error_naming_the_limit() {
-        let mut l = Limiter::default();
+        let mut l = Limiter {
+            limits: Limits::default(),
+        };
         assert!(l.memory_growing(1 << 20, 2 << 20, None).unwrap());
         let err = l.memory_growing(1 << 20, 300 << 20, None).unwrap_err();
+        let limit = err.downcast_ref::<LimitExceeded>().unwrap();
+        assert_eq!(limit.limit, Limit::Memory);
         assert!(err.to_string().contains("limit of 256 MiB"), "{err}");
+        assert!(err.to_string().contains("`limits.memory`"), "{err}");
         assert!(l.table_growing(10, 20, None).unwrap());
         let err = l.table_growing(10, 200_000, None).unwrap_err();
         assert!(err.to_string().contains("limit of 100000"), "{err}");
@@ -111,7 +299,34 @@ mod tests {
 
     #[test]
     fn deadlines_round_to_ticks() {
-        assert_eq!(deadline_ticks(Duration::from_secs(5)), 500);
-        assert_eq!(deadline_ticks(Duration::from_millis(1)), 1);
+        let mut l = Limits::default();
+        assert_eq!(l.deadline_ticks(), 500);
+        l.call_deadline = Duration::from_millis(15);
+        assert_eq!(l.deadline_ticks(), 1);
+    }
+
+    #[test]
+    fn an_operators_limits_override_the_jobs_key_by_key() {
+        let job = table("memory = \"64 MiB\"\ncall_deadline = \"2s\"");
+        let op = table("memory = \"1GiB\"\noutput_records = 10");
+        let l = Limits::resolve(Some(&job), Some(&op)).unwrap();
+        assert_eq!(l.memory, ByteSize::gib(1));
+        assert_eq!(l.call_deadline, Duration::from_secs(2));
+        assert_eq!(l.output_records, 10);
+        assert_eq!(l.state_value, Limits::default().state_value);
+        assert_eq!(Limits::resolve(None, None).unwrap(), Limits::default());
+    }
+
+    #[test]
+    fn bad_limits_are_refused_naming_the_key() {
+        let err = |text: &str| Limits::resolve(Some(&table(text)), None).unwrap_err();
+        assert!(err("memory = \"8 GiB\"").contains("memory"));
+        assert!(err("call_deadline = \"1ms\"").contains("call_deadline"));
+        assert!(err("output_records = 0").contains("output_records"));
+        let unknown = err("memroy = 5");
+        assert!(
+            unknown.contains("memroy") && unknown.contains("the keys are"),
+            "{unknown}"
+        );
     }
 }

@@ -5,11 +5,13 @@ use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
 
 use super::OperatorComponent;
 use super::Processor;
+use super::capabilities::Grants;
+use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
 use super::host::HostState;
-use super::limits::{DEFAULT_CALL_DEADLINE, deadline_ticks};
+use super::limits::{Limit, LimitExceeded, Limits, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
-use crate::runtime::operator::{Operator, OperatorContext, OperatorError};
+use crate::runtime::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use crate::state::{FastMap, restore_operator_states, snapshot_operator_states};
 
 /// Runs one instance of an operator component for one subtask.
@@ -18,62 +20,130 @@ pub(crate) struct WasmOperator {
     bindings: Processor,
     /// Reused encoding buffer for batches.
     buf: Vec<u8>,
+    limits: Limits,
+    deadlines: bool,
 }
 
 impl WasmOperator {
+    /// Instantiates `component` for one subtask, with `limits` and `grants`.
     pub(crate) fn new(
         component: &OperatorComponent,
         ctx: OperatorContext,
+        limits: Limits,
+        grants: &Grants,
     ) -> Result<Self, OperatorError> {
         let engine = component.pre.engine();
-        let mut store = Store::new(engine, HostState::new(ctx));
+        let data = HostState::new(ctx, limits, grants).map_err(OperatorError::Failed)?;
+        let mut store = Store::new(engine, data);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(DEFAULT_CALL_DEADLINE));
-        let bindings = component
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| OperatorError::Trap(format!("instantiation failed: {e:#}")))?;
+        store.set_hostcall_fuel(
+            usize::try_from(limits.host_call_bytes.as_u64()).unwrap_or(usize::MAX),
+        );
+        if component.deadlines {
+            store.set_epoch_deadline(limits.deadline_ticks());
+        }
+        let bindings = component.pre.instantiate(&mut store).map_err(|e| {
+            let kind = match e.downcast_ref::<LimitExceeded>() {
+                Some(l) => FailureKind::Limit(l.limit),
+                // Over `instances`: wasmtime's own error names the count.
+                None => FailureKind::Trap,
+            };
+            OperatorError::Guest {
+                kind,
+                message: format!("instantiation failed: {e:#}"),
+            }
+        })?;
         Ok(WasmOperator {
             store,
             bindings,
             buf: Vec::new(),
+            limits,
+            deadlines: component.deadlines,
         })
     }
 
-    /// Starts the execution deadline of the next call.
-    fn arm(&mut self) {
-        self.store
-            .set_epoch_deadline(deadline_ticks(DEFAULT_CALL_DEADLINE));
+    /// Starts a call of `hook`: arms its execution deadline and zeroes its output counts.
+    fn arm(&mut self, hook: &'static str) {
+        if self.deadlines {
+            self.store.set_epoch_deadline(self.limits.deadline_ticks());
+        }
+        let data = self.store.data_mut();
+        data.begin_call(hook);
+        data.in_call = hook != "open";
     }
 
-    /// Turns the result of a guest call into the operator's result.
+    /// Turns the result of a guest call into the operator's result; `input` is the batch a
+    /// `process` call was handling.
     fn check(
         &mut self,
-        hook: &str,
         result: wasmtime::Result<Result<(), String>>,
+        input: Option<&Batch>,
     ) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
         data.in_call = false;
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(message)) => Err(OperatorError::Failed(format!("{hook} failed: {message}"))),
-            Err(trap) => {
-                // The wasm backtrace goes to the debug log; the error keeps the cause.
-                tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
-                let mut message = match trap.downcast_ref::<Trap>() {
-                    Some(Trap::Interrupt) => format!(
-                        "execution deadline exceeded: {hook} ran longer than {:?}, the limit \
-                         of one call",
-                        DEFAULT_CALL_DEADLINE
-                    ),
-                    _ => format!("in {hook}: {}", trap.root_cause()),
-                };
-                if let Some(logged) = data.last_error.take() {
-                    message = format!("{logged} ({message})");
-                }
-                Err(OperatorError::Trap(message))
+        let hook = data.hook;
+        let trap = match result {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(message)) => {
+                return Err(OperatorError::Failed(format!("{hook} failed: {message}")));
             }
+            Err(trap) => trap,
+        };
+        // The wasm backtrace goes to the debug log; the error keeps the cause.
+        tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
+        let (kind, mut message) = if let Some(limit) = trap.downcast_ref::<LimitExceeded>() {
+            (FailureKind::Limit(limit.limit), limit.to_string())
+        } else if trap
+            .root_cause()
+            .to_string()
+            // wasmtime's hostcall fuel, set to `host_call_bytes`; its error type is private.
+            .contains("fuel allocated for hostcalls has been exhausted")
+        {
+            let limit = LimitExceeded {
+                limit: Limit::HostCallBytes,
+                message: format!(
+                    "{hook} passed more than {} to the host in one call (a buffer of output, \
+                     state changes or a state value)",
+                    bytes(self.limits.host_call_bytes.as_u64())
+                ),
+            };
+            (FailureKind::Limit(limit.limit), limit.to_string())
+        } else {
+            match trap.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => (
+                    FailureKind::Deadline,
+                    format!(
+                        "execution deadline exceeded: {hook} ran longer than {:?}, the limit of \
+                         one call; raise `limits.call_deadline` of the operator if this is \
+                         expected",
+                        self.limits.call_deadline
+                    ),
+                ),
+                Some(Trap::StackOverflow) => (
+                    FailureKind::StackOverflow,
+                    format!("stack overflow in {hook}: the guest recursed too deep"),
+                ),
+                Some(Trap::MemoryOutOfBounds) => (
+                    FailureKind::Trap,
+                    format!(
+                        "in {hook}: {} (in Rust and C guests often a stack overflow: their \
+                         stack is in linear memory)",
+                        trap.root_cause()
+                    ),
+                ),
+                _ => (
+                    FailureKind::Trap,
+                    format!("in {hook}: {}", trap.root_cause()),
+                ),
+            }
+        };
+        if let Some(logged) = data.last_error.take() {
+            message = format!("{logged} ({message})");
         }
+        if let Some(input) = input {
+            message.push_str(&describe_batch(input));
+        }
+        Err(OperatorError::Guest { kind, message })
     }
 
     /// Hands the guest's output of the last call to `out`.
@@ -120,13 +190,12 @@ impl WasmOperator {
                 data.push_slot(k);
             }
             write_fired_timers(&mut self.buf, &keys, entries.into_iter());
-            data.in_call = true;
-            self.arm();
+            self.arm("on-timers");
             let result = self
                 .bindings
                 .weir_stream_operator()
                 .call_on_timers(&mut self.store, &self.buf);
-            self.check("on-timers", result)?;
+            self.check(result, None)?;
             self.take_output(out);
         }
     }
@@ -141,12 +210,12 @@ impl Operator for WasmOperator {
             parallelism: c.parallelism,
             config: c.config.clone(),
         };
-        self.arm();
+        self.arm("open");
         let result = self
             .bindings
             .weir_stream_operator()
             .call_open(&mut self.store, &ctx);
-        self.check("open", result)
+        self.check(result, None)
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
@@ -169,28 +238,25 @@ impl Operator for WasmOperator {
             writer.record(slot, rec.kind, rec.timestamp, rec.value);
         }
         self.buf = writer.finish();
-        data.in_call = true;
-        self.arm();
+        self.arm("process");
         let result = self
             .bindings
             .weir_stream_operator()
             .call_process(&mut self.store, &self.buf);
-        self.check("process", result)?;
+        self.check(result, Some(input))?;
         self.take_output(out);
         Ok(())
     }
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
         self.fire_all_event_timers(out)?;
-        let data = self.store.data_mut();
-        data.clear_slots();
-        data.in_call = true;
-        self.arm();
+        self.store.data_mut().clear_slots();
+        self.arm("close");
         let result = self
             .bindings
             .weir_stream_operator()
             .call_close(&mut self.store);
-        self.check("close", result)?;
+        self.check(result, None)?;
         self.take_output(out);
         Ok(())
     }
@@ -243,5 +309,28 @@ impl Operator for WasmOperator {
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         std::mem::take(&mut self.store.data_mut().side_outputs)
+    }
+}
+
+/// Which records a failed `process` call was handling: the host cannot see which record of
+/// the batch the guest was at (a panic message from weir-sdk names it).
+fn describe_batch(input: &Batch) -> String {
+    let Some(first) = input.iter().next() else {
+        return String::new();
+    };
+    let record = |rec: &weir_wire::RecordRef<'_>| match rec.key {
+        Some(key) => format!(
+            "key {}, value {}",
+            describe_bytes(key),
+            describe_bytes(rec.value)
+        ),
+        None => format!("value {}", describe_bytes(rec.value)),
+    };
+    match input.len() {
+        1 => format!("; the record: {}", record(&first)),
+        n => format!(
+            "; the batch of {n} records being processed starts with: {}",
+            record(&first)
+        ),
     }
 }

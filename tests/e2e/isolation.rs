@@ -1,0 +1,369 @@
+//! The sandbox through the library's runtime API, in one process: every hostile component fails
+//! its own job with the class of what it did, or is denied what it reached for, while a job
+//! running beside them on the same engine keeps running and produces exact output.
+
+use std::path::{Path, PathBuf};
+
+use weir::{FailureKind, Job, JobError, JobSpec, JobSummary, Limit, WasmEngine, WasmError};
+
+use crate::support::{Workspace, operator, toml_path, toml_str};
+
+/// A job spec file: `lines` → operator `op` (its `wasm` and `extra` keys) → file sink `out-<name>`.
+/// A name that starts with `keyed-` puts the keyer between (`KEY VALUE` lines) over `key_by`.
+fn spec(ws: &Workspace, name: &str, wasm: &Path, lines: &str, extra: &str) -> PathBuf {
+    let input = ws.write(&format!("{name}.txt"), lines);
+    let (keyer, input_of_op) = if name.starts_with("keyed-") {
+        (
+            format!(
+                "[[operator]]\nname = \"keys\"\nuid = \"keys\"\nwasm = {}\ninput = \"lines\"\n",
+                toml_path(&operator("weir_test_keyer"))
+            ),
+            "input = \"keys\"\nedge = \"key_by\"",
+        )
+    } else {
+        (String::new(), "input = \"lines\"")
+    };
+    ws.write(
+        &format!("{name}.toml"),
+        format!(
+            r#"
+[job]
+name = "{name}"
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+{keyer}
+[[operator]]
+name = "op"
+uid = "hostile-op"
+wasm = {wasm}
+{input_of_op}
+{extra}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "op"
+path = {out}
+"#,
+            input = toml_path(&input),
+            wasm = toml_path(wasm),
+            out = toml_path(&ws.path(&format!("out-{name}"))),
+        ),
+    )
+}
+
+fn run(engine: &WasmEngine, spec: &Path) -> Result<JobSummary, JobError> {
+    let spec = JobSpec::from_file(spec).expect("a valid spec");
+    Job::new(spec, engine)?.start()?.wait()
+}
+
+/// The kind and message of a task failure.
+fn failure(result: Result<JobSummary, JobError>) -> (FailureKind, String) {
+    match result {
+        Err(JobError::Task {
+            kind, uid, message, ..
+        }) => {
+            assert_eq!(uid.as_deref(), Some("hostile-op"), "{message}");
+            (kind, message)
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+}
+
+/// The load error of a component.
+fn refused(result: Result<JobSummary, JobError>) -> WasmError {
+    match result {
+        Err(JobError::Component { uid, cause, .. }) => {
+            assert_eq!(uid, "hostile-op");
+            cause
+        }
+        other => panic!("expected a component error, got {other:?}"),
+    }
+}
+
+fn output(ws: &Workspace, name: &str) -> Vec<String> {
+    std::fs::read_to_string(ws.path(&format!("out-{name}/part-0")))
+        .expect("the sink's part file")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// The job that must keep running: an unbounded sequence through a WebAssembly operator.
+fn steady_job(ws: &Workspace) -> PathBuf {
+    ws.write(
+        "steady.toml",
+        format!(
+            r#"
+[job]
+name = "steady"
+
+[[source]]
+name = "seq"
+type = "generator"
+mode = "sequence"
+rate = 200000
+
+[[operator]]
+name = "pass"
+uid = "pass"
+wasm = {wasm}
+input = "seq"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "pass"
+path = {out}
+"#,
+            wasm = toml_path(&operator("weir_test_poison")),
+            out = toml_path(&ws.path("out-steady")),
+        ),
+    )
+}
+
+#[test]
+fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
+    let ws = Workspace::new();
+    let cache = ws.path("cache");
+    let engine = WasmEngine::new(Some(cache)).expect("an engine");
+    let hostile = operator("weir_test_hostile");
+    let fast_deadline = r#"limits = { call_deadline = "500ms" }"#;
+
+    let steady = JobSpec::from_file(&steady_job(&ws)).unwrap();
+    let steady = Job::new(steady, &engine).unwrap().start().unwrap();
+
+    // Files that are not components, and components that are not weir operators.
+    let not_wasm = ws.write("random.wasm", b"\x13\x37 certainly not wasm \xff\xfe");
+    let core = ws.write("core.wasm", b"\0asm\x01\0\0\0");
+    let empty = ws.write("empty.wasm", b"");
+    for (name, wasm, check) in [
+        (
+            "random",
+            not_wasm,
+            (|e: &WasmError| matches!(e, WasmError::NotWasm { .. })) as fn(&WasmError) -> bool,
+        ),
+        ("core", core, |e| matches!(e, WasmError::CoreModule { .. })),
+        ("empty", empty, |e| matches!(e, WasmError::Empty { .. })),
+        ("other-world", operator("weir_test_other_world"), |e| {
+            matches!(e, WasmError::WrongWorld { .. })
+        }),
+        (
+            "unknown-import",
+            operator("weir_test_unknown_import"),
+            |e| matches!(e, WasmError::UnknownImport { import, .. } if import == "acme:vault/secrets"),
+        ),
+    ] {
+        let e = refused(run(&engine, &spec(&ws, name, &wasm, "a\n", "")));
+        assert!(check(&e), "{name}: {e}");
+    }
+    let e = refused(run(
+        &engine,
+        &spec(
+            &ws,
+            "too-big",
+            &hostile,
+            "a\n",
+            r#"limits = { wasm_size = "1 KiB" }"#,
+        ),
+    ));
+    assert!(
+        matches!(e, WasmError::TooLarge { .. }) && e.to_string().contains("limits.wasm_size"),
+        "{e}"
+    );
+    // A new engine without a cache has to compile, which takes longer than 1 ms.
+    let fresh = WasmEngine::new(None).unwrap();
+    let e = refused(run(
+        &fresh,
+        &spec(
+            &ws,
+            "slow",
+            &hostile,
+            "a\n",
+            r#"limits = { compile_time = "1ms" }"#,
+        ),
+    ));
+    assert!(matches!(e, WasmError::CompileTimeout { .. }), "{e}");
+
+    // Guests that misbehave while running: each fails its job with the class of what it did.
+    let cases: &[(&str, &str, &str, FailureKind, &[&str])] = &[
+        (
+            "spin-open",
+            "a\n",
+            "limits = { call_deadline = \"500ms\" }\nconfig = { spin_in_open = true }",
+            FailureKind::Deadline,
+            &["open ran longer than 500ms", "limits.call_deadline"],
+        ),
+        (
+            "spin",
+            "a\nspin\n",
+            fast_deadline,
+            FailureKind::Deadline,
+            &["process ran longer than 500ms", "value \"a\""],
+        ),
+        (
+            "hog",
+            "hog\n",
+            "",
+            FailureKind::Limit(Limit::Memory),
+            &[
+                "over the limit of 256 MiB",
+                "limits.memory",
+                "the record: value \"hog\"",
+            ],
+        ),
+        (
+            "recurse",
+            "recurse\n",
+            "",
+            FailureKind::StackOverflow,
+            &["stack overflow in process"],
+        ),
+        (
+            "flood",
+            "flood 10000000\n",
+            "",
+            FailureKind::Limit(Limit::OutputRecords),
+            &[
+                "process emitted more than 1000000 records in one call",
+                "limits.output_records",
+            ],
+        ),
+        (
+            "big-state",
+            "big-state 1073741824\n",
+            "limits = { memory = \"4 GiB\" }",
+            FailureKind::Limit(Limit::HostCallBytes),
+            &[
+                "process passed more than 256 MiB to the host in one call",
+                "limits.host_call_bytes",
+            ],
+        ),
+        (
+            "operator-state",
+            "big-state 104857600\n",
+            "limits = { memory = \"1 GiB\" }",
+            FailureKind::Limit(Limit::StateValue),
+            &[
+                "100.0 MiB into operator state \"big\"",
+                "over the limit of 64 MiB",
+                "limits.state_value",
+            ],
+        ),
+        (
+            "keyed-state",
+            "k big-state 2097152\n",
+            "limits = { state_value = \"1 MiB\" }",
+            FailureKind::Limit(Limit::StateValue),
+            &[
+                "2.0 MiB into state \"big\" for key \"k\"",
+                "over the limit of 1 MiB",
+            ],
+        ),
+        (
+            "poison",
+            "a\nb\ntrap-until 99999999999999\n",
+            "",
+            FailureKind::Trap,
+            &["transient failure until", "at record 2 of the batch"],
+        ),
+        (
+            "keyvalue",
+            "keyvalue api-key\n",
+            "",
+            FailureKind::Trap,
+            &["wasi:keyvalue/store@0.2.0-draft#get", "does not provide"],
+        ),
+    ];
+    for &(name, lines, extra, kind, needles) in cases {
+        let (found, message) = failure(run(&engine, &spec(&ws, name, &hostile, lines, extra)));
+        assert_eq!(found, kind, "{name}: {message}");
+        for needle in needles {
+            assert!(
+                message.contains(needle),
+                "{name}: no {needle:?} in: {message}"
+            );
+        }
+    }
+
+    // Reaching outside the sandbox: denied inside the guest, which carries on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let secret = ws.write("secret.txt", "the host's secret\n");
+    let escape = ws.path("escaped.txt");
+    let lines = format!(
+        "read-file {}\nwrite-file {}\nconnect {}\nenv PATH\n",
+        secret.display(),
+        escape.display(),
+        listener.local_addr().unwrap()
+    );
+    run(&engine, &spec(&ws, "denied", &hostile, &lines, "")).expect("the guest carries on");
+    let out = output(&ws, "denied");
+    assert_eq!(out.len(), 4, "{out:?}");
+    for line in &out {
+        assert!(line.starts_with("err "), "access was not denied: {out:?}");
+    }
+    assert!(!escape.exists(), "the guest wrote a file on the host");
+    assert!(
+        listener.accept().is_err(),
+        "the guest connected a TCP socket"
+    );
+
+    // What a spec grants, the guest gets, and no more: read-only.
+    std::fs::create_dir(ws.path("reference")).unwrap();
+    std::fs::write(ws.path("reference/data.txt"), "granted line\nmore\n").unwrap();
+    let grants = format!(
+        "grants = {{ env = [\"PATH\"], dirs = [{{ host = {}, guest = \"/reference\" }}] }}",
+        toml_str("reference")
+    );
+    let lines =
+        "read-file /reference/data.txt\nwrite-file /reference/new.txt\nenv PATH\nenv HOME\n";
+    run(&engine, &spec(&ws, "granted", &hostile, lines, &grants)).expect("the guest runs");
+    let out = output(&ws, "granted");
+    assert_eq!(out[0], "ok granted line");
+    assert!(out[1].starts_with("err "), "{out:?}");
+    assert!(!ws.path("reference/new.txt").exists());
+    assert_eq!(out[2], format!("ok {}", std::env::var("PATH").unwrap()));
+    assert!(
+        out[3].starts_with("err "),
+        "only granted variables: {out:?}"
+    );
+
+    // Failing guests leave nothing behind: memory returns after each failed instance.
+    let before = rss_bytes();
+    for i in 0..5 {
+        let (kind, _) = failure(run(
+            &engine,
+            &spec(&ws, &format!("hog{i}"), &hostile, "hog\n", ""),
+        ));
+        assert_eq!(kind, FailureKind::Limit(Limit::Memory));
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "5 failed 256 MiB guests grew the process by {grown} bytes"
+    );
+
+    // The job beside them ran throughout, and its output is exact.
+    assert!(!steady.is_finished(), "the steady job stopped early");
+    steady.stop();
+    let summary = steady.wait().expect("the steady job finishes cleanly");
+    let lines: Vec<u64> = output(&ws, "steady")
+        .iter()
+        .map(|l| l.parse().expect("a sequence number"))
+        .collect();
+    assert!(lines.len() > 100_000, "only {} records", lines.len());
+    assert_eq!(lines, (0..lines.len() as u64).collect::<Vec<_>>());
+    let sink = summary.vertices.iter().find(|v| v.name == "out").unwrap();
+    assert_eq!(sink.records_in, lines.len() as u64);
+}
