@@ -152,6 +152,53 @@ fn key_by_after_a_file_source() {
     refused(&ws, &job.text(&ws), &["\"split\"", "\"lines\"", "key_by"]);
 }
 
+#[test]
+fn a_misspelt_or_impossible_limit() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.job.push_str("[limits]\nmemroy = \"1 GiB\"\n");
+    refused(
+        &ws,
+        &job.text(&ws),
+        &["\"split\"", "memroy", "the keys are"],
+    );
+    let mut job = Job::new(&ws);
+    job.count.push_str("limits = { memory = \"8 GiB\" }\n");
+    refused(&ws, &job.text(&ws), &["\"count\"", "memory", "4 GiB"]);
+}
+
+#[test]
+fn a_grant_of_what_does_not_exist() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.count
+        .push_str("grants = { dirs = [{ host = \"no-such-dir\", guest = \"/data\" }] }\n");
+    refused(
+        &ws,
+        &job.text(&ws),
+        &["\"count\"", "no-such-dir", "not a directory"],
+    );
+    let mut job = Job::new(&ws);
+    job.count
+        .push_str("grants = { env = [\"WEIR_NO_SUCH_VARIABLE\"] }\n");
+    refused(
+        &ws,
+        &job.text(&ws),
+        &["\"count\"", "WEIR_NO_SUCH_VARIABLE", "not set"],
+    );
+}
+
+#[test]
+fn limits_on_a_native_operator() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.count = job
+        .count
+        .replace(&wasm("wordcount_count"), "native = \"count_words\"");
+    job.count.push_str("limits = { memory = \"1 GiB\" }\n");
+    refused(&ws, &job.text(&ws), &["\"count\"", "WebAssembly"]);
+}
+
 /// Replaces the split operator's component with `bytes` (or a missing file).
 fn bad_component(bytes: Option<&[u8]>, needles: &[&str]) {
     let ws = Workspace::new();

@@ -161,7 +161,7 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
         (
             "unknown-import",
             operator("weir_test_unknown_import"),
-            |e| matches!(e, WasmError::UnknownImport { import, .. } if import == "acme:vault/secrets"),
+            |e| matches!(e, WasmError::UnknownImport { imports, .. } if imports == &["acme:vault/secrets"]),
         ),
     ] {
         let e = refused(run(&engine, &spec(&ws, name, &wasm, "a\n", "")));

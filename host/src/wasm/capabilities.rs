@@ -186,8 +186,19 @@ impl GuestLog {
         }
     }
 
-    /// Logs one line unless this second's lines are used up.
+    /// Logs one line unless this second's lines are used up. Lines of a level the log does
+    /// not show use up nothing.
     pub(crate) fn line(&self, level: Level, source: &str, text: &str) {
+        let shown = match level {
+            Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        };
+        if !shown {
+            return;
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if now.duration_since(inner.window) >= Duration::from_secs(1) {

@@ -59,9 +59,10 @@ pub enum WasmError {
     )]
     WrongWorld { path: PathBuf, exports: String },
     #[error(
-        "{path} imports `{import}`, which this host does not provide; operators may import only weir:stream@{WIT_VERSION} and standard WASI interfaces"
+        "{path} imports {}, which this host does not provide; operators may import only weir:stream@{WIT_VERSION} and standard WASI interfaces",
+        imports.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
     )]
-    UnknownImport { path: PathBuf, import: String },
+    UnknownImport { path: PathBuf, imports: Vec<String> },
     #[error("{path}: {message}")]
     Link { path: PathBuf, message: String },
     #[error(
@@ -409,6 +410,7 @@ fn check_world(path: &Path, engine: &Engine, component: &Component) -> Result<()
             },
         });
     }
+    let mut unknown = Vec::new();
     for (import, _) in ty.imports(engine) {
         let ours = import
             .strip_prefix("weir:stream/")
@@ -429,11 +431,14 @@ fn check_world(path: &Path, engine: &Engine, component: &Component) -> Result<()
             .chain(DENIED_WASI)
             .any(|p| import.starts_with(p));
         if !ours && !wasi {
-            return Err(WasmError::UnknownImport {
-                path: path.to_path_buf(),
-                import: import.to_string(),
-            });
+            unknown.push(import);
         }
+    }
+    if !unknown.is_empty() {
+        return Err(WasmError::UnknownImport {
+            path: path.to_path_buf(),
+            imports: unknown.iter().map(|i| i.to_string()).collect(),
+        });
     }
     Ok(())
 }

@@ -125,26 +125,36 @@ impl HostState {
         &self.limiter.limits
     }
 
-    /// Refuses a state value (or list element, or map entry) over the `state_value` limit.
-    fn check_value_size(&self, id: StateId, slot: u32, len: usize) -> wasmtime::Result<()> {
+    /// Refuses a state value (or list element, or map entry) of `len` bytes over the
+    /// `state_value` limit; `target` names the state (and key) it was for.
+    fn check_value_size(
+        &self,
+        len: usize,
+        target: impl FnOnce() -> String,
+    ) -> wasmtime::Result<()> {
         let limit = self.limits().state_value.as_u64();
         if len as u64 <= limit {
             return Ok(());
         }
+        Err(LimitExceeded::error(
+            Limit::StateValue,
+            format!(
+                "{} tried to write {} into {}, over the limit of {}",
+                self.hook,
+                bytes(len as u64),
+                target(),
+                bytes(limit)
+            ),
+        ))
+    }
+
+    /// Keyed state `id` of the key in `slot`, for a message.
+    fn keyed_target(&self, id: StateId, slot: u32) -> String {
         let key = self
             .slot_key(slot)
             .map(|(range, _)| describe_bytes(&self.slot_bytes[range]))
             .unwrap_or_default();
-        Err(LimitExceeded::error(
-            Limit::StateValue,
-            format!(
-                "{} tried to write {} into state \"{}\" for key {key}, over the limit of {}",
-                self.hook,
-                bytes(len as u64),
-                self.state.name(id),
-                bytes(limit)
-            ),
-        ))
+        format!("state \"{}\" for key {key}", self.state.name(id))
     }
 
     /// Starts a new slot table for the next call.
@@ -289,7 +299,7 @@ impl HostState {
                     let (slot, op) = op.map_err(bad)?;
                     let known = positions.get(slot as usize).copied().flatten();
                     if let ValueOp::Set(v) = &op {
-                        self.check_value_size(id, slot, v.len())?;
+                        self.check_value_size(v.len(), || self.keyed_target(id, slot))?;
                     }
                     match (op, known) {
                         (ValueOp::Set(v), Some(pos)) => {
@@ -321,7 +331,7 @@ impl HostState {
                     let (slot, op) = op.map_err(bad)?;
                     if let ListOp::Replace(elems) | ListOp::Append(elems) = &op {
                         for e in elems {
-                            self.check_value_size(id, slot, e.len())?;
+                            self.check_value_size(e.len(), || self.keyed_target(id, slot))?;
                         }
                     }
                     let (g, key) = self.locate(id, slot)?;
@@ -337,7 +347,8 @@ impl HostState {
                 for op in read_map_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
                     if let MapOp::Put(k, v) = &op {
-                        self.check_value_size(id, slot, k.len() + v.len())?;
+                        let len = k.len() + v.len();
+                        self.check_value_size(len, || self.keyed_target(id, slot))?;
                     }
                     let (g, key) = self.locate(id, slot)?;
                     let key = &self.slot_bytes[key];
@@ -459,19 +470,7 @@ impl state::HostOperatorState for HostState {
     ) -> wasmtime::Result<()> {
         let name = self.operator_name(s.rep())?.to_string();
         if let Some(v) = &value {
-            let limit = self.limits().state_value.as_u64();
-            if v.len() as u64 > limit {
-                return Err(LimitExceeded::error(
-                    Limit::StateValue,
-                    format!(
-                        "{} tried to write {} into operator state \"{name}\", over the limit \
-                         of {}",
-                        self.hook,
-                        bytes(v.len() as u64),
-                        bytes(limit)
-                    ),
-                ));
-            }
+            self.check_value_size(v.len(), || format!("operator state \"{name}\""))?;
         }
         match value {
             Some(v) => self.operator_state.insert(name, v),

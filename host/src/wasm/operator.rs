@@ -20,7 +20,7 @@ pub(crate) struct WasmOperator {
     bindings: Processor,
     /// Reused encoding buffer for batches.
     buf: Vec<u8>,
-    limits: Limits,
+    /// Whether calls have an execution deadline (see [`super::EngineOptions`]).
     deadlines: bool,
 }
 
@@ -57,7 +57,6 @@ impl WasmOperator {
             store,
             bindings,
             buf: Vec::new(),
-            limits,
             deadlines: component.deadlines,
         })
     }
@@ -65,7 +64,8 @@ impl WasmOperator {
     /// Starts a call of `hook`: arms its execution deadline and zeroes its output counts.
     fn arm(&mut self, hook: &'static str) {
         if self.deadlines {
-            self.store.set_epoch_deadline(self.limits.deadline_ticks());
+            let ticks = self.store.data().limiter.limits.deadline_ticks();
+            self.store.set_epoch_deadline(ticks);
         }
         let data = self.store.data_mut();
         data.begin_call(hook);
@@ -81,7 +81,7 @@ impl WasmOperator {
     ) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
         data.in_call = false;
-        let hook = data.hook;
+        let (hook, limits) = (data.hook, data.limiter.limits);
         let trap = match result {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(message)) => {
@@ -104,7 +104,7 @@ impl WasmOperator {
                 message: format!(
                     "{hook} passed more than {} to the host in one call (a buffer of output, \
                      state changes or a state value)",
-                    bytes(self.limits.host_call_bytes.as_u64())
+                    bytes(limits.host_call_bytes.as_u64())
                 ),
             };
             (FailureKind::Limit(limit.limit), limit.to_string())
@@ -116,7 +116,7 @@ impl WasmOperator {
                         "execution deadline exceeded: {hook} ran longer than {:?}, the limit of \
                          one call; raise `limits.call_deadline` of the operator if this is \
                          expected",
-                        self.limits.call_deadline
+                        limits.call_deadline
                     ),
                 ),
                 Some(Trap::StackOverflow) => (
