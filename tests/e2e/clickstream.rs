@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::support::{repo, weir};
+use crate::support::{part_text, repo, weir};
 
 /// What the profile operator must print for each click, per user in click order.
 fn expected(clicks: &str) -> BTreeMap<String, Vec<String>> {
@@ -77,8 +77,7 @@ fn the_example_prints_the_expected_profiles() {
         !malformed.is_empty(),
         "clicks.txt has malformed lines to route"
     );
-    let side = std::fs::read_to_string(example.join("output/malformed/part-0"))
-        .expect("the malformed sink's part file");
+    let side = part_text(&example.join("output/malformed"), 0);
     assert_eq!(side.lines().collect::<Vec<_>>(), malformed);
 }
 

@@ -1,14 +1,14 @@
 //! Checkpoints and recovery: the `weir` process is killed with SIGKILL at random moments and
 //! restarted, and the word counts still come out exactly right.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Workspace, count_words, key_value, part_files, toml_path, wasm, weir_command,
+    Workspace, count_words, key_value, part_files, part_text, toml_path, wasm, weir_command,
 };
 
 /// Deterministic text of `lines` lines over a skewed vocabulary of 2000 words.
@@ -152,9 +152,43 @@ fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) {
     }
 }
 
+/// Asserts that every part file a reader of the file sink's output saw before is still there,
+/// unchanged: committed output is never taken back or rewritten, so nothing visible was ever
+/// uncommitted. Then adds what is visible now.
+fn assert_visible_output_stays(ws: &Workspace, seen: &mut BTreeMap<String, String>) {
+    let Ok(entries) = std::fs::read_dir(ws.path("out")) else {
+        return;
+    };
+    let now: BTreeMap<String, String> = entries
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("part-")
+        })
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (
+                name,
+                std::fs::read_to_string(&p).expect("a readable part file"),
+            )
+        })
+        .collect();
+    for (name, text) in seen.iter() {
+        match now.get(name) {
+            Some(t) if t == text => {}
+            Some(_) => panic!("visible part file {name} was rewritten"),
+            None => panic!("visible part file {name} disappeared"),
+        }
+    }
+    *seen = now;
+}
+
 /// Kills `weir` with SIGKILL `kills` times, each at a random moment (0-400 ms) after the run
-/// completed a checkpoint, then lets the last run finish. Returns the log (at level info) of
-/// every run.
+/// completed a checkpoint, then lets the last run finish. After every kill, the part files
+/// of the file sink visible before must be unchanged. Returns the log (at level info) of every
+/// run.
 fn crash_loop(ws: &Workspace, spec: &Path, kills: usize) -> Vec<String> {
     let seed = fastrand::u64(..);
     eprintln!("crash loop seed {seed}");
@@ -168,6 +202,7 @@ fn crash_loop(ws: &Workspace, spec: &Path, kills: usize) -> Vec<String> {
             .spawn()
             .expect("start weir")
     };
+    let mut visible = BTreeMap::new();
     for kill in 0..kills {
         // Kill at a random moment after this run completed a checkpoint of its own, so that
         // every run makes progress and the next one has something to resume from.
@@ -197,8 +232,10 @@ fn crash_loop(ws: &Workspace, spec: &Path, kills: usize) -> Vec<String> {
             Some(9),
             "run {kill} finished ({status}) just before its SIGKILL; make the input larger"
         );
+        assert_visible_output_stays(ws, &mut visible);
     }
     let status = spawn(kills).wait().expect("weir exits");
+    assert_visible_output_stays(ws, &mut visible);
     let logs: Vec<String> = (0..=kills)
         .map(|run| std::fs::read_to_string(log(run)).expect("the run's log"))
         .collect();
@@ -620,6 +657,104 @@ parallelism = 1
     );
     let restored = stderr.matches("restoring checkpoint").count();
     assert!(restored > 0, "restarts resumed from a checkpoint: {stderr}");
-    let written = std::fs::read_to_string(ws.path("out/part-0")).unwrap();
+    let written = part_text(&ws.path("out"), 0);
     assert!(written == text, "the sink holds every line once, in order");
+}
+
+#[test]
+fn a_sink_that_finished_before_a_crash_is_committed_once_and_not_run_again() {
+    let ws = Workspace::new();
+    // Two pipelines: `small` ends at once, `gen` runs for about three seconds. A checkpoint
+    // taken after `small`'s sink finished records its last output as pre-committed; its
+    // completion commits it. After a SIGKILL the job resumes from that checkpoint without
+    // running `small` again, and both outputs are exact.
+    let small: String = (0..1000).map(|i| format!("small {i}\n")).collect();
+    let input = ws.write("small.txt", &small);
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "100ms",
+        &format!(
+            r#"
+[[source]]
+name = "small"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[sink]]
+name = "a"
+type = "file"
+input = "small"
+path = {a}
+parallelism = 1
+
+[[source]]
+name = "gen"
+type = "generator"
+mode = "sequence"
+count = 300000
+rate = 100000
+parallelism = 1
+
+[[sink]]
+name = "b"
+type = "file"
+input = "gen"
+path = {b}
+parallelism = 1
+"#,
+            input = toml_path(&input),
+            a = toml_path(&ws.path("out-a")),
+            b = toml_path(&ws.path("out-b")),
+        ),
+    );
+    let mut child = start(&ws, &spec);
+    let recorded = |id: &u64| {
+        std::fs::read_to_string(ws.path(&format!("chk/crashy/chk-{id}/_metadata")))
+            .is_ok_and(|m| m.contains("finished_sink"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !completed(&ws).iter().any(recorded) {
+        assert!(
+            child.try_wait().expect("poll weir").is_none(),
+            "the job ended before a checkpoint recorded the finished sink"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint recorded the finished sink"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        part_text(&ws.path("out-a"), 0),
+        small,
+        "the checkpoint's completion committed the finished sink's output"
+    );
+    child.kill().expect("SIGKILL weir");
+    assert_eq!(child.wait().expect("reap weir").signal(), Some(9), "killed");
+
+    let out = command(&ws, &spec)
+        .env("WEIR_LOG", "info")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("weir runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restoring checkpoint"), "{stderr}");
+    assert_eq!(part_text(&ws.path("out-a"), 0), small, "committed once");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.path("summary.json")).unwrap()).unwrap();
+    let a = summary["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "a")
+        .unwrap();
+    assert_eq!(a["records_in"], 0, "the finished sink did not run again");
+    let numbers: Vec<u64> = part_text(&ws.path("out-b"), 0)
+        .lines()
+        .map(|l| l.parse().expect("a sequence number"))
+        .collect();
+    assert_eq!(numbers, (0..300_000).collect::<Vec<_>>());
 }

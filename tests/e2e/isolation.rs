@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use weir::{FailureKind, Job, JobError, JobSpec, JobSummary, Limit, WasmEngine, WasmError};
 
-use crate::support::{Workspace, operator, toml_path, toml_str};
+use crate::support::{Workspace, operator, part_text, toml_path, toml_str};
 
 /// A job spec file: `lines` → operator `op` (its `wasm` and `extra` keys) → file sink `out-<name>`.
 /// A name that starts with `keyed-` puts the keyer between (`KEY VALUE` lines) over `key_by`.
@@ -86,8 +86,7 @@ fn refused(result: Result<JobSummary, JobError>) -> WasmError {
 }
 
 fn output(ws: &Workspace, name: &str) -> Vec<String> {
-    std::fs::read_to_string(ws.path(&format!("out-{name}/part-0")))
-        .expect("the sink's part file")
+    part_text(&ws.path(&format!("out-{name}")), 0)
         .lines()
         .map(str::to_owned)
         .collect()

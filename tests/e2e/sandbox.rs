@@ -1,6 +1,6 @@
 //! A guest that traps fails its job with an error naming the operator; the host survives.
 
-use crate::support::{Workspace, toml_path, wasm};
+use crate::support::{Workspace, part_text, toml_path, wasm};
 
 fn poison_job(ws: &Workspace, lines: &str) -> String {
     let input = ws.write("input.txt", lines);
@@ -85,7 +85,7 @@ fn without_their_bad_records_the_poison_and_hostile_guests_pass_records_through(
     for job in [poison_job, hostile_job] {
         let ws = Workspace::new();
         ws.run_ok(&job(&ws, "apple\nbanana\ncherry\n"));
-        let out = std::fs::read_to_string(ws.path("out/part-0")).expect("the sink's part file");
+        let out = part_text(&ws.path("out"), 0);
         assert_eq!(out, "apple\nbanana\ncherry\n");
     }
 }
@@ -168,10 +168,17 @@ path = {out}
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start weir");
-    // Let it run until records reach the sink's file, then interrupt it once.
-    let part = ws.path("out/part-0");
+    // Let it run until records reach the sink's (in-progress) part file, then interrupt it
+    // once.
+    let written = || {
+        std::fs::read_dir(ws.path("out"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.metadata().is_ok_and(|m| m.len() > 0))
+    };
     for _ in 0..600 {
-        if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
+        if written() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -189,8 +196,7 @@ path = {out}
         String::from_utf8_lossy(&out.stderr)
     );
     // Everything the sink received is in its file, in order, without gaps.
-    let lines: Vec<u64> = std::fs::read_to_string(ws.path("out/part-0"))
-        .expect("the sink's part file")
+    let lines: Vec<u64> = part_text(&ws.path("out"), 0)
         .lines()
         .map(|l| l.parse().expect("a sequence number"))
         .collect();
@@ -266,6 +272,6 @@ fn guest_stdout_and_stderr_go_to_the_log_tagged_with_the_operator_and_rate_limit
         "the dropped lines are not reported:\n{run}"
     );
     // The records themselves pass through untouched.
-    let out = std::fs::read_to_string(ws.path("out/part-0")).unwrap();
+    let out = part_text(&ws.path("out"), 0);
     assert_eq!(out, lines);
 }

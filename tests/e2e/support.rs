@@ -189,21 +189,40 @@ impl std::fmt::Display for Run {
     }
 }
 
-/// The lines of every `part-<n>` file in `dir`, by subtask index.
+/// The lines of the finished part files (`part-<subtask>-<n>`) in `dir`, by subtask index, each
+/// subtask's files in order: what a reader that skips hidden files sees.
 pub fn part_files(dir: &Path) -> BTreeMap<usize, Vec<String>> {
-    let mut parts = BTreeMap::new();
+    let mut files = BTreeMap::new();
     let entries = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("cannot list the sink output {}: {e}", dir.display()));
     for entry in entries {
         let entry = entry.expect("a directory entry");
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(index) = name.strip_prefix("part-").and_then(|n| n.parse().ok()) else {
+        let Some((subtask, n)) = name.strip_prefix("part-").and_then(|rest| {
+            let (s, n) = rest.split_once('-')?;
+            Some((s.parse::<usize>().ok()?, n.parse::<u64>().ok()?))
+        }) else {
             continue;
         };
-        let text = std::fs::read_to_string(entry.path()).expect("a readable part file");
-        parts.insert(index, text.lines().map(str::to_owned).collect());
+        files.insert((subtask, n), entry.path());
+    }
+    let mut parts: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for ((subtask, _), path) in files {
+        let text = std::fs::read_to_string(&path).expect("a readable part file");
+        parts
+            .entry(subtask)
+            .or_default()
+            .extend(text.lines().map(str::to_owned));
     }
     parts
+}
+
+/// The finished output of subtask `subtask` of the file sink writing into `dir`, as text.
+pub fn part_text(dir: &Path, subtask: usize) -> String {
+    part_files(dir)
+        .remove(&subtask)
+        .map(|lines| lines.iter().map(|l| format!("{l}\n")).collect())
+        .unwrap_or_default()
 }
 
 /// Splits a `key<TAB>value` line.

@@ -166,7 +166,10 @@ impl Restored {
 
     /// Whether subtask `s` of the vertex named `name` had finished (it then ends at once).
     pub(crate) fn is_finished(&self, name: &str, s: u32) -> bool {
-        matches!(self.subtask(name, s), Some(SubtaskState::Finished))
+        matches!(
+            self.subtask(name, s),
+            Some(SubtaskState::Finished | SubtaskState::FinishedSink { .. })
+        )
     }
 
     pub(crate) fn source_position(&self, name: &str, s: u32) -> Option<&serde_json::Value> {

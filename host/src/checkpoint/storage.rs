@@ -83,6 +83,9 @@ pub(crate) enum SubtaskState {
     },
     /// What a sink needs to restore (its pre-committed output).
     Sink { state: serde_json::Value },
+    /// A sink that had finished, with the pre-commit of its last output, which a restore
+    /// commits.
+    FinishedSink { commit: serde_json::Value },
 }
 
 /// One vertex in a checkpoint.

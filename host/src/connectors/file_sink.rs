@@ -1,9 +1,34 @@
-//! The file sink: one line per record into `part-<subtask>` files of a directory.
+//! The file sink: one line per record into part files of a directory, committed in two phases.
+//!
+//! Subtask `s` writes numbered part files, each through three stages whose names tell them
+//! apart; a reader that skips hidden files sees only finished ones:
+//!
+//! | stage | file | becomes the next stage |
+//! |---|---|---|
+//! | in progress | `.part-<s>-<n>.inprogress` | when it rolls (synced first) |
+//! | pending | `.part-<s>-<n>.pending` | when the checkpoint whose barrier covers it completes |
+//! | finished | `part-<s>-<n>` | never changes again |
+//!
+//! A part file rolls when it reaches `rolling.max_part_size`, when it has been open for
+//! `rolling.rollover_interval`, and at every checkpoint barrier unless
+//! `rolling.on_checkpoint = false` (then the in-progress file's length is recorded instead, and a
+//! restore cuts it back to that length and writes on). A checkpoint records the pending files
+//! (and that length) as the sink's pre-commit; its completion renames them to finished. A
+//! restore finishes every pending file the checkpoint recorded (committing twice is harmless)
+//! and deletes the subtask's other in-progress and pending files, whose records are replayed.
+//! So what is finished is exactly the output of the records before the last completed
+//! checkpoint, never more, and a crash loses none of it.
+//!
+//! Without checkpointing there is nothing to wait for: a part file is finished when it rolls.
+//! A fresh start (no checkpoint to restore) deletes the subtask's files of earlier runs, and
+//! subtask 0 those of subtasks beyond the parallelism, so the directory holds this run's output.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use super::{ConnectorError, LineFormat, Sink, resolve, resolved_note};
@@ -12,15 +37,8 @@ use crate::batch::Batch;
 /// Bytes buffered before a write reaches the file.
 const WRITE_BUFFER: usize = 1 << 20;
 
-/// `type = "file"`: subtask `s` writes `part-<s>` (0-based) in the directory `path`, one line
-/// per record. The directory is created if missing; each subtask truncates its file when it
-/// starts, and subtask 0 removes the `part-<n>` files with `n >= parallelism` that an earlier
-/// run with a higher parallelism left behind, so the directory holds exactly this run's output.
-///
-/// On a checkpoint barrier the file is synced and its length recorded; a job restored from
-/// that checkpoint cuts the file back to that length and appends from there, so the file
-/// holds every record exactly once after a crash. (Lines written after the last checkpoint
-/// are visible until the cut: readers that must never see them want a transactional sink.)
+/// `type = "file"`: part files of subtask `s` in the directory `path` (see the module
+/// documentation), one line per record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSinkConfig {
@@ -29,12 +47,44 @@ pub struct FileSinkConfig {
     /// What each line holds: `"value"` (the default) or `"key_value"` (key, tab, value).
     #[serde(default)]
     pub format: LineFormat,
+    /// When a part file is closed and a new one started.
+    #[serde(default)]
+    pub rolling: RollingPolicy,
+}
+
+/// When an in-progress part file rolls (Flink's `DefaultRollingPolicy` defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RollingPolicy {
+    /// Roll once a part file is this large.
+    pub max_part_size: ByteSize,
+    /// Roll once a part file has been open this long.
+    #[serde(with = "humantime_serde")]
+    pub rollover_interval: Duration,
+    /// Roll at every checkpoint barrier, so that each completed checkpoint makes its output
+    /// visible at once.
+    pub on_checkpoint: bool,
+}
+
+impl Default for RollingPolicy {
+    fn default() -> Self {
+        RollingPolicy {
+            max_part_size: ByteSize::mib(128),
+            rollover_interval: Duration::from_secs(60),
+            on_checkpoint: true,
+        }
+    }
 }
 
 impl FileSinkConfig {
     pub(super) fn validate(&self, base_dir: &Path) -> Result<(), String> {
         if self.path.as_os_str().is_empty() {
             return Err("path is empty: set it to the directory the part files go into".into());
+        }
+        if self.rolling.max_part_size.as_u64() == 0 || self.rolling.rollover_interval.is_zero() {
+            return Err(
+                "rolling: max_part_size and rollover_interval must be greater than 0".into(),
+            );
         }
         let dir = resolve(base_dir, &self.path);
         // The nearest existing ancestor must be a directory for `create_dir_all` to succeed.
@@ -50,9 +100,9 @@ impl FileSinkConfig {
                     format!("path \"{}\": \"{}\"", self.path.display(), p.display())
                 };
                 return Err(format!(
-                    "{what} exists and is not a directory{}; the file sink writes one file per \
-                     subtask (part-0, part-1, ...) into a directory, so point path at a directory \
-                     or at a path that does not exist yet",
+                    "{what} exists and is not a directory{}; the file sink writes part files \
+                     (part-<subtask>-<n>) into a directory, so point path at a directory or at a \
+                     path that does not exist yet",
                     resolved_note(base_dir, &self.path)
                 ));
             }
@@ -61,116 +111,262 @@ impl FileSinkConfig {
         Ok(())
     }
 
+    /// Subtask `subtask` of `parallelism`, restored from `restore` (what
+    /// [`Sink::snapshot`] returned) when given; `transactional` when the job checkpoints.
     pub(super) fn build(
         &self,
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
         restore: Option<&serde_json::Value>,
+        transactional: bool,
     ) -> Result<FileSink, ConnectorError> {
         let dir = resolve(base_dir, &self.path);
         std::fs::create_dir_all(&dir)
             .map_err(|e| ConnectorError::file("create the output directory", &dir, e))?;
-        if subtask == 0 {
-            remove_stale_parts(&dir, parallelism)?;
-        }
-        let path = dir.join(format!("part-{subtask}"));
-        let file = match restore {
-            None => File::create(&path)
-                .map_err(|e| ConnectorError::file("create the output file", &path, e))?,
-            Some(state) => reopen(&path, state)?,
-        };
-        tracing::debug!(path = %path.display(), "file sink subtask {subtask}/{parallelism} writing");
-        Ok(FileSink {
-            out: BufWriter::with_capacity(WRITE_BUFFER, file),
-            path,
+        let mut sink = FileSink {
+            parts: Parts { dir, subtask },
             format: self.format,
+            rolling: self.rolling,
+            transactional,
+            next: 0,
+            current: None,
+            pending: Vec::new(),
             line: Vec::new(),
-        })
+        };
+        match restore {
+            None => sink.parts.remove_earlier_runs(parallelism)?,
+            Some(state) => {
+                let handle = Handle::parse(state, &sink.parts)?;
+                for &seq in &handle.pending {
+                    sink.parts.finish(seq)?;
+                }
+                sink.parts
+                    .remove_uncommitted(handle.in_progress.map(|p| p.seq))?;
+                if let Some(p) = handle.in_progress {
+                    sink.current = Some(sink.parts.reopen(p)?);
+                }
+                sink.parts.sync()?;
+                sink.next = handle.next;
+            }
+        }
+        tracing::debug!(dir = %sink.parts.dir.display(), "file sink subtask {subtask}/{parallelism} writing");
+        Ok(sink)
+    }
+
+    /// Commits what a [`Sink::finish`] or [`Sink::snapshot`] of subtask `subtask`
+    /// pre-committed; committing twice is harmless.
+    pub(super) fn commit(
+        &self,
+        base_dir: &Path,
+        subtask: usize,
+        state: &serde_json::Value,
+    ) -> Result<(), ConnectorError> {
+        let parts = Parts {
+            dir: resolve(base_dir, &self.path),
+            subtask,
+        };
+        for seq in Handle::parse(state, &parts)?.pending {
+            parts.finish(seq)?;
+        }
+        parts.sync()
     }
 }
 
-/// What the file sink records in a checkpoint.
-#[derive(Debug, Serialize, Deserialize)]
-struct Committed {
-    /// Bytes of the part file that belong to the checkpoint.
+/// What the file sink records in a checkpoint: its pre-commit.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Handle {
+    /// The number of the next part file.
+    next: u64,
+    /// Pending part files to finish.
+    pending: Vec<u64>,
+    /// The in-progress part file and its length (when it does not roll on checkpoints).
+    in_progress: Option<InProgress>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct InProgress {
+    seq: u64,
     len: u64,
 }
 
-/// Opens the part file of a restored sink and cuts it back to its checkpointed length.
-fn reopen(path: &Path, state: &serde_json::Value) -> Result<File, ConnectorError> {
-    let committed = Committed::deserialize(state).map_err(|e| {
-        ConnectorError::Invalid(format!(
-            "the checkpointed state of the file sink for {} is not valid: {e}",
-            path.display()
-        ))
-    })?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| ConnectorError::file("reopen the checkpointed output file", path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| ConnectorError::file("read", path, e))?
-        .len();
-    if len < committed.len {
-        return Err(ConnectorError::Invalid(format!(
-            "output file {} has {len} bytes but the checkpoint recorded {}: it was truncated or \
-             replaced outside weir; restore its content or run the job with --fresh",
-            path.display(),
-            committed.len
-        )));
+impl Handle {
+    fn parse(state: &serde_json::Value, parts: &Parts) -> Result<Handle, ConnectorError> {
+        Handle::deserialize(state).map_err(|e| {
+            ConnectorError::Invalid(format!(
+                "the checkpointed state of the file sink for part files of subtask {} in {} is \
+                 not valid: {e}",
+                parts.subtask,
+                parts.dir.display()
+            ))
+        })
     }
-    file.set_len(committed.len)
-        .and_then(|()| file.seek(std::io::SeekFrom::End(0)).map(|_| ()))
-        .map_err(|e| ConnectorError::file("cut back", path, e))?;
-    Ok(file)
+
+    fn value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("a handle serializes")
+    }
 }
 
-/// Removes `part-<n>` with `n >= parallelism` from `dir`.
-fn remove_stale_parts(dir: &Path, parallelism: usize) -> Result<(), ConnectorError> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| ConnectorError::file("list the output directory", dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| ConnectorError::file("list the output directory", dir, e))?;
-        let name = entry.file_name();
-        let stale = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("part-"))
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|n| n.parse::<usize>().ok())
-            .is_some_and(|n| n >= parallelism);
-        if stale && entry.file_type().is_ok_and(|t| t.is_file()) {
-            let path = entry.path();
-            std::fs::remove_file(&path)
-                .map_err(|e| ConnectorError::file("remove the stale output file", &path, e))?;
+/// A part file's stage, as its name tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    InProgress,
+    Pending,
+    Finished,
+}
+
+/// Parses `part-<s>-<n>`, `.part-<s>-<n>.inprogress` and `.part-<s>-<n>.pending`; also
+/// `part-<s>`, the single part file of earlier weir versions (as finished, without a number).
+fn parse_name(name: &str) -> Option<(usize, Option<u64>, Stage)> {
+    let (rest, stage) = if let Some(hidden) = name.strip_prefix(".part-") {
+        if let Some(r) = hidden.strip_suffix(".inprogress") {
+            (r, Stage::InProgress)
+        } else {
+            (hidden.strip_suffix(".pending")?, Stage::Pending)
+        }
+    } else {
+        (name.strip_prefix("part-")?, Stage::Finished)
+    };
+    let number = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match rest.split_once('-') {
+        Some((s, n)) => Some((number(s)? as usize, Some(number(n)?), stage)),
+        None if stage == Stage::Finished => Some((number(rest)? as usize, None, stage)),
+        None => None,
+    }
+}
+
+/// The part files of one subtask.
+struct Parts {
+    dir: PathBuf,
+    subtask: usize,
+}
+
+impl Parts {
+    fn path(&self, seq: u64, stage: Stage) -> PathBuf {
+        let s = self.subtask;
+        self.dir.join(match stage {
+            Stage::InProgress => format!(".part-{s}-{seq}.inprogress"),
+            Stage::Pending => format!(".part-{s}-{seq}.pending"),
+            Stage::Finished => format!("part-{s}-{seq}"),
+        })
+    }
+
+    /// Renames pending file `seq` to finished; an already finished one is fine.
+    fn finish(&self, seq: u64) -> Result<(), ConnectorError> {
+        let (pending, finished) = (
+            self.path(seq, Stage::Pending),
+            self.path(seq, Stage::Finished),
+        );
+        match std::fs::rename(&pending, &finished) {
+            Ok(()) => Ok(()),
+            Err(_) if finished.exists() => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(ConnectorError::Invalid(format!(
+                    "pending part file {} is gone, but a checkpoint recorded it as \
+                     pre-committed: it was deleted outside weir; restore it or run the job with \
+                     --fresh",
+                    pending.display()
+                )))
+            }
+            Err(e) => Err(ConnectorError::file("commit", &pending, e)),
         }
     }
-    Ok(())
-}
 
-/// One subtask of the file sink.
-pub(super) struct FileSink {
-    out: BufWriter<File>,
-    path: PathBuf,
-    format: LineFormat,
-    /// Reused for each line.
-    line: Vec<u8>,
-}
+    /// Opens in-progress file `p.seq` again, cut back to its checkpointed length.
+    fn reopen(&self, p: InProgress) -> Result<Part, ConnectorError> {
+        let path = self.path(p.seq, Stage::InProgress);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| ConnectorError::file("reopen the checkpointed part file", &path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| ConnectorError::file("read", &path, e))?
+            .len();
+        if len < p.len {
+            return Err(ConnectorError::Invalid(format!(
+                "part file {} has {len} bytes but the checkpoint recorded {}: it was truncated or \
+                 replaced outside weir; restore its content or run the job with --fresh",
+                path.display(),
+                p.len
+            )));
+        }
+        file.set_len(p.len)
+            .and_then(|()| file.seek(std::io::SeekFrom::End(0)).map(drop))
+            .map_err(|e| ConnectorError::file("cut back", &path, e))?;
+        Ok(Part {
+            seq: p.seq,
+            out: BufWriter::with_capacity(WRITE_BUFFER, file),
+            path,
+            len: p.len,
+            opened: Instant::now(),
+        })
+    }
 
-impl Sink for FileSink {
-    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
-        for rec in batch.iter() {
-            self.line.clear();
-            self.format.write(&mut self.line, &rec);
-            self.out
-                .write_all(&self.line)
-                .map_err(|e| ConnectorError::file("write to", &self.path, e))?;
+    /// Deletes the files that `keep` says nothing about.
+    fn remove(
+        &self,
+        what: &str,
+        keep: impl Fn(usize, Option<u64>, Stage) -> bool,
+    ) -> Result<(), ConnectorError> {
+        let list = |e| ConnectorError::file("list the output directory", &self.dir, e);
+        for entry in std::fs::read_dir(&self.dir).map_err(list)? {
+            let entry = entry.map_err(list)?;
+            let Some((s, seq, stage)) = entry.file_name().to_str().and_then(parse_name) else {
+                continue;
+            };
+            if !keep(s, seq, stage) && entry.file_type().is_ok_and(|t| t.is_file()) {
+                let path = entry.path();
+                tracing::debug!(path = %path.display(), "removing {what} part file");
+                std::fs::remove_file(&path)
+                    .map_err(|e| ConnectorError::file("remove the part file", &path, e))?;
+            }
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), ConnectorError> {
+    /// A fresh start: removes this subtask's files of earlier runs, and (subtask 0) those of
+    /// subtasks `parallelism` and above.
+    fn remove_earlier_runs(&self, parallelism: usize) -> Result<(), ConnectorError> {
+        self.remove("an earlier run's", |s, _, _| {
+            s != self.subtask && (self.subtask != 0 || s < parallelism)
+        })
+    }
+
+    /// A restore: removes this subtask's in-progress and pending files other than the
+    /// in-progress file `keep`, whose records come again from the checkpoint.
+    fn remove_uncommitted(&self, keep: Option<u64>) -> Result<(), ConnectorError> {
+        self.remove("an uncommitted", |s, seq, stage| {
+            s != self.subtask
+                || stage == Stage::Finished
+                || (stage == Stage::InProgress && seq == keep)
+        })
+    }
+
+    /// Makes the renames in the directory durable.
+    fn sync(&self) -> Result<(), ConnectorError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ConnectorError::file("sync", &self.dir, e))
+    }
+}
+
+/// The in-progress part file.
+struct Part {
+    seq: u64,
+    out: BufWriter<File>,
+    path: PathBuf,
+    len: u64,
+    opened: Instant,
+}
+
+impl Part {
+    /// Writes out the buffer and syncs the file.
+    fn sync(&mut self) -> Result<(), ConnectorError> {
         self.out
             .flush()
             .map_err(|e| ConnectorError::file("write to", &self.path, e))?;
@@ -179,15 +375,147 @@ impl Sink for FileSink {
             .sync_all()
             .map_err(|e| ConnectorError::file("sync", &self.path, e))
     }
+}
 
-    fn snapshot(&mut self, _checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
-        self.flush()?;
-        let len = self
-            .out
-            .get_mut()
-            .stream_position()
-            .map_err(|e| ConnectorError::file("read the position in", &self.path, e))?;
-        Ok(serde_json::to_value(Committed { len }).expect("serializes"))
+/// One subtask of the file sink.
+pub(super) struct FileSink {
+    parts: Parts,
+    format: LineFormat,
+    rolling: RollingPolicy,
+    /// Whether finishing waits for checkpoints.
+    transactional: bool,
+    /// The number of the next part file.
+    next: u64,
+    current: Option<Part>,
+    /// Pending part files: number, and the checkpoint whose barrier covered it (`None`: none
+    /// yet).
+    pending: Vec<(u64, Option<u64>)>,
+    /// Reused for each line.
+    line: Vec<u8>,
+}
+
+impl FileSink {
+    fn open_next(&mut self) -> Result<Part, ConnectorError> {
+        let seq = self.next;
+        let path = self.parts.path(seq, Stage::InProgress);
+        let file = File::create(&path)
+            .map_err(|e| ConnectorError::file("create the part file", &path, e))?;
+        self.next += 1;
+        Ok(Part {
+            seq,
+            out: BufWriter::with_capacity(WRITE_BUFFER, file),
+            path,
+            len: 0,
+            opened: Instant::now(),
+        })
+    }
+
+    /// Closes the in-progress file: pending when transactional, else finished.
+    fn roll(&mut self) -> Result<(), ConnectorError> {
+        let Some(mut part) = self.current.take() else {
+            return Ok(());
+        };
+        part.sync()?;
+        let stage = if self.transactional {
+            Stage::Pending
+        } else {
+            Stage::Finished
+        };
+        let to = self.parts.path(part.seq, stage);
+        std::fs::rename(&part.path, &to)
+            .map_err(|e| ConnectorError::file("close the part file", &part.path, e))?;
+        if self.transactional {
+            self.pending.push((part.seq, None));
+        }
+        Ok(())
+    }
+
+    /// The pre-commit of everything written so far, covered by checkpoint `n`.
+    fn pre_commit(&mut self, n: u64) -> Result<serde_json::Value, ConnectorError> {
+        let in_progress = match &mut self.current {
+            Some(part) => {
+                part.sync()?;
+                Some(InProgress {
+                    seq: part.seq,
+                    len: part.len,
+                })
+            }
+            None => None,
+        };
+        for (_, covered) in &mut self.pending {
+            covered.get_or_insert(n);
+        }
+        self.parts.sync()?;
+        Ok(Handle {
+            next: self.next,
+            pending: self.pending.iter().map(|&(seq, _)| seq).collect(),
+            in_progress,
+        }
+        .value())
+    }
+}
+
+impl Sink for FileSink {
+    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|p| p.opened.elapsed() >= self.rolling.rollover_interval)
+        {
+            self.roll()?;
+        }
+        for rec in batch.iter() {
+            if self.current.is_none() {
+                self.current = Some(self.open_next()?);
+            }
+            let part = self.current.as_mut().expect("opened above");
+            self.line.clear();
+            self.format.write(&mut self.line, &rec);
+            part.out
+                .write_all(&self.line)
+                .map_err(|e| ConnectorError::file("write to", &part.path, e))?;
+            part.len += self.line.len() as u64;
+            if part.len >= self.rolling.max_part_size.as_u64() {
+                self.roll()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), ConnectorError> {
+        match &mut self.current {
+            Some(part) => part.sync(),
+            None => Ok(()),
+        }
+    }
+
+    fn snapshot(&mut self, checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
+        if self.rolling.on_checkpoint {
+            self.roll()?;
+        }
+        self.pre_commit(checkpoint)
+    }
+
+    fn notify_complete(&mut self, checkpoint: u64) -> Result<(), ConnectorError> {
+        let due = |&(_, covered): &(u64, Option<u64>)| covered.is_some_and(|c| c <= checkpoint);
+        for &(seq, _) in self.pending.iter().filter(|p| due(p)) {
+            self.parts.finish(seq)?;
+        }
+        let before = self.pending.len();
+        self.pending.retain(|p| !due(p));
+        if self.pending.len() < before {
+            self.parts.sync()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<serde_json::Value, ConnectorError> {
+        self.roll()?;
+        if !self.transactional {
+            return self.parts.sync().map(|()| serde_json::Value::Null);
+        }
+        // Covered by the job's end, which a final checkpoint records before the commit.
+        self.pre_commit(u64::MAX)
     }
 }
 
@@ -207,79 +535,171 @@ mod tests {
         b
     }
 
-    fn config(path: &str, format: &str) -> SinkConfig {
-        toml::from_str(&format!(
-            "type = \"file\"\npath = \"{path}\"\nformat = \"{format}\""
-        ))
-        .unwrap()
+    fn config(path: &str, extra: &str) -> SinkConfig {
+        toml::from_str(&format!("type = \"file\"\npath = \"{path}\"\n{extra}")).unwrap()
+    }
+
+    /// The directory's file names, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn read(dir: &Path, name: &str) -> String {
+        std::fs::read_to_string(dir.join(name)).unwrap()
     }
 
     #[test]
-    fn each_subtask_writes_its_part_file() {
+    fn names_tell_the_stage() {
+        assert_eq!(
+            parse_name("part-3-17"),
+            Some((3, Some(17), Stage::Finished))
+        );
+        assert_eq!(
+            parse_name(".part-0-2.inprogress"),
+            Some((0, Some(2), Stage::InProgress))
+        );
+        assert_eq!(
+            parse_name(".part-1-0.pending"),
+            Some((1, Some(0), Stage::Pending))
+        );
+        assert_eq!(parse_name("part-2"), Some((2, None, Stage::Finished)));
+        for other in [
+            "part-x",
+            "part-1-",
+            ".part-1.pending",
+            "data.txt",
+            "part--1",
+        ] {
+            assert_eq!(parse_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn without_checkpoints_each_subtask_finishes_its_part_file_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config("out/nested", "key_value");
+        let cfg = config("out/nested", "format = \"key_value\"");
         cfg.validate(dir.path()).unwrap();
         let mut sinks: Vec<_> = (0..2)
             .map(|s| cfg.build(dir.path(), s, 2).unwrap())
             .collect();
         sinks[0].write(&batch(&["a", "b"])).unwrap();
         sinks[1].write(&batch(&["c"])).unwrap();
-        for s in &mut sinks {
-            s.flush().unwrap();
-        }
         let out = dir.path().join("out/nested");
         assert_eq!(
-            std::fs::read_to_string(out.join("part-0")).unwrap(),
-            "k\ta\nk\tb\n"
+            names(&out),
+            [".part-0-0.inprogress", ".part-1-0.inprogress"]
         );
-        assert_eq!(
-            std::fs::read_to_string(out.join("part-1")).unwrap(),
-            "k\tc\n"
-        );
+        for s in &mut sinks {
+            assert_eq!(s.finish().unwrap(), serde_json::Value::Null);
+        }
+        assert_eq!(names(&out), ["part-0-0", "part-1-0"]);
+        assert_eq!(read(&out, "part-0-0"), "k\ta\nk\tb\n");
+        assert_eq!(read(&out, "part-1-0"), "k\tc\n");
     }
 
     #[test]
-    fn a_new_run_truncates_and_removes_stale_parts() {
+    fn files_roll_by_size() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config("out", "value");
+        let cfg = config("out", "rolling = { max_part_size = 4 }");
+        let mut sink = cfg.build(dir.path(), 0, 1).unwrap();
+        sink.write(&batch(&["a", "b", "c", "d", "e"])).unwrap();
+        sink.finish().unwrap();
+        let out = dir.path().join("out");
+        assert_eq!(names(&out), ["part-0-0", "part-0-1", "part-0-2"]);
+        let all: String = ["part-0-0", "part-0-1", "part-0-2"]
+            .iter()
+            .map(|n| read(&out, n))
+            .collect();
+        assert_eq!(all, "a\nb\nc\nd\ne\n");
+    }
+
+    #[test]
+    fn a_new_run_removes_earlier_runs_and_stale_subtasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config("out", "");
         for s in 0..3 {
             let mut sink = cfg.build(dir.path(), s, 3).unwrap();
             sink.write(&batch(&["old", "older"])).unwrap();
-            sink.flush().unwrap();
+            sink.finish().unwrap();
         }
-        std::fs::write(dir.path().join("out/part-x"), "not ours").unwrap();
+        let out = dir.path().join("out");
+        std::fs::write(out.join("part-x"), "not ours").unwrap();
+        std::fs::write(out.join("part-0"), "an earlier version's").unwrap();
         let mut sink = cfg.build(dir.path(), 0, 1).unwrap();
         sink.write(&batch(&["new"])).unwrap();
-        sink.flush().unwrap();
-        let mut names: Vec<_> = std::fs::read_dir(dir.path().join("out"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
+        sink.finish().unwrap();
+        assert_eq!(names(&out), ["part-0-0", "part-x"]);
+        assert_eq!(read(&out, "part-0-0"), "new\n");
+    }
+
+    /// Checkpoints 1 and 2, then a crash after checkpoint 2's barrier but before its
+    /// completion reached the sink, and records after it.
+    #[test]
+    fn only_completed_checkpoints_are_visible_and_a_restore_commits_what_it_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let cfg = config("out", "");
+        let mut sink = cfg.restore(dir.path(), 0, 1, None, true).unwrap();
+        sink.write(&batch(&["a", "b"])).unwrap();
+        sink.snapshot(1).unwrap();
+        assert_eq!(names(&out), [".part-0-0.pending"], "pending until complete");
+        sink.write(&batch(&["c"])).unwrap();
+        sink.notify_complete(1).unwrap();
+        assert_eq!(names(&out), [".part-0-1.inprogress", "part-0-0"]);
+        let state = sink.snapshot(2).unwrap();
+        sink.write(&batch(&["after the checkpoint"])).unwrap();
+        drop(sink);
+        assert_eq!(
+            names(&out),
+            [".part-0-1.pending", ".part-0-2.inprogress", "part-0-0"]
+        );
+
+        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state), true).unwrap();
+        assert_eq!(names(&out), ["part-0-0", "part-0-1"]);
+        sink.write(&batch(&["d"])).unwrap();
+        let end = sink.finish().unwrap();
+        assert_eq!(names(&out), [".part-0-2.pending", "part-0-0", "part-0-1"]);
+        cfg.commit(dir.path(), 0, &end).unwrap();
+        cfg.commit(dir.path(), 0, &end).unwrap();
+        let all: String = ["part-0-0", "part-0-1", "part-0-2"]
+            .iter()
+            .map(|n| read(&out, n))
             .collect();
-        names.sort();
-        assert_eq!(names, ["part-0", "part-x"]);
-        let part = std::fs::read_to_string(dir.path().join("out/part-0")).unwrap();
-        assert_eq!(part, "new\n");
+        assert_eq!(all, "a\nb\nc\nd\n");
+
+        std::fs::remove_file(out.join("part-0-2")).unwrap();
+        let err = cfg.commit(dir.path(), 0, &end).unwrap_err().to_string();
+        assert!(err.contains("deleted outside weir"), "{err}");
     }
 
     #[test]
-    fn a_restored_sink_cuts_back_to_the_checkpoint_and_appends() {
+    fn without_rolling_on_checkpoints_a_restore_cuts_the_in_progress_file_back() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config("out", "value");
-        let mut sink = cfg.build(dir.path(), 0, 1).unwrap();
+        let out = dir.path().join("out");
+        let cfg = config("out", "rolling = { on_checkpoint = false }");
+        let mut sink = cfg.restore(dir.path(), 0, 1, None, true).unwrap();
         sink.write(&batch(&["a", "b"])).unwrap();
         let state = sink.snapshot(1).unwrap();
+        sink.notify_complete(1).unwrap();
+        assert_eq!(names(&out), [".part-0-0.inprogress"], "nothing rolled yet");
         sink.write(&batch(&["after the checkpoint"])).unwrap();
         sink.flush().unwrap();
         drop(sink);
-        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state)).unwrap();
+        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state), true).unwrap();
         sink.write(&batch(&["c"])).unwrap();
-        sink.flush().unwrap();
-        let part = std::fs::read_to_string(dir.path().join("out/part-0")).unwrap();
-        assert_eq!(part, "a\nb\nc\n");
+        let end = sink.finish().unwrap();
+        cfg.commit(dir.path(), 0, &end).unwrap();
+        assert_eq!(names(&out), ["part-0-0"]);
+        assert_eq!(read(&out, "part-0-0"), "a\nb\nc\n");
 
-        std::fs::write(dir.path().join("out/part-0"), "a").unwrap();
+        std::fs::write(out.join(".part-0-0.inprogress"), "a").unwrap();
         let err = cfg
-            .restore(dir.path(), 0, 1, Some(&state))
+            .restore(dir.path(), 0, 1, Some(&state), true)
             .err()
             .unwrap()
             .to_string();
@@ -291,18 +711,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("taken"), "").unwrap();
 
-        let err = config("taken", "value").validate(dir.path()).unwrap_err();
+        let err = config("taken", "").validate(dir.path()).unwrap_err();
         assert!(
             err.contains("path \"taken\" exists and is not a directory"),
             "{err}"
         );
         assert!(err.contains(&dir.path().display().to_string()), "{err}");
-        let err = config("taken/sub", "value")
-            .validate(dir.path())
-            .unwrap_err();
+        let err = config("taken/sub", "").validate(dir.path()).unwrap_err();
         assert!(err.contains("is not a directory"), "{err}");
 
-        let err = config("taken/sub", "value")
+        let err = config("taken/sub", "")
             .build(dir.path(), 0, 1)
             .err()
             .unwrap()

@@ -15,7 +15,7 @@
 //! name = "out"
 //! input = "count"
 //! type = "file"
-//! path = "out/"           # subtask s writes out/part-<s>
+//! path = "out/"           # subtask s writes out/part-<s>-<n>, committed at checkpoints
 //! format = "key_value"
 //! ```
 //!
@@ -38,7 +38,7 @@ mod line_format;
 mod print_sink;
 
 pub use discard_sink::DiscardSinkConfig;
-pub use file_sink::FileSinkConfig;
+pub use file_sink::{FileSinkConfig, RollingPolicy};
 pub use file_source::FileSourceConfig;
 pub use generator::{GeneratorConfig, GeneratorMode};
 pub use line_format::LineFormat;
@@ -121,9 +121,16 @@ pub trait Sink: Send {
         Ok(serde_json::Value::Null)
     }
     /// Checkpoint `checkpoint` is complete: a two-phase-commit sink commits what its
-    /// snapshot for it pre-committed.
+    /// snapshots up to it pre-committed.
     fn notify_complete(&mut self, _checkpoint: u64) -> Result<(), ConnectorError> {
         Ok(())
+    }
+    /// The input has ended: makes everything written durable and returns the pre-commit of
+    /// what is not committed yet (`Null`: nothing), which the runtime commits with
+    /// [`SinkConfig::commit`] once the job's end is recorded.
+    fn finish(&mut self) -> Result<serde_json::Value, ConnectorError> {
+        self.flush()?;
+        Ok(serde_json::Value::Null)
     }
 }
 
@@ -228,31 +235,49 @@ impl SinkConfig {
         }
     }
 
-    /// Builds subtask `subtask` of `parallelism`.
+    /// Builds subtask `subtask` of `parallelism` for a job without checkpoints.
     pub fn build(
         &self,
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
-        self.restore(base_dir, subtask, parallelism, None)
+        self.restore(base_dir, subtask, parallelism, None, false)
     }
 
     /// Builds subtask `subtask` of `parallelism`, continuing from `state` (what
-    /// [`Sink::snapshot`] returned) when given.
+    /// [`Sink::snapshot`] returned) when given; `checkpointing` when the job checkpoints, so
+    /// that a two-phase-commit sink commits only at completed checkpoints.
     pub(crate) fn restore(
         &self,
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
         state: Option<&serde_json::Value>,
+        checkpointing: bool,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
         check_subtask(subtask, parallelism)?;
         Ok(match self {
             SinkConfig::Print(c) => Box::new(c.build(subtask, parallelism)),
-            SinkConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism, state)?),
+            SinkConfig::File(c) => {
+                Box::new(c.build(base_dir, subtask, parallelism, state, checkpointing)?)
+            }
             SinkConfig::Discard(_) => Box::new(discard_sink::DiscardSink),
         })
+    }
+
+    /// Commits what subtask `subtask` pre-committed in `state` (from [`Sink::finish`] or
+    /// [`Sink::snapshot`]); committing twice is harmless.
+    pub(crate) fn commit(
+        &self,
+        base_dir: &Path,
+        subtask: usize,
+        state: &serde_json::Value,
+    ) -> Result<(), ConnectorError> {
+        match self {
+            SinkConfig::File(c) if !state.is_null() => c.commit(base_dir, subtask, state),
+            _ => Ok(()),
+        }
     }
 }
 

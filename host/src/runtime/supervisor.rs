@@ -7,7 +7,7 @@
 //! thread, which writes and syncs the state files off the processing threads and then
 //! acknowledges to the supervisor.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -60,9 +60,13 @@ struct Attempt {
     sources: Vec<TaskId>,
 }
 
+/// The final pre-commits of finished sinks, by vertex and subtask.
+type Finals = BTreeMap<(usize, u32), serde_json::Value>;
+
 /// How an attempt ended.
 enum Outcome {
-    Finished,
+    /// Every task finished; the final pre-commits of its sinks are still to commit.
+    Finished(Finals),
     Failed(JobError),
     Cancelled,
 }
@@ -82,18 +86,40 @@ pub(crate) fn supervise(
         if let Some(r) = &restore {
             tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
             metrics.checkpoints().restored_from = Some(r.id());
+            // Sinks that had finished do not run again: commit what they left pending.
+            commit_recorded(spec, &r.meta)?;
         }
         let started = origin.elapsed();
         let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
         let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt);
         let error = match outcome {
-            Outcome::Finished => {
-                if let Some(store) = &store
-                    && !flags.is_stopping()
-                {
-                    // The input is exhausted: nothing is left to resume (Flink discards the
-                    // checkpoints of a finished job too).
-                    store.discard_all()?;
+            Outcome::Finished(finals) => {
+                match &store {
+                    None => commit_finals(spec, &finals)?,
+                    Some(store) if !flags.is_stopping() => {
+                        // The input is exhausted. First a last checkpoint records the job's
+                        // end with the sinks' final pre-commits, so that a crash from here on
+                        // restores it and commits again rather than replaying input whose
+                        // output is committed; then the commit; then nothing is left to
+                        // resume (Flink discards the checkpoints of a finished job too).
+                        if !finals.is_empty() {
+                            let done = Completed {
+                                id: store.next_id()?,
+                                triggered: origin.elapsed(),
+                                completed: origin.elapsed(),
+                                tasks: all_tasks(parts.as_ref())
+                                    .map(|t| (t, TaskState::Finished))
+                                    .collect(),
+                            };
+                            let (meta, _) = summarize(&parts, &done, unix_ms(), &finals);
+                            store.write_metadata(&meta)?;
+                            commit_recorded(spec, &meta)?;
+                        }
+                        store.discard_all()?;
+                    }
+                    // Stopped by the user: the job resumes from its last checkpoint, and the
+                    // sinks' output after it, left pending, is written again then.
+                    Some(_) => {}
                 }
                 return Ok(());
             }
@@ -284,6 +310,7 @@ fn run(
         _ => None,
     };
     let mut triggered_at: HashMap<u64, u64> = HashMap::new();
+    let mut finals = Finals::new();
     let (mut ended, mut finished) = (0, 0);
     let mut failure: Option<JobError> = None;
     let mut cancelled = false;
@@ -302,7 +329,15 @@ fn run(
             decisions.extend(c.poll(now()));
         }
         for d in decisions.drain(..) {
-            if let Some(e) = apply(d, parts, metrics, store, &attempt, &mut triggered_at) {
+            if let Some(e) = apply(
+                d,
+                parts,
+                metrics,
+                store,
+                &attempt,
+                &mut triggered_at,
+                &finals,
+            ) {
                 failure.get_or_insert(e);
                 attempt.shared.cancel();
             }
@@ -325,8 +360,11 @@ fn run(
             Event::End(task, end) => {
                 ended += 1;
                 match end {
-                    TaskEnd::Finished(last) => {
+                    TaskEnd::Finished(last, commits) => {
                         finished += 1;
+                        for (v, commit) in commits {
+                            finals.insert((v, task.subtask), commit);
+                        }
                         coordinator
                             .as_mut()
                             .map(|c| c.finished(task, last, now()))
@@ -352,7 +390,15 @@ fn run(
     // The last task's end may have completed a checkpoint.
     if failure.is_none() && !cancelled {
         for d in decisions {
-            if let Some(e) = apply(d, parts, metrics, store, &attempt, &mut triggered_at) {
+            if let Some(e) = apply(
+                d,
+                parts,
+                metrics,
+                store,
+                &attempt,
+                &mut triggered_at,
+                &finals,
+            ) {
                 failure.get_or_insert(e);
             }
         }
@@ -360,7 +406,7 @@ fn run(
     let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
         (_, true) => Outcome::Cancelled,
         (Some(e), false) => Outcome::Failed(e),
-        (None, false) if finished == tasks => Outcome::Finished,
+        (None, false) if finished == tasks => Outcome::Finished(finals),
         (None, false) => Outcome::Failed(JobError::Task {
             kind: FailureKind::Other,
             role: "task",
@@ -407,6 +453,7 @@ fn apply(
     attempt: &Attempt,
     // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
     triggered_at: &mut HashMap<u64, u64>,
+    finals: &Finals,
 ) -> Option<JobError> {
     let spec = &parts.spec;
     let store = store?;
@@ -423,10 +470,13 @@ fn apply(
         Decision::Complete(done) => {
             let id = done.id;
             let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
-            let (meta, entry) = summarize(parts, &done, triggered_ms);
+            let (meta, entry) = summarize(parts, &done, triggered_ms, finals);
             if let Err(e) = store.write_metadata(&meta) {
                 store.discard(id);
                 return Some(JobError::Checkpoint(e));
+            }
+            if let Err(e) = commit_recorded(spec, &meta) {
+                return Some(e);
             }
             tracing::info!(
                 "checkpoint {id} complete in {} ms ({} bytes)",
@@ -484,11 +534,58 @@ fn record(store: &CheckpointStore, spec: &JobSpec, metrics: &Metrics, entry: His
     }
 }
 
+/// Every task of the job.
+fn all_tasks(parts: &JobParts) -> impl Iterator<Item = TaskId> + '_ {
+    parts.plan.chains.iter().enumerate().flat_map(|(c, chain)| {
+        (0..chain.parallelism).map(move |subtask| TaskId { chain: c, subtask })
+    })
+}
+
+/// Commits the final pre-commit of every finished sink that `meta` records. A commit that
+/// fails fails the job (whose restore commits again): pre-committed output is never dropped.
+fn commit_recorded(spec: &JobSpec, meta: &Metadata) -> Result<(), JobError> {
+    let mut finals = Finals::new();
+    for (v, vertex) in spec.vertices.iter().enumerate() {
+        let Some(recorded) = meta.vertex(&vertex.name) else {
+            continue;
+        };
+        for (s, sub) in recorded.subtasks.iter().enumerate() {
+            if let SubtaskState::FinishedSink { commit } = sub {
+                finals.insert((v, s as u32), commit.clone());
+            }
+        }
+    }
+    commit_finals(spec, &finals)
+}
+
+/// Commits each sink subtask's final pre-commit.
+fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
+    for (&(v, s), commit) in finals {
+        let vertex = &spec.vertices[v];
+        let VertexKind::Sink(config) = &vertex.kind else {
+            continue;
+        };
+        config
+            .commit(&spec.base_dir, s as usize, commit)
+            .map_err(|e| JobError::Task {
+                kind: FailureKind::Other,
+                role: "sink",
+                name: vertex.name.clone(),
+                uid: None,
+                subtask: s,
+                parallelism: vertex.parallelism,
+                message: format!("the commit of its last output failed: {e}"),
+            })?;
+    }
+    Ok(())
+}
+
 /// The metadata and the history entry of a completed checkpoint.
 fn summarize(
     parts: &JobParts,
     done: &Completed<Acked>,
     triggered_ms: u64,
+    finals: &Finals,
 ) -> (Metadata, HistoryEntry) {
     let spec = &parts.spec;
     let mut vertices: Vec<VertexMeta> = spec
@@ -518,7 +615,16 @@ fn summarize(
     let (mut size, mut alignment) = (0, Duration::ZERO);
     for (task, state) in &done.tasks {
         let TaskState::Snapshot(acked) = state else {
-            continue; // every vertex of a finished task stays `Finished`
+            // Every vertex of a finished task stays `Finished`, but a sink keeps its final
+            // pre-commit.
+            for &v in &parts.plan.chains[task.chain].vertices {
+                if let Some(commit) = finals.get(&(v, task.subtask)) {
+                    vertices[v].subtasks[task.subtask as usize] = SubtaskState::FinishedSink {
+                        commit: commit.clone(),
+                    };
+                }
+            }
+            continue;
         };
         size += acked.bytes;
         alignment = alignment.max(acked.alignment);

@@ -125,11 +125,15 @@ impl From<Disconnected> for Stop {
     }
 }
 
+/// What a finished task reports: see [`TaskEnd::Finished`].
+type Finish = (Option<u64>, Vec<(usize, serde_json::Value)>);
+
 /// How a task ended.
 #[derive(Debug)]
 pub(crate) enum TaskEnd {
-    /// Its input ended and everything was processed; the last checkpoint it snapshotted.
-    Finished(Option<u64>),
+    /// Its input ended and everything was processed: the last checkpoint it snapshotted, and
+    /// the final pre-commit of each of its sinks that has one, by vertex.
+    Finished(Option<u64>, Vec<(usize, serde_json::Value)>),
     /// It failed.
     Failed(JobError),
     /// It stopped because the attempt was cancelled or a peer went away.
@@ -139,7 +143,7 @@ pub(crate) enum TaskEnd {
 /// Runs the task to its end.
 pub(crate) fn run(setup: TaskSetup) -> TaskEnd {
     match run_inner(setup) {
-        Ok(last) => TaskEnd::Finished(last),
+        Ok((last, commits)) => TaskEnd::Finished(last, commits),
         Err(Stop::Failed(e)) => TaskEnd::Failed(e),
         Err(Stop::Disconnected) => TaskEnd::Stopped,
     }
@@ -176,7 +180,7 @@ fn failure(
     })
 }
 
-fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
+fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
     let spec = Arc::clone(&setup.spec);
     let s = setup.task.subtask;
     let head = setup.chain[0];
@@ -190,7 +194,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Option<u64>, Stop> {
         // Finished before the checkpoint: its output is in the downstream state already.
         // Downstream tasks may have finished too and be gone, which is fine.
         let _ = Output::new(std::mem::take(&mut setup.targets)).end();
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     let source = match &spec.vertices[head].kind {
         VertexKind::Source(config) => {
@@ -304,6 +308,7 @@ fn build_stage(
                     s as usize,
                     vertex.parallelism as usize,
                     state,
+                    spec.checkpoint.is_some(),
                 )
                 .map(Stage::Sink)
                 .map_err(|e| error(spec, v, s, e.to_string()))
@@ -570,9 +575,10 @@ impl Chain {
         }
     }
 
-    /// End of input: closes operators in order, flushes sinks, ends the output. Returns the
-    /// last checkpoint the task snapshotted.
-    fn finish(mut self) -> Result<Option<u64>, Stop> {
+    /// End of input: closes operators in order, finishes sinks, ends the output. Returns the
+    /// last checkpoint the task snapshotted and the sinks' final pre-commits.
+    fn finish(mut self) -> Result<Finish, Stop> {
+        let mut commits = Vec::new();
         for i in 0..self.stages.len() {
             match &mut self.stages[i] {
                 Stage::Operator(op) => {
@@ -590,11 +596,11 @@ impl Chain {
                     self.send_side_outputs(i)?;
                     self.push(i + 1, &out)?;
                 }
-                Stage::Sink(sink) => {
-                    if let Err(e) = sink.flush() {
-                        return Err(self.fail(i, e.to_string()));
-                    }
-                }
+                Stage::Sink(sink) => match sink.finish() {
+                    Ok(commit) if commit.is_null() => {}
+                    Ok(commit) => commits.push((self.vertices[i], commit)),
+                    Err(e) => return Err(self.fail(i, e.to_string())),
+                },
             }
         }
         for ((v, name), n) in &self.side_dropped {
@@ -606,6 +612,6 @@ impl Chain {
             );
         }
         self.output.end()?;
-        Ok(self.last_snapshot)
+        Ok((self.last_snapshot, commits))
     }
 }
