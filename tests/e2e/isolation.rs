@@ -241,7 +241,8 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
         (
             "big-state",
             "big-state 1073741824\n",
-            "limits = { memory = \"4 GiB\" }",
+            // Filling 1 GiB takes seconds on a loaded machine.
+            "limits = { memory = \"4 GiB\", call_deadline = \"120s\" }",
             FailureKind::Limit(Limit::HostCallBytes),
             &[
                 "process passed more than 256 MiB to the host in one call",

@@ -2,6 +2,7 @@
 //!
 //! - `guests`: build every guest component and copy it to `build/operators/`
 //! - `demo`: build everything, run the word count example and show its top words
+//! - `services`: make the services the tests use ready (PostgreSQL with prepared transactions)
 //! - `test`: everything CI runs, failing fast
 //! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
 //! - `bench-checkpoints [--records N] [--runs R] [--keys K]`: throughput with checkpoints off and on,
@@ -16,6 +17,7 @@ mod bench;
 mod bench_checkpoints;
 mod demo;
 mod guests;
+mod services;
 mod test;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -23,7 +25,10 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   guests                      build the guest components into build/operators/
   demo                        build everything and run examples/wordcount
-  test                        run everything CI runs (fmt, clippy, guests, build, tests)
+  services                    make PostgreSQL ready for the tests (install, start,
+                              max_prepared_transactions = 64)
+  test                        run everything CI runs (fmt, clippy, guests, build,
+                              services, tests)
   bench [--words N] [--runs R]
                               word count throughput, WASM vs native operators
                               (default 5000000 words, 3 runs)
@@ -49,6 +54,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
     match command.as_str() {
         "guests" => no_args(rest).and_then(|()| guests::run()),
         "demo" => no_args(rest).and_then(|()| demo::run()),
+        "services" => no_args(rest).and_then(|()| services::run()),
         "test" => no_args(rest).and_then(|()| test::run()),
         "bench" => bench::run(bench::Options::parse(rest)?),
         "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),

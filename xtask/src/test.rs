@@ -4,10 +4,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::{build_weir, cargo, exec, guests};
+use crate::{build_weir, cargo, exec, guests, services};
 
 pub fn run() -> Result<()> {
-    let steps: [(&str, &dyn Fn() -> Result<()>); 5] = [
+    let steps: [(&str, &dyn Fn() -> Result<()>); 6] = [
         ("fmt", &|| exec(cargo().args(["fmt", "--all", "--check"]))),
         ("clippy", &|| {
             exec(cargo().args([
@@ -21,6 +21,7 @@ pub fn run() -> Result<()> {
         }),
         ("guests", &guests::run),
         ("build", &|| build_weir().map(drop)),
+        ("services", &services::run),
         ("test", &|| {
             exec(cargo().args(["test", "--release", "--workspace"]))
         }),

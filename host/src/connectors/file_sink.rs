@@ -13,9 +13,10 @@
 //! `rolling.rollover_interval`, and at every checkpoint barrier unless
 //! `rolling.on_checkpoint = false` (then the in-progress file's length is recorded instead, and a
 //! restore cuts it back to that length and writes on). A checkpoint records the pending files
-//! (and that length) as the sink's pre-commit; its completion renames them to finished. A
-//! restore finishes every pending file the checkpoint recorded (committing twice is harmless)
-//! and deletes the subtask's other in-progress and pending files, whose records are replayed.
+//! (and that length) as the sink's pre-commit; when it completes, the runtime renames them to
+//! finished ([`FileSinkConfig::commit`]), and again before restoring from it (committing
+//! twice is harmless). A restore then deletes the subtask's other in-progress and pending
+//! files, whose records are replayed.
 //! So what is finished is exactly the output of the records before the last completed
 //! checkpoint, never more, and a crash loses none of it.
 //!
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
-use super::{ConnectorError, LineFormat, Sink, resolve, resolved_note};
+use super::{ConnectorError, LineFormat, Sink, SinkContext, resolve, resolved_note};
 use crate::batch::Batch;
 
 /// Bytes buffered before a write reaches the file.
@@ -111,24 +112,22 @@ impl FileSinkConfig {
         Ok(())
     }
 
-    /// Subtask `subtask` of `parallelism`, restored from `restore` (what
-    /// [`Sink::snapshot`] returned) when given; `transactional` when the job checkpoints.
+    /// The subtask `ctx` describes, restored from `restore` (what [`Sink::snapshot`]
+    /// returned) when given.
     pub(super) fn build(
         &self,
-        base_dir: &Path,
-        subtask: usize,
-        parallelism: usize,
+        ctx: &SinkContext<'_>,
         restore: Option<&serde_json::Value>,
-        transactional: bool,
     ) -> Result<FileSink, ConnectorError> {
-        let dir = resolve(base_dir, &self.path);
+        let (subtask, parallelism) = (ctx.subtask, ctx.parallelism);
+        let dir = resolve(ctx.base_dir, &self.path);
         std::fs::create_dir_all(&dir)
             .map_err(|e| ConnectorError::file("create the output directory", &dir, e))?;
         let mut sink = FileSink {
             parts: Parts { dir, subtask },
             format: self.format,
             rolling: self.rolling,
-            transactional,
+            transactional: ctx.checkpointing,
             next: 0,
             current: None,
             pending: Vec::new(),
@@ -137,10 +136,8 @@ impl FileSinkConfig {
         match restore {
             None => sink.parts.remove_earlier_runs(parallelism)?,
             Some(state) => {
+                // The runtime committed the pending files `state` records before the restore.
                 let handle = Handle::parse(state, &sink.parts)?;
-                for &seq in &handle.pending {
-                    sink.parts.finish(seq)?;
-                }
                 sink.parts
                     .remove_uncommitted(handle.in_progress.map(|p| p.seq))?;
                 if let Some(p) = handle.in_progress {
@@ -154,17 +151,16 @@ impl FileSinkConfig {
         Ok(sink)
     }
 
-    /// Commits what a [`Sink::finish`] or [`Sink::snapshot`] of subtask `subtask`
-    /// pre-committed; committing twice is harmless.
+    /// Commits what a [`Sink::finish`] or [`Sink::snapshot`] of the subtask pre-committed;
+    /// committing twice is harmless.
     pub(super) fn commit(
         &self,
-        base_dir: &Path,
-        subtask: usize,
+        ctx: &SinkContext<'_>,
         state: &serde_json::Value,
     ) -> Result<(), ConnectorError> {
         let parts = Parts {
-            dir: resolve(base_dir, &self.path),
-            subtask,
+            dir: resolve(ctx.base_dir, &self.path),
+            subtask: ctx.subtask,
         };
         for seq in Handle::parse(state, &parts)?.pending {
             parts.finish(seq)?;
@@ -498,14 +494,7 @@ impl Sink for FileSink {
 
     fn notify_complete(&mut self, checkpoint: u64) -> Result<(), ConnectorError> {
         let due = |&(_, covered): &(u64, Option<u64>)| covered.is_some_and(|c| c <= checkpoint);
-        for &(seq, _) in self.pending.iter().filter(|p| due(p)) {
-            self.parts.finish(seq)?;
-        }
-        let before = self.pending.len();
         self.pending.retain(|p| !due(p));
-        if self.pending.len() < before {
-            self.parts.sync()?;
-        }
         Ok(())
     }
 
@@ -537,6 +526,18 @@ mod tests {
 
     fn config(path: &str, extra: &str) -> SinkConfig {
         toml::from_str(&format!("type = \"file\"\npath = \"{path}\"\n{extra}")).unwrap()
+    }
+
+    /// Subtask 0 of 1 of a checkpointed job.
+    fn ctx(base_dir: &Path) -> SinkContext<'_> {
+        SinkContext {
+            job: "job",
+            name: "out",
+            base_dir,
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+        }
     }
 
     /// The directory's file names, sorted.
@@ -640,15 +641,16 @@ mod tests {
     /// Checkpoints 1 and 2, then a crash after checkpoint 2's barrier but before its
     /// completion reached the sink, and records after it.
     #[test]
-    fn only_completed_checkpoints_are_visible_and_a_restore_commits_what_it_recorded() {
+    fn only_committed_checkpoints_are_visible_and_a_restore_removes_the_rest() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let cfg = config("out", "");
-        let mut sink = cfg.restore(dir.path(), 0, 1, None, true).unwrap();
+        let mut sink = cfg.restore(&ctx(dir.path()), None).unwrap();
         sink.write(&batch(&["a", "b"])).unwrap();
-        sink.snapshot(1).unwrap();
+        let one = sink.snapshot(1).unwrap();
         assert_eq!(names(&out), [".part-0-0.pending"], "pending until complete");
         sink.write(&batch(&["c"])).unwrap();
+        cfg.commit(&ctx(dir.path()), &one).unwrap();
         sink.notify_complete(1).unwrap();
         assert_eq!(names(&out), [".part-0-1.inprogress", "part-0-0"]);
         let state = sink.snapshot(2).unwrap();
@@ -659,13 +661,15 @@ mod tests {
             [".part-0-1.pending", ".part-0-2.inprogress", "part-0-0"]
         );
 
-        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state), true).unwrap();
+        // A crash before checkpoint 2's completion reached the sink: the restore commits it.
+        cfg.commit(&ctx(dir.path()), &state).unwrap();
+        let mut sink = cfg.restore(&ctx(dir.path()), Some(&state)).unwrap();
         assert_eq!(names(&out), ["part-0-0", "part-0-1"]);
         sink.write(&batch(&["d"])).unwrap();
         let end = sink.finish().unwrap();
         assert_eq!(names(&out), [".part-0-2.pending", "part-0-0", "part-0-1"]);
-        cfg.commit(dir.path(), 0, &end).unwrap();
-        cfg.commit(dir.path(), 0, &end).unwrap();
+        cfg.commit(&ctx(dir.path()), &end).unwrap();
+        cfg.commit(&ctx(dir.path()), &end).unwrap();
         let all: String = ["part-0-0", "part-0-1", "part-0-2"]
             .iter()
             .map(|n| read(&out, n))
@@ -673,7 +677,7 @@ mod tests {
         assert_eq!(all, "a\nb\nc\nd\n");
 
         std::fs::remove_file(out.join("part-0-2")).unwrap();
-        let err = cfg.commit(dir.path(), 0, &end).unwrap_err().to_string();
+        let err = cfg.commit(&ctx(dir.path()), &end).unwrap_err().to_string();
         assert!(err.contains("deleted outside weir"), "{err}");
     }
 
@@ -682,7 +686,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let cfg = config("out", "rolling = { on_checkpoint = false }");
-        let mut sink = cfg.restore(dir.path(), 0, 1, None, true).unwrap();
+        let mut sink = cfg.restore(&ctx(dir.path()), None).unwrap();
         sink.write(&batch(&["a", "b"])).unwrap();
         let state = sink.snapshot(1).unwrap();
         sink.notify_complete(1).unwrap();
@@ -690,16 +694,16 @@ mod tests {
         sink.write(&batch(&["after the checkpoint"])).unwrap();
         sink.flush().unwrap();
         drop(sink);
-        let mut sink = cfg.restore(dir.path(), 0, 1, Some(&state), true).unwrap();
+        let mut sink = cfg.restore(&ctx(dir.path()), Some(&state)).unwrap();
         sink.write(&batch(&["c"])).unwrap();
         let end = sink.finish().unwrap();
-        cfg.commit(dir.path(), 0, &end).unwrap();
+        cfg.commit(&ctx(dir.path()), &end).unwrap();
         assert_eq!(names(&out), ["part-0-0"]);
         assert_eq!(read(&out, "part-0-0"), "a\nb\nc\n");
 
         std::fs::write(out.join(".part-0-0.inprogress"), "a").unwrap();
         let err = cfg
-            .restore(dir.path(), 0, 1, Some(&state), true)
+            .restore(&ctx(dir.path()), Some(&state))
             .err()
             .unwrap()
             .to_string();

@@ -35,6 +35,7 @@ mod file_sink;
 mod file_source;
 mod generator;
 mod line_format;
+mod postgres_sink;
 mod print_sink;
 
 pub use discard_sink::DiscardSinkConfig;
@@ -42,6 +43,7 @@ pub use file_sink::{FileSinkConfig, RollingPolicy};
 pub use file_source::FileSourceConfig;
 pub use generator::{GeneratorConfig, GeneratorMode};
 pub use line_format::LineFormat;
+pub use postgres_sink::{PostgresSinkConfig, RowFormat, WriteMode};
 pub use print_sink::PrintSinkConfig;
 
 /// Where a source subtask stands in its input. Restoring it makes the source continue with
@@ -115,13 +117,15 @@ pub trait Sink: Send {
     fn flush(&mut self) -> Result<(), ConnectorError>;
     /// Checkpoint barrier `checkpoint`: makes everything written so far durable and returns
     /// what a restore from this checkpoint needs. This is where a two-phase-commit sink
-    /// pre-commits its transaction.
+    /// pre-commits its transaction; the state lists every pre-commit not yet known committed,
+    /// and [`SinkConfig::commit`] of it must commit them all.
     fn snapshot(&mut self, _checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
         self.flush()?;
         Ok(serde_json::Value::Null)
     }
-    /// Checkpoint `checkpoint` is complete: a two-phase-commit sink commits what its
-    /// snapshots up to it pre-committed.
+    /// Checkpoint `checkpoint` is complete, and the runtime has committed what the sink's
+    /// snapshots up to it pre-committed (with [`SinkConfig::commit`]): a two-phase-commit sink
+    /// forgets them.
     fn notify_complete(&mut self, _checkpoint: u64) -> Result<(), ConnectorError> {
         Ok(())
     }
@@ -213,6 +217,8 @@ pub enum SinkConfig {
     Print(PrintSinkConfig),
     /// One line per record into `part-<subtask>` files of a directory (`type = "file"`).
     File(FileSinkConfig),
+    /// Rows of a PostgreSQL table, committed in two phases (`type = "postgres"`).
+    Postgres(PostgresSinkConfig),
     /// Drops every record (`type = "discard"`), for benchmarks.
     Discard(DiscardSinkConfig),
 }
@@ -224,13 +230,14 @@ impl SinkConfig {
         match self {
             SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
             SinkConfig::File(c) => c.validate(base_dir),
+            SinkConfig::Postgres(c) => c.validate(),
         }
     }
 
     /// Where the sink's output can be found, if it writes files.
     pub fn location(&self, base_dir: &Path) -> Option<PathBuf> {
         match self {
-            SinkConfig::Print(_) | SinkConfig::Discard(_) => None,
+            SinkConfig::Print(_) | SinkConfig::Discard(_) | SinkConfig::Postgres(_) => None,
             SinkConfig::File(c) => Some(resolve(base_dir, &c.path)),
         }
     }
@@ -242,43 +249,62 @@ impl SinkConfig {
         subtask: usize,
         parallelism: usize,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
-        self.restore(base_dir, subtask, parallelism, None, false)
+        let ctx = SinkContext {
+            job: "job",
+            name: "sink",
+            base_dir,
+            subtask,
+            parallelism,
+            checkpointing: false,
+        };
+        self.restore(&ctx, None)
     }
 
-    /// Builds subtask `subtask` of `parallelism`, continuing from `state` (what
-    /// [`Sink::snapshot`] returned) when given; `checkpointing` when the job checkpoints, so
-    /// that a two-phase-commit sink commits only at completed checkpoints.
+    /// Builds the subtask `ctx` describes, continuing from `state` (what [`Sink::snapshot`]
+    /// returned) when given.
     pub(crate) fn restore(
         &self,
-        base_dir: &Path,
-        subtask: usize,
-        parallelism: usize,
+        ctx: &SinkContext<'_>,
         state: Option<&serde_json::Value>,
-        checkpointing: bool,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
-        check_subtask(subtask, parallelism)?;
+        check_subtask(ctx.subtask, ctx.parallelism)?;
         Ok(match self {
-            SinkConfig::Print(c) => Box::new(c.build(subtask, parallelism)),
-            SinkConfig::File(c) => {
-                Box::new(c.build(base_dir, subtask, parallelism, state, checkpointing)?)
-            }
+            SinkConfig::Print(c) => Box::new(c.build(ctx.subtask, ctx.parallelism)),
+            SinkConfig::File(c) => Box::new(c.build(ctx, state)?),
+            SinkConfig::Postgres(c) => Box::new(c.build(ctx, state)?),
             SinkConfig::Discard(_) => Box::new(discard_sink::DiscardSink),
         })
     }
 
-    /// Commits what subtask `subtask` pre-committed in `state` (from [`Sink::finish`] or
-    /// [`Sink::snapshot`]); committing twice is harmless.
+    /// Commits what the subtask `ctx` describes pre-committed in `state` (from
+    /// [`Sink::finish`] or [`Sink::snapshot`]); committing twice is harmless.
     pub(crate) fn commit(
         &self,
-        base_dir: &Path,
-        subtask: usize,
+        ctx: &SinkContext<'_>,
         state: &serde_json::Value,
     ) -> Result<(), ConnectorError> {
         match self {
-            SinkConfig::File(c) if !state.is_null() => c.commit(base_dir, subtask, state),
-            _ => Ok(()),
+            _ if state.is_null() => Ok(()),
+            SinkConfig::File(c) => c.commit(ctx, state),
+            SinkConfig::Postgres(c) => c.commit(ctx, state),
+            SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
         }
     }
+}
+
+/// Where a sink subtask runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkContext<'a> {
+    pub job: &'a str,
+    /// The sink's name in the job spec.
+    pub name: &'a str,
+    /// The directory relative paths of the spec start at.
+    pub base_dir: &'a Path,
+    pub subtask: usize,
+    pub parallelism: usize,
+    /// Whether the job checkpoints: a two-phase-commit sink then commits what each completed
+    /// checkpoint covers, and otherwise as it goes.
+    pub checkpointing: bool,
 }
 
 fn check_subtask(subtask: usize, parallelism: usize) -> Result<(), ConnectorError> {

@@ -86,7 +86,8 @@ pub(crate) fn supervise(
         if let Some(r) = &restore {
             tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
             metrics.checkpoints().restored_from = Some(r.id());
-            // Sinks that had finished do not run again: commit what they left pending.
+            // What the checkpoint recorded as pre-committed, its completion committed; a crash
+            // may have come first.
             commit_recorded(spec, &r.meta)?;
         }
         let started = origin.elapsed();
@@ -541,24 +542,28 @@ fn all_tasks(parts: &JobParts) -> impl Iterator<Item = TaskId> + '_ {
     })
 }
 
-/// Commits the final pre-commit of every finished sink that `meta` records. A commit that
-/// fails fails the job (whose restore commits again): pre-committed output is never dropped.
+/// Commits every sink pre-commit that checkpoint `meta` records, of running and of finished
+/// sinks. The supervisor is the committer, not the sink's task: a task may be waiting on what
+/// its own last pre-commit holds (a database's row locks). A commit that fails fails the job,
+/// whose restore commits again: pre-committed output is never dropped.
 fn commit_recorded(spec: &JobSpec, meta: &Metadata) -> Result<(), JobError> {
-    let mut finals = Finals::new();
+    let mut recorded = Finals::new();
     for (v, vertex) in spec.vertices.iter().enumerate() {
-        let Some(recorded) = meta.vertex(&vertex.name) else {
+        let Some(meta) = meta.vertex(&vertex.name) else {
             continue;
         };
-        for (s, sub) in recorded.subtasks.iter().enumerate() {
-            if let SubtaskState::FinishedSink { commit } = sub {
-                finals.insert((v, s as u32), commit.clone());
+        for (s, sub) in meta.subtasks.iter().enumerate() {
+            if let SubtaskState::Sink { state: commit } | SubtaskState::FinishedSink { commit } =
+                sub
+            {
+                recorded.insert((v, s as u32), commit.clone());
             }
         }
     }
-    commit_finals(spec, &finals)
+    commit_finals(spec, &recorded)
 }
 
-/// Commits each sink subtask's final pre-commit.
+/// Commits each sink subtask's pre-commit.
 fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
     for (&(v, s), commit) in finals {
         let vertex = &spec.vertices[v];
@@ -566,7 +571,7 @@ fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
             continue;
         };
         config
-            .commit(&spec.base_dir, s as usize, commit)
+            .commit(&task::sink_context(spec, v, s), commit)
             .map_err(|e| JobError::Task {
                 kind: FailureKind::Other,
                 role: "sink",
@@ -574,7 +579,7 @@ fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
                 uid: None,
                 subtask: s,
                 parallelism: vertex.parallelism,
-                message: format!("the commit of its last output failed: {e}"),
+                message: format!("the commit of its pre-committed output failed: {e}"),
             })?;
     }
     Ok(())

@@ -26,7 +26,7 @@ use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
 use crate::checkpoint::{CheckpointMode, Restored};
-use crate::connectors::{Poll, Sink, Source};
+use crate::connectors::{Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
@@ -254,6 +254,19 @@ fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
     chain.finish()
 }
 
+/// Where subtask `s` of sink `v` runs.
+pub(crate) fn sink_context(spec: &JobSpec, v: usize, s: u32) -> SinkContext<'_> {
+    let vertex = &spec.vertices[v];
+    SinkContext {
+        job: &spec.name,
+        name: &vertex.name,
+        base_dir: &spec.base_dir,
+        subtask: s as usize,
+        parallelism: vertex.parallelism as usize,
+        checkpointing: spec.checkpoint.is_some(),
+    }
+}
+
 fn build_stage(
     spec: &JobSpec,
     v: usize,
@@ -303,13 +316,7 @@ fn build_stage(
         VertexKind::Sink(config) => {
             let state = restore.and_then(|r| r.sink_state(&vertex.name, s));
             config
-                .restore(
-                    &spec.base_dir,
-                    s as usize,
-                    vertex.parallelism as usize,
-                    state,
-                    spec.checkpoint.is_some(),
-                )
+                .restore(&sink_context(spec, v, s), state)
                 .map(Stage::Sink)
                 .map_err(|e| error(spec, v, s, e.to_string()))
         }

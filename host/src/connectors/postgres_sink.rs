@@ -1,0 +1,673 @@
+//! The PostgreSQL sink: records become rows of a table, committed in two phases.
+//!
+//! Each subtask writes into an open transaction. At a checkpoint barrier it runs
+//! `PREPARE TRANSACTION` with a global id that names the job, the sink, the subtask and the
+//! checkpoint (`weir/<job>/<sink>/<subtask>/<checkpoint>`), records the id in the checkpoint,
+//! and begins the next transaction; when the checkpoint completes, the runtime's
+//! `COMMIT PREPARED` (on a connection of its own, [`PostgresSinkConfig::commit`]) makes the
+//! rows visible, and again before a restore from it (one that is gone was committed before).
+//! A restore ends the connections a dead process left (named `weir/<job>/<sink>/<subtask>`)
+//! and rolls back the subtask's prepared transactions no checkpoint recorded, whose records
+//! come again. A dropped connection fails the task: its open transaction dies with the
+//! connection, and the job restarts from its last checkpoint.
+//!
+//! PostgreSQL refuses `PREPARE TRANSACTION` while `max_prepared_transactions` is 0, its
+//! default: set it to at least the number of sink subtasks times the checkpoints that can be
+//! pending at once, plus some (e.g. `ALTER SYSTEM SET max_prepared_transactions = 64` and a
+//! restart of the server).
+//!
+//! Rows are written a batch at a time, as one JSON array per statement
+//! (`json_populate_recordset`), never a round trip per record. In `append` mode every record
+//! becomes a row (its changelog kind optionally in `kind_column`). In `upsert` mode an insert
+//! or update-after replaces the row with the same `key` (`INSERT ... ON CONFLICT DO UPDATE`),
+//! a delete removes it and an update-before is skipped, as Flink's upsert sinks do.
+//!
+//! Without checkpointing each batch commits on its own.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+use serde::{Deserialize, Serialize};
+use weir_wire::{Kind, RecordRef};
+
+use super::{ConnectorError, Sink, SinkContext};
+use crate::batch::Batch;
+
+/// `type = "postgres"`: rows of `table` (see the module documentation).
+///
+/// ```toml
+/// [[sink]]
+/// name = "counts"
+/// type = "postgres"
+/// input = "count"
+/// connection = "host=127.0.0.1 user=postgres dbname=test"
+/// table = "word_counts"
+/// mode = "upsert"            # or "append"
+/// key = ["word"]             # upsert: the table's primary key or a unique index
+/// format = "key_value"       # the record's key and value are the two columns; or "json"
+/// columns = ["word", "count"]
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSinkConfig {
+    /// A libpq connection string (`host=... user=... dbname=...`) or a `postgresql://` URL.
+    pub connection: String,
+    /// The table, optionally with its schema (`schema.table`).
+    pub table: String,
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Upsert: the columns of the table's primary key or of a unique index.
+    #[serde(default)]
+    pub key: Vec<String>,
+    #[serde(default)]
+    pub format: RowFormat,
+    /// The columns written: with `key_value`, the key's column then the value's.
+    pub columns: Vec<String>,
+    /// Append: a column for the record's changelog kind (`+I`, `-U`, `+U`, `-D`).
+    #[serde(default)]
+    pub kind_column: Option<String>,
+}
+
+/// How records change the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Every record becomes a row.
+    #[default]
+    Append,
+    /// Records replace or delete the row with their key.
+    Upsert,
+}
+
+/// How a record becomes a row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowFormat {
+    /// The value is a JSON object whose fields name the columns.
+    #[default]
+    Json,
+    /// The key (as text) is the first column, the value (as text) the second.
+    KeyValue,
+}
+
+/// How long to wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of a commit after its checkpoint completed, before the job fails.
+const COMMIT_ATTEMPTS: u32 = 5;
+
+fn identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `name` as a quoted SQL identifier (the caller checked it).
+fn quoted(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+impl PostgresSinkConfig {
+    pub(super) fn validate(&self) -> Result<(), String> {
+        self.connection
+            .parse::<postgres::Config>()
+            .map_err(|e| format!("connection: {e}"))?;
+        if !self.table.split('.').all(identifier) || self.table.split('.').count() > 2 {
+            return Err(format!(
+                "table \"{}\" is not a plain name: use letters, digits and _ (and schema.table)",
+                self.table
+            ));
+        }
+        let named = self
+            .columns
+            .iter()
+            .chain(&self.key)
+            .chain(&self.kind_column);
+        if let Some(bad) = named.clone().find(|c| !identifier(c)) {
+            return Err(format!(
+                "column \"{bad}\" is not a plain name: use letters, digits and _"
+            ));
+        }
+        if self.columns.is_empty() {
+            return Err("columns is empty: list the columns the sink writes".into());
+        }
+        if self.format == RowFormat::KeyValue && self.columns.len() != 2 {
+            return Err(format!(
+                "format = \"key_value\" writes two columns, the key's and the value's, but \
+                 columns lists {}",
+                self.columns.len()
+            ));
+        }
+        match self.mode {
+            WriteMode::Upsert if self.key.is_empty() => Err(
+                "mode = \"upsert\" needs key = [...]: the columns of the table's primary key or \
+                 of a unique index"
+                    .into(),
+            ),
+            WriteMode::Upsert
+                if self.format == RowFormat::KeyValue && self.key != self.columns[..1] =>
+            {
+                Err(format!(
+                    "with format = \"key_value\" the record's key is the row's key: set key = \
+                     [\"{}\"]",
+                    self.columns[0]
+                ))
+            }
+            WriteMode::Upsert => match self.key.iter().find(|k| !self.columns.contains(k)) {
+                Some(k) => Err(format!("key column \"{k}\" is not in columns")),
+                None if self.kind_column.is_some() => {
+                    Err("kind_column applies to mode = \"append\"".into())
+                }
+                None => Ok(()),
+            },
+            WriteMode::Append => Ok(()),
+        }
+    }
+
+    pub(super) fn build(
+        &self,
+        ctx: &SinkContext<'_>,
+        restore: Option<&serde_json::Value>,
+    ) -> Result<PostgresSink, ConnectorError> {
+        let names = Names::new(ctx);
+        let mut client = self.connect(&names.application)?;
+        if ctx.checkpointing {
+            // The runtime committed what `restore` records before the restore; check it parses.
+            if let Some(state) = restore {
+                Handle::parse(state)?;
+            }
+            end_zombies(&mut client, &names.application)?;
+            // What no checkpoint recorded: its records come again.
+            for gid in prepared(&mut client, &names.prefix)? {
+                tracing::info!(gid, "rolling back a transaction no checkpoint recorded");
+                client
+                    .batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+                    .map_err(|e| pg_error("roll back a stray prepared transaction", e))?;
+            }
+            client
+                .batch_execute("BEGIN")
+                .map_err(|e| pg_error("begin a transaction", e))?;
+        }
+        Ok(PostgresSink {
+            statements: Statements::new(self),
+            config: self.clone(),
+            client,
+            names,
+            transactional: ctx.checkpointing,
+            pending: Vec::new(),
+            written: false,
+            rows: String::new(),
+            deletes: String::new(),
+            upserts: Vec::new(),
+        })
+    }
+
+    /// Commits the prepared transactions `state` records; one that is gone was committed.
+    /// A lost connection is retried; if the commits keep failing, the error fails the job,
+    /// whose restore commits again.
+    pub(super) fn commit(
+        &self,
+        ctx: &SinkContext<'_>,
+        state: &serde_json::Value,
+    ) -> Result<(), ConnectorError> {
+        let pending = Handle::parse(state)?.pending;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let names = Names::new(ctx);
+        let mut attempt = 1;
+        loop {
+            let result = self.connect(&names.application).and_then(|mut client| {
+                pending
+                    .iter()
+                    .try_for_each(|gid| commit_prepared(&mut client, gid))
+            });
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < COMMIT_ATTEMPTS => {
+                    tracing::warn!("commit failed (attempt {attempt}), retrying: {e}");
+                    std::thread::sleep(Duration::from_millis(100 << attempt));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn connect(&self, application: &str) -> Result<Client, ConnectorError> {
+        let mut config: postgres::Config = self
+            .connection
+            .parse()
+            .map_err(|e| ConnectorError::Invalid(format!("connection: {e}")))?;
+        config
+            .application_name(application)
+            .connect_timeout(CONNECT_TIMEOUT);
+        config
+            .connect(NoTls)
+            .map_err(|e| pg_error("connect to PostgreSQL", e))
+    }
+}
+
+fn pg_error(action: &str, e: postgres::Error) -> ConnectorError {
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
+    let hint = if e
+        .as_db_error()
+        .is_some_and(|db| db.message().contains("max_prepared_transactions"))
+    {
+        "; PostgreSQL must allow prepared transactions for two-phase commit: \
+         ALTER SYSTEM SET max_prepared_transactions = 64 and restart the server"
+    } else {
+        ""
+    };
+    ConnectorError::Invalid(format!("PostgreSQL sink: cannot {action}: {detail}{hint}"))
+}
+
+/// The subtask's names in PostgreSQL.
+struct Names {
+    /// Of every global transaction id of the subtask.
+    prefix: String,
+    /// The `application_name` of its connections.
+    application: String,
+}
+
+impl Names {
+    fn new(ctx: &SinkContext<'_>) -> Names {
+        // A global id is a string literal below; keep it free of quotes.
+        let clean = |s: &str| s.replace(['\'', '\\'], "_");
+        let prefix = format!(
+            "weir/{}/{}/{}/",
+            clean(ctx.job),
+            clean(ctx.name),
+            ctx.subtask
+        );
+        Names {
+            application: prefix.trim_end_matches('/').chars().take(63).collect(),
+            prefix,
+        }
+    }
+}
+
+/// Ends the other connections named `application`: those of a process that died run on
+/// until they notice, and one of them could still prepare a transaction after the restore
+/// rolled back the strays.
+fn end_zombies(client: &mut Client, application: &str) -> Result<(), ConnectorError> {
+    let others = "FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()";
+    let fail = |e| pg_error("end the connections of an earlier run", e);
+    client
+        .execute(
+            &format!("SELECT pg_terminate_backend(pid) {others}"),
+            &[&application],
+        )
+        .map_err(fail)?;
+    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        let left: i64 = client
+            .query_one(&format!("SELECT count(*) {others}"), &[&application])
+            .map_err(fail)?
+            .get(0);
+        if left == 0 {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(ConnectorError::Invalid(format!(
+                "PostgreSQL sink: {left} connection(s) of an earlier run named {application} do                  not end"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The prepared transactions whose global id starts with `prefix`.
+fn prepared(client: &mut Client, prefix: &str) -> Result<Vec<String>, ConnectorError> {
+    let rows = client
+        .query(
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, $1) AND database = \
+             current_database()",
+            &[&prefix],
+        )
+        .map_err(|e| pg_error("list prepared transactions", e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// `COMMIT PREPARED`; a transaction that is no longer prepared was committed before.
+fn commit_prepared(client: &mut Client, gid: &str) -> Result<(), ConnectorError> {
+    match client.batch_execute(&format!("COMMIT PREPARED '{gid}'")) {
+        Ok(()) => Ok(()),
+        // undefined_object: no prepared transaction with this id.
+        Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {
+            tracing::debug!(gid, "prepared transaction already committed");
+            Ok(())
+        }
+        Err(e) => Err(pg_error("commit a prepared transaction", e)),
+    }
+}
+
+/// What the sink records in a checkpoint: the prepared transactions to commit.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Handle {
+    pending: Vec<String>,
+}
+
+impl Handle {
+    fn parse(state: &serde_json::Value) -> Result<Handle, ConnectorError> {
+        Handle::deserialize(state).map_err(|e| {
+            ConnectorError::Invalid(format!(
+                "the checkpointed state of the PostgreSQL sink is not valid: {e}"
+            ))
+        })
+    }
+}
+
+/// The SQL of the sink's statements; `$1` is a JSON array of rows.
+struct Statements {
+    insert: String,
+    delete: Option<String>,
+}
+
+impl Statements {
+    fn new(c: &PostgresSinkConfig) -> Statements {
+        let table: Vec<String> = c.table.split('.').map(quoted).collect();
+        let table = table.join(".");
+        let rows = format!("json_populate_recordset(NULL::{table}, $1::text::json)");
+        let mut columns: Vec<String> = c.columns.iter().map(|n| quoted(n)).collect();
+        columns.extend(c.kind_column.iter().map(|n| quoted(n)));
+        let list = columns.join(", ");
+        let mut insert = format!("INSERT INTO {table} ({list}) SELECT {list} FROM {rows}");
+        let delete = match c.mode {
+            WriteMode::Append => None,
+            WriteMode::Upsert => {
+                let key: Vec<String> = c.key.iter().map(|n| quoted(n)).collect();
+                let updates: Vec<String> = c
+                    .columns
+                    .iter()
+                    .filter(|col| !c.key.contains(col))
+                    .map(|col| format!("{0} = EXCLUDED.{0}", quoted(col)))
+                    .collect();
+                let action = if updates.is_empty() {
+                    "DO NOTHING".to_owned()
+                } else {
+                    format!("DO UPDATE SET {}", updates.join(", "))
+                };
+                write!(insert, " ON CONFLICT ({}) {action}", key.join(", ")).expect("a String");
+                let matches: Vec<String> = key.iter().map(|k| format!("t.{k} = d.{k}")).collect();
+                Some(format!(
+                    "DELETE FROM {table} AS t USING {rows} AS d WHERE {}",
+                    matches.join(" AND ")
+                ))
+            }
+        };
+        Statements { insert, delete }
+    }
+}
+
+/// One subtask of the PostgreSQL sink.
+pub(super) struct PostgresSink {
+    config: PostgresSinkConfig,
+    statements: Statements,
+    /// Writes, and holds the open transaction.
+    client: Client,
+    names: Names,
+    transactional: bool,
+    /// Prepared transactions not known to be committed: checkpoint and global id.
+    pending: Vec<(u64, String)>,
+    /// Whether the open transaction has written anything.
+    written: bool,
+    /// Reused buffers: the rows to insert and the keys to delete, as JSON arrays; in upsert
+    /// mode, the last change per key of the batch.
+    rows: String,
+    deletes: String,
+    upserts: Vec<(Vec<u8>, Kind, String)>,
+}
+
+/// Appends `bytes` as a JSON string.
+fn json_string(out: &mut String, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    out.push_str(&serde_json::to_string(&*text).expect("a string serializes"));
+}
+
+fn kind_code(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Insert => "+I",
+        Kind::UpdateBefore => "-U",
+        Kind::UpdateAfter => "+U",
+        Kind::Delete => "-D",
+    }
+}
+
+impl PostgresSink {
+    /// The record as a JSON object of the configured columns.
+    fn row(&self, rec: &RecordRef<'_>, out: &mut String) -> Result<(), ConnectorError> {
+        let c = &self.config;
+        match c.format {
+            RowFormat::KeyValue => {
+                out.push('{');
+                json_string(out, c.columns[0].as_bytes());
+                out.push(':');
+                match rec.key {
+                    Some(k) => json_string(out, k),
+                    None => out.push_str("null"),
+                }
+                out.push(',');
+                json_string(out, c.columns[1].as_bytes());
+                out.push(':');
+                json_string(out, rec.value);
+            }
+            RowFormat::Json => {
+                let text = std::str::from_utf8(rec.value).ok().filter(|t| {
+                    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(t).is_ok()
+                });
+                let Some(text) = text else {
+                    return Err(ConnectorError::Invalid(format!(
+                        "PostgreSQL sink: format = \"json\" needs each value to be a JSON \
+                         object, got {}",
+                        String::from_utf8_lossy(&rec.value[..rec.value.len().min(80)])
+                    )));
+                };
+                // The object without its closing brace, so a kind column can follow.
+                let open = text.trim_end();
+                out.push_str(open.strip_suffix('}').unwrap_or(open));
+            }
+        }
+        if let Some(kind) = &c.kind_column {
+            if !out.ends_with('{') {
+                out.push(',');
+            }
+            json_string(out, kind.as_bytes());
+            out.push(':');
+            json_string(out, kind_code(rec.kind).as_bytes());
+        }
+        out.push('}');
+        Ok(())
+    }
+
+    /// The upsert key of a row: the record's key, or the key columns of its JSON object.
+    fn key_of(&self, rec: &RecordRef<'_>) -> Vec<u8> {
+        match self.config.format {
+            RowFormat::KeyValue => rec.key.unwrap_or_default().to_vec(),
+            RowFormat::Json => {
+                let object: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_slice(rec.value).unwrap_or_default();
+                let key: Vec<&serde_json::Value> = self
+                    .config
+                    .key
+                    .iter()
+                    .map(|k| object.get(k).unwrap_or(&serde_json::Value::Null))
+                    .collect();
+                serde_json::to_vec(&key).expect("a JSON value serializes")
+            }
+        }
+    }
+
+    fn execute(
+        &mut self,
+        sql_of: fn(&Statements) -> &str,
+        rows: &str,
+    ) -> Result<(), ConnectorError> {
+        let sql = sql_of(&self.statements);
+        self.client
+            .execute(sql, &[&rows])
+            .map_err(|e| pg_error(&format!("write to table {}", self.config.table), e))?;
+        self.written = true;
+        Ok(())
+    }
+}
+
+impl Sink for PostgresSink {
+    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.clear();
+        rows.push('[');
+        match self.config.mode {
+            WriteMode::Append => {
+                for (i, rec) in batch.iter().enumerate() {
+                    if i > 0 {
+                        rows.push(',');
+                    }
+                    self.row(&rec, &mut rows)?;
+                }
+            }
+            WriteMode::Upsert => {
+                // The last change of each key wins: one statement may not touch a row twice.
+                let mut upserts = std::mem::take(&mut self.upserts);
+                upserts.clear();
+                let mut at = std::collections::HashMap::with_capacity(batch.len());
+                for rec in batch.iter() {
+                    if rec.kind == Kind::UpdateBefore {
+                        continue;
+                    }
+                    let mut row = String::new();
+                    self.row(&rec, &mut row)?;
+                    let key = self.key_of(&rec);
+                    match at.get(&key) {
+                        Some(&i) => upserts[i] = (key, rec.kind, row),
+                        None => {
+                            at.insert(key.clone(), upserts.len());
+                            upserts.push((key, rec.kind, row));
+                        }
+                    }
+                }
+                let mut deletes = std::mem::take(&mut self.deletes);
+                deletes.clear();
+                deletes.push('[');
+                for (_, kind, row) in &upserts {
+                    let out = if *kind == Kind::Delete {
+                        &mut deletes
+                    } else {
+                        &mut rows
+                    };
+                    if out.len() > 1 {
+                        out.push(',');
+                    }
+                    out.push_str(row);
+                }
+                deletes.push(']');
+                if deletes.len() > 2 {
+                    self.execute(|s| s.delete.as_deref().expect("upsert"), &deletes)?;
+                }
+                self.deletes = deletes;
+                self.upserts = upserts;
+            }
+        }
+        rows.push(']');
+        if rows.len() > 2 {
+            self.execute(|s| &s.insert, &rows)?;
+        }
+        self.rows = rows;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    fn snapshot(&mut self, checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
+        if self.transactional && self.written {
+            let gid = format!("{}{checkpoint}", self.names.prefix);
+            self.client
+                .batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))
+                .map_err(|e| pg_error("prepare the checkpoint's transaction", e))?;
+            self.client
+                .batch_execute("BEGIN")
+                .map_err(|e| pg_error("begin a transaction", e))?;
+            self.pending.push((checkpoint, gid));
+            self.written = false;
+        }
+        Ok(serde_json::to_value(Handle {
+            pending: self.pending.iter().map(|(_, gid)| gid.clone()).collect(),
+        })
+        .expect("a handle serializes"))
+    }
+
+    fn notify_complete(&mut self, checkpoint: u64) -> Result<(), ConnectorError> {
+        self.pending.retain(|(c, _)| *c > checkpoint);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<serde_json::Value, ConnectorError> {
+        if !self.transactional {
+            return Ok(serde_json::Value::Null);
+        }
+        // The last transaction is committed once the job's end is recorded.
+        let handle = self.snapshot(u64::MAX)?;
+        self.client
+            .batch_execute("ROLLBACK")
+            .map_err(|e| pg_error("end the transaction", e))?;
+        Ok(handle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Result<PostgresSinkConfig, String> {
+        let c: PostgresSinkConfig = toml::from_str(&format!(
+            "connection = \"host=127.0.0.1 user=postgres dbname=test\"\ntable = \"t\"\n{extra}"
+        ))
+        .map_err(|e| e.to_string())?;
+        c.validate().map(|()| c)
+    }
+
+    #[test]
+    fn statements_insert_upsert_and_delete_a_batch_at_a_time() {
+        let c = config(
+            "mode = \"upsert\"\nkey = [\"word\"]\nformat = \"key_value\"\ncolumns = [\"word\", \"n\"]",
+        )
+        .unwrap();
+        let s = Statements::new(&c);
+        assert_eq!(
+            s.insert,
+            "INSERT INTO \"t\" (\"word\", \"n\") SELECT \"word\", \"n\" FROM \
+             json_populate_recordset(NULL::\"t\", $1::text::json) ON CONFLICT (\"word\") DO \
+             UPDATE SET \"n\" = EXCLUDED.\"n\""
+        );
+        assert_eq!(
+            s.delete.as_deref(),
+            Some(
+                "DELETE FROM \"t\" AS t USING json_populate_recordset(NULL::\"t\", \
+                 $1::text::json) AS d WHERE t.\"word\" = d.\"word\""
+            )
+        );
+    }
+
+    #[test]
+    fn bad_configurations_name_the_setting() {
+        let err = |extra: &str| config(extra).unwrap_err();
+        assert!(err("columns = [\"a\"]\nmode = \"upsert\"").contains("key = [...]"));
+        assert!(err("columns = [\"a\"]\nformat = \"key_value\"").contains("two columns"));
+        assert!(err("columns = [\"a; drop\"]").contains("not a plain name"));
+        assert!(err("columns = []").contains("columns is empty"));
+        assert!(
+            err("columns = [\"a\"]\nmode = \"upsert\"\nkey = [\"b\"]").contains("not in columns")
+        );
+        assert!(config("columns = [\"a\"]\nconnection2 = 1").is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! The PostgreSQL sink against the real server on 127.0.0.1:5432 (`cargo xtask services`
+//! makes it ready): `weir` is killed with SIGKILL at random moments, or its connections are
+//! terminated, and the committed table still equals the output of a run without crashes.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+
+use crate::exactly_once::{
+    checkpointed_job, command, completed, crash_loop, crash_loop_checked, text,
+};
+use crate::support::{Workspace, count_words, toml_path, toml_str, wasm};
+
+const CONNECTION: &str = "host=127.0.0.1 user=postgres dbname=test";
+
+/// A client of the test database, which must allow prepared transactions.
+fn client() -> Client {
+    let mut client = Client::connect(CONNECTION, NoTls).unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL does not answer on 127.0.0.1:5432 as user postgres, database test ({e}); \
+             run `cargo xtask services`, which installs, starts and configures it"
+        )
+    });
+    let prepared: String = client
+        .query_one("SHOW max_prepared_transactions", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        prepared.parse::<u32>().unwrap() >= 16,
+        "PostgreSQL has max_prepared_transactions = {prepared}; run `cargo xtask services`"
+    );
+    client
+}
+
+/// A fresh table `weir_e2e_<what>_<random>` made by `columns`, and its name.
+fn table(client: &mut Client, what: &str, columns: &str) -> String {
+    let name = format!("weir_e2e_{what}_{}", fastrand::u32(..));
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {name}; CREATE TABLE {name} ({columns})"
+        ))
+        .unwrap();
+    name
+}
+
+/// The prepared transactions of sink `sink` of job `crashy` left in the server.
+fn prepared(client: &mut Client, sink: &str) -> Vec<String> {
+    client
+        .query(
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, $1)",
+            &[&format!("weir/crashy/{sink}/")],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// A sequence of `count` numbers at `rate` per second into an append-mode table through sink
+/// `sink` (tests running at once must not share a sink name: it names their transactions), with a
+/// checkpoint every 20 ms, so that a random kill often falls between a barrier and the
+/// checkpoint's completion.
+fn sequence_job(
+    ws: &Workspace,
+    sink: &str,
+    table: &str,
+    count: u64,
+    rate: u64,
+    extra: &str,
+) -> std::path::PathBuf {
+    checkpointed_job(
+        ws,
+        "crashy",
+        "20ms",
+        &format!(
+            r#"
+{extra}
+[[source]]
+name = "seq"
+type = "generator"
+mode = "sequence"
+count = {count}
+rate = {rate}
+parallelism = 2
+
+[[sink]]
+name = "{sink}"
+type = "postgres"
+input = "seq"
+connection = {connection}
+table = "{table}"
+mode = "append"
+format = "key_value"
+columns = ["k", "n"]
+kind_column = "kind"
+"#,
+            connection = toml_str(CONNECTION),
+        ),
+    )
+}
+
+/// The first place where `numbers` (sorted) differs from `expected`, for a message.
+fn first_difference(numbers: &[i64], mut expected: impl Iterator<Item = i64>) -> Option<String> {
+    for (i, &n) in numbers.iter().enumerate() {
+        match expected.next() {
+            Some(e) if e == n => {}
+            Some(e) => return Some(format!("at row {i}: {n} where {e} belongs")),
+            None => return Some(format!("at row {i}: {n} is one too many")),
+        }
+    }
+    expected
+        .next()
+        .map(|e| format!("{e} and after are missing"))
+}
+
+/// Asserts that `table` holds the numbers 0..count once each, all inserts.
+fn assert_sequence(client: &mut Client, table: &str, count: u64) {
+    let rows = client
+        .query(&format!("SELECT n, kind FROM {table} ORDER BY n"), &[])
+        .unwrap();
+    let numbers: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    if let Some(diff) = first_difference(&numbers, 0..count as i64) {
+        panic!(
+            "{table} does not hold 0..{count} once each ({} rows): {diff}",
+            numbers.len()
+        );
+    }
+    assert!(rows.iter().all(|r| r.get::<_, String>(1) == "+I"));
+}
+
+#[test]
+fn append_mode_commits_every_row_exactly_once_across_sigkills() {
+    let mut db = client();
+    let table = table(&mut db, "append", "k text, n bigint, kind text");
+    let ws = Workspace::new();
+    let spec = sequence_job(&ws, "append", &table, 900_000, 100_000, "");
+    // After each kill, what is committed of each source subtask's numbers must be a prefix of
+    // them (no gaps) that ends before the newest completed checkpoint's barrier: nothing after
+    // it is visible. (A kill between a checkpoint's completion and its commit leaves less.)
+    let mut check = |run: usize| {
+        let id = *completed(&ws).last().expect("a completed checkpoint");
+        let meta: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(ws.path(&format!("chk/crashy/chk-{id}/_metadata"))).unwrap(),
+        )
+        .unwrap();
+        let seq = meta["vertices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "seq")
+            .unwrap();
+        let committed: Vec<i64> = db
+            .query(&format!("SELECT n FROM {table} ORDER BY n"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for (s, subtask) in seq["subtasks"].as_array().unwrap().iter().enumerate() {
+            let next = subtask["position"]["next"].as_i64().unwrap();
+            let mine: Vec<i64> = committed
+                .iter()
+                .copied()
+                .filter(|n| n % 2 == s as i64)
+                .collect();
+            let prefix = (s as i64..).step_by(2).take(mine.len());
+            if let Some(diff) = first_difference(&mine, prefix) {
+                panic!("after kill {run}: subtask {s}'s committed rows have a gap: {diff}");
+            }
+            assert!(
+                mine.last().is_none_or(|&last| last < next),
+                "after kill {run}: subtask {s} has rows up to {:?} committed, past checkpoint \
+                 {id}'s barrier at {next}",
+                mine.last()
+            );
+        }
+    };
+    let logs = crash_loop_checked(&ws, &spec, 8, &mut check);
+    assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
+    assert_sequence(&mut db, &table, 900_000);
+    assert_eq!(prepared(&mut db, "append"), Vec::<String>::new());
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+#[test]
+fn upsert_mode_holds_the_batch_query_result_across_sigkills() {
+    let mut db = client();
+    let table = table(
+        &mut db,
+        "upsert",
+        "word text PRIMARY KEY, n bigint NOT NULL",
+    );
+    let ws = Workspace::new();
+    let input_text = text(900_000, 11);
+    let input = ws.write("input.txt", &input_text);
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "100ms",
+        &format!(
+            r#"
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = 65536
+
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "counts"
+type = "postgres"
+input = "count"
+connection = {connection}
+table = "{table}"
+mode = "upsert"
+key = ["word"]
+format = "key_value"
+columns = ["word", "n"]
+"#,
+            input = toml_path(&input),
+            split = wasm("wordcount_split"),
+            count = wasm("wordcount_count"),
+            connection = toml_str(CONNECTION),
+        ),
+    );
+    let logs = crash_loop(&ws, &spec, 5);
+    assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
+    let expected = count_words([input_text.as_str()], false);
+    let rows = db
+        .query(&format!("SELECT word, n FROM {table}"), &[])
+        .unwrap();
+    let got: HashMap<String, u64> = rows
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+        .collect();
+    assert_eq!(got.len(), expected.len(), "one row per word");
+    for (word, n) in &expected {
+        assert_eq!(got.get(word), Some(n), "the count of {word:?}");
+    }
+    assert_eq!(prepared(&mut db, "counts"), Vec::<String>::new());
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+#[test]
+fn a_terminated_connection_restarts_the_job_from_its_last_checkpoint() {
+    let mut db = client();
+    let table = table(&mut db, "terminated", "k text, n bigint, kind text");
+    let ws = Workspace::new();
+    let restart = "[restart]\nstrategy = \"fixed_delay\"\nattempts = 10\ndelay = \"100ms\"\n";
+    let spec = sequence_job(&ws, "terminated", &table, 600_000, 100_000, restart);
+    let child = command(&ws, &spec)
+        .env("WEIR_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    // Once rows are committed, cut the sink's connections from the server side, twice.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for _ in 0..2 {
+        let before: i64 = db
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0);
+        loop {
+            let now: i64 = db
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .unwrap()
+                .get(0);
+            if now > before {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no rows were committed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The sink's connections are named weir/<job>/<sink>/<subtask>; after a cut they are
+        // back once the job has restarted.
+        loop {
+            let cut: i64 = db
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name LIKE 'weir/crashy/terminated/%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if cut > 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sink has no connections to cut"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let out = child.wait_with_output().expect("weir exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("restarting in") && stderr.contains("restoring checkpoint"),
+        "the job restarted from a checkpoint: {stderr}"
+    );
+    assert_sequence(&mut db, &table, 600_000);
+    assert_eq!(prepared(&mut db, "terminated"), Vec::<String>::new());
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+#[test]
+fn a_missing_table_fails_the_job_naming_it() {
+    let ws = Workspace::new();
+    let spec = sequence_job(
+        &ws,
+        "missing",
+        "weir_e2e_missing_table",
+        10,
+        1000,
+        "[restart]\nstrategy = \"none\"\n",
+    );
+    let out = command(&ws, &spec)
+        .env("WEIR_LOG", "warn")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("weir runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("sink \"missing\"")
+            && stderr.contains("weir_e2e_missing_table")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+}
