@@ -141,8 +141,8 @@ fn sink_counts(ws: &Workspace) -> HashMap<String, Vec<u64>> {
 }
 
 /// Asserts that the sink holds each word's updates 1..=n exactly once, as a run without
-/// crashes writes them (in some order).
-fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) {
+/// crashes writes them (in some order); returns how many lines it compared.
+fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) -> usize {
     let counts = sink_counts(ws);
     assert_eq!(counts.len(), expected.len(), "every word reached the sink");
     for (word, n) in expected {
@@ -150,6 +150,13 @@ fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) {
         seen.sort_unstable();
         assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
     }
+    counts.values().map(Vec::len).sum()
+}
+
+/// Prints what a crash test checked, for `cargo xtask soak` to add up (it runs the tests with
+/// `--nocapture`).
+pub(crate) fn crash_tally(kills: usize, rows: usize) {
+    eprintln!("crash tally: kills {kills} rows {rows}");
 }
 
 /// Asserts that every part file a reader of the file sink's output saw before is still there,
@@ -256,7 +263,7 @@ pub(crate) fn crash_loop_checked(
 }
 
 fn input(ws: &Workspace) -> (PathBuf, HashMap<String, u64>) {
-    let text = text(2_400_000, 7);
+    let text = text(3_200_000, 7);
     let expected = count_words([text.as_str()], false);
     (ws.write("input.txt", &text), expected)
 }
@@ -278,7 +285,7 @@ fn exactly_once_state_and_file_output_survive_sigkill() {
     );
 
     // Exactly once: state restored, and the file sink cut back to each checkpoint.
-    assert_exactly_once(&ws, &expected);
+    crash_tally(5, assert_exactly_once(&ws, &expected));
     assert!(
         completed(&ws).is_empty(),
         "a finished job discards its checkpoints"

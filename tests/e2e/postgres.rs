@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 
 use crate::exactly_once::{
-    checkpointed_job, command, completed, crash_loop, crash_loop_checked, text,
+    checkpointed_job, command, completed, crash_loop, crash_loop_checked, crash_tally, text,
 };
 use crate::support::{Workspace, count_words, toml_path, toml_str, wasm};
 
@@ -179,6 +179,7 @@ fn append_mode_commits_every_row_exactly_once_across_sigkills() {
     let logs = crash_loop_checked(&ws, &spec, 8, &mut check);
     assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
     assert_sequence(&mut db, &table, 900_000);
+    crash_tally(8, 900_000);
     assert_eq!(prepared(&mut db, "append"), Vec::<String>::new());
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
@@ -251,6 +252,7 @@ columns = ["word", "n"]
     for (word, n) in &expected {
         assert_eq!(got.get(word), Some(n), "the count of {word:?}");
     }
+    crash_tally(5, got.len());
     assert_eq!(prepared(&mut db, "counts"), Vec::<String>::new());
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }

@@ -4,9 +4,12 @@
 //! - `demo`: build everything, run the word count example and show its top words
 //! - `services`: make the services the tests use ready (PostgreSQL with prepared transactions)
 //! - `test`: everything CI runs, failing fast
+//! - `soak [--iterations N]`: the crash tests over and over, with a tally (not in CI)
 //! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
 //! - `bench-checkpoints [--records N] [--runs R] [--keys K]`: throughput with checkpoints off and on,
 //!   checkpoint duration and size at 100k and 1M keys
+//! - `bench-postgres [--rows N] [--runs R]`: rows/s into PostgreSQL per sink mode, and the time
+//!   from a row's write to its visibility
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -15,9 +18,11 @@ use anyhow::{Context, Result, bail};
 
 mod bench;
 mod bench_checkpoints;
+mod bench_postgres;
 mod demo;
 mod guests;
 mod services;
+mod soak;
 mod test;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -29,13 +34,19 @@ commands:
                               max_prepared_transactions = 64)
   test                        run everything CI runs (fmt, clippy, guests, build,
                               services, tests)
+  soak [--iterations N]       run the SIGKILL crash tests N times (default 3) and
+                              print runs, kills, rows compared and mismatches
   bench [--words N] [--runs R]
                               word count throughput, WASM vs native operators
                               (default 5000000 words, 3 runs)
   bench-checkpoints [--records N] [--runs R] [--keys K]
                               keyed count with checkpoints off and every second:
                               throughput, checkpoint duration and size at 100k
-                              and 1M keys (default 40000000 records, 3 runs)";
+                              and 1M keys (default 40000000 records, 3 runs)
+  bench-postgres [--rows N] [--runs R]
+                              rows/s into PostgreSQL in append and upsert mode with
+                              checkpoints every second, and write-to-visible latency
+                              (default 2000000 rows, 3 runs)";
 
 fn main() -> ExitCode {
     match dispatch(std::env::args().skip(1).collect()) {
@@ -56,8 +67,10 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "demo" => no_args(rest).and_then(|()| demo::run()),
         "services" => no_args(rest).and_then(|()| services::run()),
         "test" => no_args(rest).and_then(|()| test::run()),
+        "soak" => soak::run(rest),
         "bench" => bench::run(bench::Options::parse(rest)?),
         "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),
+        "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())
