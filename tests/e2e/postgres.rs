@@ -345,3 +345,176 @@ fn a_missing_table_fails_the_job_naming_it() {
         "{stderr}"
     );
 }
+
+/// Polls until `table`'s rows equal `expected`; false if `give_up`, shown each read, says so
+/// first.
+fn wait_for_table(
+    db: &mut Client,
+    table: &str,
+    expected: &HashMap<String, u64>,
+    mut give_up: impl FnMut(&HashMap<String, u64>) -> bool,
+) -> bool {
+    loop {
+        let got: HashMap<String, u64> = db
+            .query(&format!("SELECT word, count FROM {table}"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+            .collect();
+        if &got == expected {
+            return true;
+        }
+        if give_up(&got) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn the_changelog_example_keeps_its_table_equal_to_the_batch_count() {
+    let mut db = client();
+    let example = crate::support::repo().join("examples/changelog");
+    db.batch_execute(
+        "DROP TABLE IF EXISTS word_counts; \
+         CREATE TABLE word_counts (word text PRIMARY KEY, count bigint NOT NULL)",
+    )
+    .unwrap();
+    let ws = Workspace::new();
+    let out = command(&ws, &example.join("job.toml"))
+        .arg("--fresh")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("weir runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let input = std::fs::read_to_string(example.join("../wordcount/input.txt")).unwrap();
+    let expected = count_words([input.as_str()], true);
+    assert!(wait_for_table(&mut db, "word_counts", &expected, |_| true));
+}
+
+#[test]
+fn after_every_completed_checkpoint_the_upsert_table_equals_the_batch_count_of_the_input_read() {
+    let mut db = client();
+    let table = table(
+        &mut db,
+        "changelog",
+        "word text PRIMARY KEY, count bigint NOT NULL",
+    );
+    let ws = Workspace::new();
+    let input_text = text(600_000, 5);
+    let input = ws.write("input.txt", &input_text);
+    let spec = checkpointed_job(
+        &ws,
+        "crashy",
+        "50ms",
+        &format!(
+            r#"num_retained = 3
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "changelog"
+type = "postgres"
+input = "count"
+connection = {connection}
+table = "{table}"
+mode = "upsert"
+key = ["word"]
+format = "key_value"
+columns = ["word", "count"]
+"#,
+            input = toml_path(&input),
+            split = wasm("wordcount_split"),
+            count = wasm("wordcount_count"),
+            connection = toml_str(CONNECTION),
+        ),
+    );
+    let mut child = command(&ws, &spec).spawn().expect("start weir");
+    // For each checkpoint as it completes: the input it covers is the file up to the source's
+    // offset, and the table must come to equal the count of exactly that input (the commit
+    // follows the checkpoint), unless the next checkpoint completes first.
+    let offset_of = |id: u64| -> Option<usize> {
+        let meta = std::fs::read(ws.path(&format!("chk/crashy/chk-{id}/_metadata"))).ok()?;
+        let meta: serde_json::Value = serde_json::from_slice(&meta).ok()?;
+        let lines = meta["vertices"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == "lines")?;
+        lines["subtasks"][0]["position"]["offset"]
+            .as_u64()
+            .map(|o| o as usize)
+    };
+    // Words in the input up to the end of each line, to tell what a checkpoint covers.
+    let mut line_ends = vec![(0usize, 0u64)];
+    for line in input_text.split_inclusive('\n') {
+        let &(at, words) = line_ends.last().unwrap();
+        line_ends.push((
+            at + line.len(),
+            words + line.split_ascii_whitespace().count() as u64,
+        ));
+    }
+    let covered = |offset: Option<usize>| match offset {
+        Some(o) => line_ends[line_ends.partition_point(|&(at, _)| at < o)].1,
+        None => line_ends.last().unwrap().1, // the source had finished
+    };
+    let (mut matched, mut seen, mut last) = (0, 0, 0);
+    while child.try_wait().expect("poll weir").is_none() {
+        let Some(&id) = completed(&ws).last() else {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        if id == last {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        last = id;
+        let Some(offset) = offset_of(id) else {
+            continue;
+        };
+        seen += 1;
+        let expected = count_words([&input_text[..offset]], false);
+        let reached = wait_for_table(&mut db, &table, &expected, |got| {
+            // Never more than the newest completed checkpoint covers (read after the table:
+            // a checkpoint completes before its commit).
+            let newest = *completed(&ws).last().unwrap();
+            let visible: u64 = got.values().sum();
+            assert!(
+                visible <= covered(offset_of(newest)),
+                "the table counts {visible} words, more than checkpoint {newest} covers"
+            );
+            newest != id
+        });
+        matched += usize::from(reached);
+    }
+    eprintln!("the table matched the batch count at {matched} of {seen} checkpoints");
+    assert!(child.wait().expect("weir exits").success());
+    assert!(
+        matched >= 3 && matched + 1 >= seen,
+        "the table matched the batch count at only {matched} of {seen} checkpoints"
+    );
+    let total = count_words([input_text.as_str()], false);
+    assert!(wait_for_table(&mut db, &table, &total, |_| true));
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
