@@ -3,6 +3,7 @@
 //! terminated, and the committed table still equals the output of a run without crashes.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -69,7 +70,7 @@ fn sequence_job(
     count: u64,
     rate: u64,
     extra: &str,
-) -> std::path::PathBuf {
+) -> PathBuf {
     checkpointed_job(
         ws,
         "crashy",
@@ -96,6 +97,62 @@ format = "key_value"
 columns = ["k", "n"]
 kind_column = "kind"
 "#,
+            connection = toml_str(CONNECTION),
+        ),
+    )
+}
+
+/// The word count of `input` (the file source configured by `source`) at parallelism 2,
+/// checkpointed every `interval`, into `table` (`word`, `count`) through upsert sink `sink`.
+fn word_count_job(
+    ws: &Workspace,
+    input: &Path,
+    sink: &str,
+    table: &str,
+    interval: &str,
+    source: &str,
+) -> PathBuf {
+    checkpointed_job(
+        ws,
+        "crashy",
+        interval,
+        &format!(
+            r#"num_retained = 3
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+{source}
+
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "{sink}"
+type = "postgres"
+input = "count"
+connection = {connection}
+table = "{table}"
+mode = "upsert"
+key = ["word"]
+format = "key_value"
+columns = ["word", "count"]
+"#,
+            input = toml_path(input),
+            split = wasm("wordcount_split"),
+            count = wasm("wordcount_count"),
             connection = toml_str(CONNECTION),
         ),
     )
@@ -190,59 +247,17 @@ fn upsert_mode_holds_the_batch_query_result_across_sigkills() {
     let table = table(
         &mut db,
         "upsert",
-        "word text PRIMARY KEY, n bigint NOT NULL",
+        "word text PRIMARY KEY, count bigint NOT NULL",
     );
     let ws = Workspace::new();
     let input_text = text(900_000, 11);
     let input = ws.write("input.txt", &input_text);
-    let spec = checkpointed_job(
-        &ws,
-        "crashy",
-        "100ms",
-        &format!(
-            r#"
-[[source]]
-name = "lines"
-type = "file"
-path = {input}
-split_size = 65536
-
-[[operator]]
-name = "split"
-uid = "split"
-{split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-{count}
-input = "split"
-edge = "key_by"
-
-[[sink]]
-name = "counts"
-type = "postgres"
-input = "count"
-connection = {connection}
-table = "{table}"
-mode = "upsert"
-key = ["word"]
-format = "key_value"
-columns = ["word", "n"]
-"#,
-            input = toml_path(&input),
-            split = wasm("wordcount_split"),
-            count = wasm("wordcount_count"),
-            connection = toml_str(CONNECTION),
-        ),
-    );
+    let spec = word_count_job(&ws, &input, "counts", &table, "100ms", "split_size = 65536");
     let logs = crash_loop(&ws, &spec, 5);
     assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
     let expected = count_words([input_text.as_str()], false);
     let rows = db
-        .query(&format!("SELECT word, n FROM {table}"), &[])
+        .query(&format!("SELECT word, count FROM {table}"), &[])
         .unwrap();
     let got: HashMap<String, u64> = rows
         .iter()
@@ -407,50 +422,7 @@ fn after_every_completed_checkpoint_the_upsert_table_equals_the_batch_count_of_t
     let ws = Workspace::new();
     let input_text = text(600_000, 5);
     let input = ws.write("input.txt", &input_text);
-    let spec = checkpointed_job(
-        &ws,
-        "crashy",
-        "50ms",
-        &format!(
-            r#"num_retained = 3
-
-[[source]]
-name = "lines"
-type = "file"
-path = {input}
-parallelism = 1
-
-[[operator]]
-name = "split"
-uid = "split"
-{split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-{count}
-input = "split"
-edge = "key_by"
-
-[[sink]]
-name = "changelog"
-type = "postgres"
-input = "count"
-connection = {connection}
-table = "{table}"
-mode = "upsert"
-key = ["word"]
-format = "key_value"
-columns = ["word", "count"]
-"#,
-            input = toml_path(&input),
-            split = wasm("wordcount_split"),
-            count = wasm("wordcount_count"),
-            connection = toml_str(CONNECTION),
-        ),
-    );
+    let spec = word_count_job(&ws, &input, "changelog", &table, "50ms", "parallelism = 1");
     let mut child = command(&ws, &spec).spawn().expect("start weir");
     // For each checkpoint as it completes: the input it covers is the file up to the source's
     // offset, and the table must come to equal the count of exactly that input (the commit
@@ -516,5 +488,40 @@ columns = ["word", "count"]
     );
     let total = count_words([input_text.as_str()], false);
     assert!(wait_for_table(&mut db, &table, &total, |_| true));
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+#[test]
+fn at_least_once_delivery_loses_no_row_across_sigkills() {
+    let mut db = client();
+    let table = table(&mut db, "at_least_once", "k text, n bigint, kind text");
+    let ws = Workspace::new();
+    let spec = sequence_job(&ws, "at_least_once", &table, 600_000, 100_000, "");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(
+        &spec,
+        text.replace(
+            "kind_column = \"kind\"",
+            "kind_column = \"kind\"\ndelivery = \"at_least_once\"",
+        ),
+    )
+    .unwrap();
+    crash_loop(&ws, &spec, 5);
+    let missing: i64 = db
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM generate_series(0, 599999) AS s(n) \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.n = s.n)"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(missing, 0, "rows lost");
+    assert_eq!(
+        prepared(&mut db, "at_least_once"),
+        Vec::<String>::new(),
+        "no transactions"
+    );
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }

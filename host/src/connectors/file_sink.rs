@@ -20,7 +20,8 @@
 //! So what is finished is exactly the output of the records before the last completed
 //! checkpoint, never more, and a crash loses none of it.
 //!
-//! Without checkpointing there is nothing to wait for: a part file is finished when it rolls.
+//! Without checkpointing, or with `delivery = "at_least_once"`, a part file is finished when it
+//! rolls.
 //! A fresh start (no checkpoint to restore) deletes the subtask's files of earlier runs, and
 //! subtask 0 those of subtasks beyond the parallelism, so the directory holds this run's output.
 
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 
-use super::{ConnectorError, LineFormat, Sink, SinkContext, resolve, resolved_note};
+use super::{ConnectorError, Delivery, LineFormat, Sink, SinkContext, resolve, resolved_note};
 use crate::batch::Batch;
 
 /// Bytes buffered before a write reaches the file.
@@ -51,6 +52,10 @@ pub struct FileSinkConfig {
     /// When a part file is closed and a new one started.
     #[serde(default)]
     pub rolling: RollingPolicy,
+    /// `"at_least_once"`: a part file is finished when it rolls, without waiting for a
+    /// checkpoint.
+    #[serde(default)]
+    pub delivery: Delivery,
 }
 
 /// When an in-progress part file rolls (Flink's `DefaultRollingPolicy` defaults).
@@ -127,7 +132,7 @@ impl FileSinkConfig {
             parts: Parts { dir, subtask },
             format: self.format,
             rolling: self.rolling,
-            transactional: ctx.checkpointing,
+            transactional: self.delivery.transactional(ctx),
             next: 0,
             current: None,
             pending: Vec::new(),
@@ -708,6 +713,16 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("truncated or replaced outside weir"), "{err}");
+    }
+
+    #[test]
+    fn at_least_once_delivery_finishes_files_when_they_roll() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config("out", "delivery = \"at_least_once\"");
+        let mut sink = cfg.restore(&ctx(dir.path()), None).unwrap();
+        sink.write(&batch(&["a"])).unwrap();
+        assert_eq!(sink.snapshot(1).unwrap()["pending"], serde_json::json!([]));
+        assert_eq!(names(&dir.path().join("out")), ["part-0-0"]);
     }
 
     #[test]

@@ -292,6 +292,26 @@ impl SinkConfig {
     }
 }
 
+/// What a two-phase-commit sink promises when the job checkpoints (`delivery = "..."`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// What it commits equals a run without crashes: output becomes visible when the
+    /// checkpoint after it completes.
+    #[default]
+    ExactlyOnce,
+    /// Nothing is lost, but output after the last checkpoint is written again after a crash;
+    /// in exchange it becomes visible as soon as it is written.
+    AtLeastOnce,
+}
+
+impl Delivery {
+    /// Whether the sink subtask `ctx` describes commits only at completed checkpoints.
+    pub(crate) fn transactional(self, ctx: &SinkContext<'_>) -> bool {
+        ctx.checkpointing && self == Delivery::ExactlyOnce
+    }
+}
+
 /// Where a sink subtask runs.
 #[derive(Debug, Clone, Copy)]
 pub struct SinkContext<'a> {

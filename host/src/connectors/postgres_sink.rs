@@ -22,7 +22,8 @@
 //! or update-after replaces the row with the same `key` (`INSERT ... ON CONFLICT DO UPDATE`),
 //! a delete removes it and an update-before is skipped, as Flink's upsert sinks do.
 //!
-//! Without checkpointing each batch commits on its own.
+//! Without checkpointing, or with `delivery = "at_least_once"`, each batch commits on its own:
+//! nothing is lost in a crash, and what was written after the last checkpoint is written again.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use postgres::{Client, NoTls};
 use serde::{Deserialize, Serialize};
 use weir_wire::{Kind, RecordRef};
 
-use super::{ConnectorError, Sink, SinkContext};
+use super::{ConnectorError, Delivery, Sink, SinkContext};
 use crate::batch::Batch;
 
 /// `type = "postgres"`: rows of `table` (see the module documentation).
@@ -67,6 +68,9 @@ pub struct PostgresSinkConfig {
     /// Append: a column for the record's changelog kind (`+I`, `-U`, `+U`, `-D`).
     #[serde(default)]
     pub kind_column: Option<String>,
+    /// `"at_least_once"`: every batch commits at once, without prepared transactions.
+    #[serde(default)]
+    pub delivery: Delivery,
 }
 
 /// How records change the table.
@@ -173,7 +177,8 @@ impl PostgresSinkConfig {
     ) -> Result<PostgresSink, ConnectorError> {
         let names = Names::new(ctx);
         let mut client = self.connect(&names.application)?;
-        if ctx.checkpointing {
+        let transactional = self.delivery.transactional(ctx);
+        if transactional {
             // The runtime committed what `restore` records before the restore; check it parses.
             if let Some(state) = restore {
                 Handle::parse(state)?;
@@ -195,7 +200,7 @@ impl PostgresSinkConfig {
             config: self.clone(),
             client,
             names,
-            transactional: ctx.checkpointing,
+            transactional,
             pending: Vec::new(),
             written: false,
             rows: String::new(),
