@@ -525,3 +525,82 @@ fn at_least_once_delivery_loses_no_row_across_sigkills() {
     );
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
+
+#[test]
+fn upsert_mode_applies_every_changelog_kind() {
+    let mut db = client();
+    let table = table(
+        &mut db,
+        "kinds",
+        "word text PRIMARY KEY, count bigint NOT NULL",
+    );
+    let ws = Workspace::new();
+    // Keyed lines `KEY kind K V` become records with key KEY, kind K and value V.
+    let input = ws.write(
+        "input.txt",
+        "a kind +I 1\nb kind +I 2\na kind -U 1\na kind +U 3\nb kind -D 2\nc kind +I 4\n\
+         d kind +I 5\nd kind -D 5\nd kind +I 6\n",
+    );
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "keys"
+uid = "keys"
+{keyer}
+input = "lines"
+
+[[operator]]
+name = "changes"
+uid = "changes"
+{hostile}
+input = "keys"
+edge = "key_by"
+
+[[sink]]
+name = "kinds"
+type = "postgres"
+input = "changes"
+connection = {connection}
+table = "{table}"
+mode = "upsert"
+key = ["word"]
+format = "key_value"
+columns = ["word", "count"]
+"#,
+            input = toml_path(&input),
+            keyer = wasm("weir_test_keyer"),
+            hostile = wasm("weir_test_hostile"),
+            connection = toml_str(CONNECTION),
+        ),
+    );
+    let out = command(&ws, &spec)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("weir runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(String, i64)> = db
+        .query(
+            &format!("SELECT word, count FROM {table} ORDER BY word"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    // a: updated to 3 (the update-before is skipped); b: deleted; c: inserted; d: deleted and
+    // inserted again within one batch, the last change wins.
+    let want = [("a", 3), ("c", 4), ("d", 6)].map(|(w, n)| (w.to_owned(), n));
+    assert_eq!(rows, want);
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}

@@ -14,6 +14,7 @@
 //! | `connect A` | opens a TCP connection to `A`; emits `ok` or `err <error>` |
 //! | `env N` | emits `ok <value>` of environment variable `N` or `err <error>` |
 //! | `print T` | writes `T` to stdout and to stderr, then passes the record through |
+//! | `kind K V` | emits `V` with changelog kind `K` (`+I`, `-U`, `+U`, `-D`) and the record's key |
 //! | `keyvalue K` | calls `wasi:keyvalue/store`, which the host does not provide |
 //!
 //! With `config = { spin_in_open = true }` the guest loops forever in `open`.
@@ -123,6 +124,18 @@ impl Operator for Hostile {
             ),
             "connect" => outcome(std::net::TcpStream::connect(arg).map(|_| "")),
             "env" => outcome(std::env::var(arg)),
+            "kind" => {
+                // `kind K V`: V with changelog kind K (+I, -U, +U, -D), keeping the key.
+                let (kind, value) = arg.split_once(' ').unwrap_or((arg, ""));
+                let kind = match kind {
+                    "+I" => Kind::Insert,
+                    "-U" => Kind::UpdateBefore,
+                    "+U" => Kind::UpdateAfter,
+                    "-D" => Kind::Delete,
+                    other => return Err(Error::msg(format!("unknown kind {other}"))),
+                };
+                return ctx.emit_record(kind, rec.key(), None, value);
+            }
             "keyvalue" => keyvalue::wasi::keyvalue::store::get(arg),
             "print" => {
                 println!("{arg}");
