@@ -604,3 +604,32 @@ columns = ["word", "count"]
     assert_eq!(rows, want);
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
+
+#[test]
+fn write_ahead_delivery_holds_the_batch_query_result_across_sigkills() {
+    let mut db = client();
+    let table = table(
+        &mut db,
+        "write_ahead",
+        "word text PRIMARY KEY, count bigint NOT NULL",
+    );
+    let ws = Workspace::new();
+    let input_text = text(2_400_000, 13);
+    let input = ws.write("input.txt", &input_text);
+    let spec = word_count_job(&ws, &input, "ahead", &table, "100ms", "split_size = 65536");
+    let job = std::fs::read_to_string(&spec).unwrap();
+    let job = job.replace(
+        "columns = [\"word\", \"count\"]",
+        "columns = [\"word\", \"count\"]\ndelivery = \"write_ahead\"",
+    );
+    std::fs::write(&spec, job).unwrap();
+    crash_loop(&ws, &spec, 5);
+    let expected = count_words([input_text.as_str()], false);
+    assert!(wait_for_table(&mut db, &table, &expected, |_| true));
+    assert_eq!(
+        prepared(&mut db, "ahead"),
+        Vec::<String>::new(),
+        "no transactions"
+    );
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}

@@ -87,6 +87,13 @@ impl FileSinkConfig {
         if self.path.as_os_str().is_empty() {
             return Err("path is empty: set it to the directory the part files go into".into());
         }
+        if self.delivery == Delivery::WriteAhead {
+            return Err(
+                "delivery = \"write_ahead\" is for targets without transactions; the file sink \
+                 commits in two phases: use \"exactly_once\" (the default)"
+                    .into(),
+            );
+        }
         if self.rolling.max_part_size.as_u64() == 0 || self.rolling.rollover_interval.is_zero() {
             return Err(
                 "rolling: max_part_size and rollover_interval must be greater than 0".into(),
@@ -738,6 +745,10 @@ mod tests {
         assert!(err.contains(&dir.path().display().to_string()), "{err}");
         let err = config("taken/sub", "").validate(dir.path()).unwrap_err();
         assert!(err.contains("is not a directory"), "{err}");
+        let err = config("out", "delivery = \"write_ahead\"")
+            .validate(dir.path())
+            .unwrap_err();
+        assert!(err.contains("exactly_once"), "{err}");
 
         let err = config("taken/sub", "")
             .build(dir.path(), 0, 1)

@@ -303,6 +303,10 @@ pub enum Delivery {
     /// Nothing is lost, but output after the last checkpoint is written again after a crash;
     /// in exchange it becomes visible as soon as it is written.
     AtLeastOnce,
+    /// For targets without transactions but with idempotent writes: the output of each
+    /// checkpoint interval is kept in the checkpoint and written when it completes (again
+    /// after a crash, which changes nothing).
+    WriteAhead,
 }
 
 impl Delivery {

@@ -24,6 +24,8 @@
 //!
 //! Without checkpointing, or with `delivery = "at_least_once"`, each batch commits on its own:
 //! nothing is lost in a crash, and what was written after the last checkpoint is written again.
+//! With `delivery = "write_ahead"` (upsert only) each checkpoint interval's changes, collapsed
+//! per key, travel in the checkpoint and are written when it completes, again after a crash.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -144,6 +146,13 @@ impl PostgresSinkConfig {
                 self.columns.len()
             ));
         }
+        if self.delivery == Delivery::WriteAhead && self.mode != WriteMode::Upsert {
+            return Err(
+                "delivery = \"write_ahead\" writes a checkpoint's rows again after a crash, \
+                 which only upserts make harmless: set mode = \"upsert\""
+                    .into(),
+            );
+        }
         match self.mode {
             WriteMode::Upsert if self.key.is_empty() => Err(
                 "mode = \"upsert\" needs key = [...]: the columns of the table's primary key or \
@@ -201,11 +210,13 @@ impl PostgresSinkConfig {
             client,
             names,
             transactional,
+            write_ahead: self.delivery == Delivery::WriteAhead && ctx.checkpointing,
             pending: Vec::new(),
+            ahead: Vec::new(),
+            interval: Vec::new(),
+            interval_keys: std::collections::HashMap::new(),
             written: false,
             rows: String::new(),
-            deletes: String::new(),
-            upserts: Vec::new(),
         })
     }
 
@@ -217,17 +228,21 @@ impl PostgresSinkConfig {
         ctx: &SinkContext<'_>,
         state: &serde_json::Value,
     ) -> Result<(), ConnectorError> {
-        let pending = Handle::parse(state)?.pending;
-        if pending.is_empty() {
+        let Handle { pending, ahead } = Handle::parse(state)?;
+        if pending.is_empty() && ahead.is_empty() {
             return Ok(());
         }
         let names = Names::new(ctx);
+        let statements = Statements::new(self);
         let mut attempt = 1;
         loop {
             let result = self.connect(&names.application).and_then(|mut client| {
                 pending
                     .iter()
-                    .try_for_each(|gid| commit_prepared(&mut client, gid))
+                    .try_for_each(|gid| commit_prepared(&mut client, gid))?;
+                ahead.iter().try_for_each(|changes| {
+                    apply(&mut client, &statements, &self.table, changes).map(drop)
+                })
             });
             match result {
                 Ok(()) => return Ok(()),
@@ -356,6 +371,10 @@ fn commit_prepared(client: &mut Client, gid: &str) -> Result<(), ConnectorError>
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Handle {
     pending: Vec<String>,
+    /// Write-ahead: the changes of each checkpoint interval not known written, oldest first;
+    /// a change is a row to upsert, or to delete when `true`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ahead: Vec<Vec<(bool, String)>>,
 }
 
 impl Handle {
@@ -410,6 +429,37 @@ impl Statements {
     }
 }
 
+/// Applies `changes` (one per key) as one DELETE and one INSERT ... ON CONFLICT; whether any
+/// was applied.
+fn apply(
+    client: &mut Client,
+    statements: &Statements,
+    table: &str,
+    changes: &[(bool, String)],
+) -> Result<bool, ConnectorError> {
+    let (mut deletes, mut upserts) = (String::from("["), String::from("["));
+    for (delete, row) in changes {
+        let out = if *delete { &mut deletes } else { &mut upserts };
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(row);
+    }
+    let fail = |e| pg_error(&format!("write to table {table}"), e);
+    if deletes.len() > 1 {
+        deletes.push(']');
+        let sql = statements.delete.as_deref().expect("upsert mode deletes");
+        client.execute(sql, &[&deletes]).map_err(fail)?;
+    }
+    if upserts.len() > 1 {
+        upserts.push(']');
+        client
+            .execute(&statements.insert, &[&upserts])
+            .map_err(fail)?;
+    }
+    Ok(!changes.is_empty())
+}
+
 /// One subtask of the PostgreSQL sink.
 pub(super) struct PostgresSink {
     config: PostgresSinkConfig,
@@ -418,15 +468,19 @@ pub(super) struct PostgresSink {
     client: Client,
     names: Names,
     transactional: bool,
+    /// Write-ahead: the interval's changes are kept, not written.
+    write_ahead: bool,
     /// Prepared transactions not known to be committed: checkpoint and global id.
     pending: Vec<(u64, String)>,
+    /// Write-ahead: the changes of checkpoint intervals not known written, by checkpoint.
+    ahead: Vec<(u64, Vec<(bool, String)>)>,
+    /// Write-ahead: the current interval's last change per key, and where each key is.
+    interval: Vec<(bool, String)>,
+    interval_keys: std::collections::HashMap<Vec<u8>, usize>,
     /// Whether the open transaction has written anything.
     written: bool,
-    /// Reused buffers: the rows to insert and the keys to delete, as JSON arrays; in upsert
-    /// mode, the last change per key of the batch.
+    /// Reused: append mode's rows, as a JSON array.
     rows: String,
-    deletes: String,
-    upserts: Vec<(Vec<u8>, Kind, String)>,
 }
 
 /// Appends `bytes` as a JSON string.
@@ -541,44 +595,33 @@ impl Sink for PostgresSink {
             }
             WriteMode::Upsert => {
                 // The last change of each key wins: one statement may not touch a row twice.
-                let mut upserts = std::mem::take(&mut self.upserts);
-                upserts.clear();
-                let mut at = std::collections::HashMap::with_capacity(batch.len());
+                // Write-ahead keeps collapsing over the whole checkpoint interval.
+                if !self.write_ahead {
+                    self.interval.clear();
+                    self.interval_keys.clear();
+                }
                 for rec in batch.iter() {
                     if rec.kind == Kind::UpdateBefore {
                         continue;
                     }
                     let mut row = String::new();
                     self.row(&rec, &mut row)?;
-                    let key = self.key_of(&rec);
-                    match at.get(&key) {
-                        Some(&i) => upserts[i] = (key, rec.kind, row),
-                        None => {
-                            at.insert(key.clone(), upserts.len());
-                            upserts.push((key, rec.kind, row));
+                    let change = (rec.kind == Kind::Delete, row);
+                    match self.interval_keys.entry(self.key_of(&rec)) {
+                        std::collections::hash_map::Entry::Occupied(at) => {
+                            self.interval[*at.get()] = change;
+                        }
+                        std::collections::hash_map::Entry::Vacant(at) => {
+                            at.insert(self.interval.len());
+                            self.interval.push(change);
                         }
                     }
                 }
-                let mut deletes = std::mem::take(&mut self.deletes);
-                deletes.clear();
-                deletes.push('[');
-                for (_, kind, row) in &upserts {
-                    let out = if *kind == Kind::Delete {
-                        &mut deletes
-                    } else {
-                        &mut rows
-                    };
-                    if out.len() > 1 {
-                        out.push(',');
-                    }
-                    out.push_str(row);
+                if !self.write_ahead {
+                    let table = &self.config.table;
+                    self.written |=
+                        apply(&mut self.client, &self.statements, table, &self.interval)?;
                 }
-                deletes.push(']');
-                if deletes.len() > 2 {
-                    self.execute(|s| s.delete.as_deref().expect("upsert"), &deletes)?;
-                }
-                self.deletes = deletes;
-                self.upserts = upserts;
             }
         }
         rows.push(']');
@@ -594,6 +637,11 @@ impl Sink for PostgresSink {
     }
 
     fn snapshot(&mut self, checkpoint: u64) -> Result<serde_json::Value, ConnectorError> {
+        if self.write_ahead && !self.interval.is_empty() {
+            self.interval_keys.clear();
+            self.ahead
+                .push((checkpoint, std::mem::take(&mut self.interval)));
+        }
         if self.transactional && self.written {
             let gid = format!("{}{checkpoint}", self.names.prefix);
             self.client
@@ -607,16 +655,21 @@ impl Sink for PostgresSink {
         }
         Ok(serde_json::to_value(Handle {
             pending: self.pending.iter().map(|(_, gid)| gid.clone()).collect(),
+            ahead: self.ahead.iter().map(|(_, rows)| rows.clone()).collect(),
         })
         .expect("a handle serializes"))
     }
 
     fn notify_complete(&mut self, checkpoint: u64) -> Result<(), ConnectorError> {
         self.pending.retain(|(c, _)| *c > checkpoint);
+        self.ahead.retain(|(c, _)| *c > checkpoint);
         Ok(())
     }
 
     fn finish(&mut self) -> Result<serde_json::Value, ConnectorError> {
+        if self.write_ahead {
+            return self.snapshot(u64::MAX);
+        }
         if !self.transactional {
             return Ok(serde_json::Value::Null);
         }
@@ -674,5 +727,6 @@ mod tests {
             err("columns = [\"a\"]\nmode = \"upsert\"\nkey = [\"b\"]").contains("not in columns")
         );
         assert!(config("columns = [\"a\"]\nconnection2 = 1").is_err());
+        assert!(err("columns = [\"a\"]\ndelivery = \"write_ahead\"").contains("mode = \"upsert\""));
     }
 }
