@@ -626,6 +626,7 @@ fn write_ahead_delivery_holds_the_batch_query_result_across_sigkills() {
     crash_loop(&ws, &spec, 5);
     let expected = count_words([input_text.as_str()], false);
     assert!(wait_for_table(&mut db, &table, &expected, |_| true));
+    crash_tally(5, expected.len());
     assert_eq!(
         prepared(&mut db, "ahead"),
         Vec::<String>::new(),
