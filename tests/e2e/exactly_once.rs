@@ -551,8 +551,10 @@ fn timers_survive_sigkill() {
     // One event-time timer registered by the first line; the rest keeps the job busy. The
     // killed run never reaches the end of input, where the timer fires, so the output holds
     // `fired 5` only if the timer came back from the checkpoint.
+    // Enough that the killed run cannot finish before its kill, even on a loaded machine.
+    const LINES: usize = 8_000_000;
     let mut lines = String::from("t timer 5\n");
-    for i in 0..1_500_000 {
+    for i in 0..LINES {
         lines.push_str(&format!("k{} vget\n", i % 1000));
     }
     let input = ws.write("input.txt", lines);
@@ -603,7 +605,7 @@ format = "key_value"
     assert_eq!(fired, [&"t\tfired 5".to_string()]);
     assert_eq!(
         lines.len(),
-        1_500_002,
+        LINES + 2,
         "every command answered once, plus the timer"
     );
 }
