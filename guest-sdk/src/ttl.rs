@@ -11,7 +11,7 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum UpdateType {
-    /// The TTL never restarts: entries expire `ttl` after they were created.
+    /// TTL is off: entries never expire (Flink's meaning).
     Disabled,
     /// The TTL restarts when an entry is created or written (the default).
     #[default]
@@ -58,7 +58,7 @@ pub enum TtlTimeCharacteristic {
 /// map siblings.
 ///
 /// The host's state backends enforce it (expiry, cleanup on read, on snapshot and in
-/// compaction); the SDK only declares it. [`testing::Harness`](crate::testing::Harness) does
+/// compaction; the README's "State backends and TTL" has the rules); the SDK declares it. [`testing::Harness`](crate::testing::Harness) does
 /// not expire anything.
 ///
 /// ```

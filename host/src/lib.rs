@@ -30,6 +30,7 @@ pub(crate) mod state;
 pub(crate) mod wasm;
 
 pub use job::spec::{EdgeKind, JobSpec, SpecError};
+pub use runtime::clock::Clock;
 pub use runtime::{
     CheckpointStatus, FailureKind, Job, JobControl, JobError, JobSummary, Metrics, RunningJob,
     VertexMetrics, VertexSummary,

@@ -44,8 +44,8 @@ pub(crate) fn checkpointed_job(ws: &Workspace, name: &str, interval: &str, rest:
 
 /// Word count at parallelism 2 with checkpoints every 100 ms: the input split over two file
 /// source subtasks, rebalanced into the split operator, keyed into the count operator, whose
-/// updates go to a file sink.
-fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32) -> PathBuf {
+/// updates go to a file sink. `state` is the `[state]` table's body.
+fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32, state: &str) -> PathBuf {
     checkpointed_job(
         ws,
         "crashy",
@@ -53,6 +53,9 @@ fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32) -> PathBuf {
         &format!(
             r#"mode = "{mode}"
 num_retained = {retained}
+
+[state]
+{state}
 
 [[source]]
 name = "lines"
@@ -270,9 +273,23 @@ fn input(ws: &Workspace) -> (PathBuf, HashMap<String, u64>) {
 
 #[test]
 fn exactly_once_state_and_file_output_survive_sigkill() {
+    exactly_once_survives_sigkill("");
+}
+
+#[test]
+fn exactly_once_on_rocksdb_survives_sigkill() {
+    let ws = exactly_once_survives_sigkill("backend = \"rocksdb\"\nincremental = false");
+    let left: Vec<_> = std::fs::read_dir(ws.path("state/crashy"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "RocksDB directories left behind: {left:?}");
+}
+
+/// Kills the word count job 5 times and checks its output; `state` is its `[state]` table.
+fn exactly_once_survives_sigkill(state: &str) -> Workspace {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 1);
+    let spec = spec(&ws, &input, "exactly_once", 1, state);
     let logs = crash_loop(&ws, &spec, 5);
     let restores = logs
         .iter()
@@ -300,13 +317,14 @@ fn exactly_once_state_and_file_output_survive_sigkill() {
             && e["operators"].as_array().unwrap().len() == 4),
         "the history records completed checkpoints with sizes per vertex: {history}"
     );
+    ws
 }
 
 #[test]
 fn at_least_once_loses_nothing_after_sigkill() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "at_least_once", 1);
+    let spec = spec(&ws, &input, "at_least_once", 1, "");
     let logs = crash_loop(&ws, &spec, 5);
     assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
     let counts = sink_counts(&ws);
@@ -320,7 +338,7 @@ fn at_least_once_loses_nothing_after_sigkill() {
 fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 2);
+    let spec = spec(&ws, &input, "exactly_once", 2, "");
     let mut child = start(&ws, &spec);
     let deadline = Instant::now() + Duration::from_secs(60);
     while completed(&ws).len() < 2 {
@@ -364,7 +382,7 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
 fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 3);
+    let spec = spec(&ws, &input, "exactly_once", 3, "");
     let mut child = start(&ws, &spec);
     while completed(&ws).is_empty() {
         assert!(

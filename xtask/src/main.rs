@@ -142,6 +142,7 @@ fn describe(cmd: &Command) -> String {
 
 /// `cargo build --release -p weir` and the path of the binary it built.
 fn build_weir() -> Result<PathBuf> {
+    services::build_deps()?;
     exec(cargo().args(["build", "--release", "-p", "weir", "--bins"]))?;
     Ok(target_dir()?.join("release").join("weir"))
 }

@@ -1,5 +1,5 @@
 //! `cargo xtask services`: makes the services the tests talk to ready, installing and
-//! starting them where needed.
+//! starting them where needed. Also [`build_deps`]: the system libraries weir builds with.
 //!
 //! PostgreSQL on 127.0.0.1:5432 (user `postgres`, trust auth, database `test`), with
 //! `max_prepared_transactions` of at least 64: the PostgreSQL sink commits in two phases
@@ -92,6 +92,32 @@ fn wait_for_postgres() -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Installs what building weir needs from the system, unless it is there: Debian's RocksDB
+/// (`librocksdb-dev`, linked instead of compiling RocksDB's C++, see `.cargo/config.toml`)
+/// and libclang, with which the `librocksdb-sys` crate generates its bindings.
+pub fn build_deps() -> Result<()> {
+    let rocksdb = std::path::Path::new("/usr/include/rocksdb/c.h").is_file();
+    let libclang = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
+        .any(|e| {
+            std::fs::read_dir(e.path().join("lib"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|f| f.file_name().to_string_lossy().starts_with("libclang.so"))
+        });
+    if !rocksdb {
+        apt_install("librocksdb-dev")?;
+    }
+    if !libclang {
+        apt_install("libclang-dev")?;
+    }
+    Ok(())
 }
 
 fn apt_install(package: &str) -> Result<()> {

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use crate::{build_weir, cargo, exec, guests, services};
 
 pub fn run() -> Result<()> {
-    let steps: [(&str, &dyn Fn() -> Result<()>); 6] = [
+    let steps: [(&str, &dyn Fn() -> Result<()>); 7] = [
+        ("deps", &services::build_deps),
         ("fmt", &|| exec(cargo().args(["fmt", "--all", "--check"]))),
         ("clippy", &|| {
             exec(cargo().args([

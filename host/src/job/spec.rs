@@ -25,6 +25,9 @@
 //! name = "out"
 //! type = "print"
 //! input = "split"
+//!
+//! [state]
+//! backend = "rocksdb"      # or "memory" (default); see `state::StateConfig`
 //! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,6 +38,7 @@ use serde::Deserialize;
 use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
 use crate::runtime::native;
+use crate::state::StateConfig;
 use crate::wasm::{Grants, Limits};
 
 /// Flink's default number of key groups.
@@ -126,6 +130,15 @@ pub struct JobSpec {
     pub checkpoint: Option<CheckpointConfig>,
     /// The `[restart]` table, or Flink's default for the checkpoint setting.
     pub restart: RestartStrategy,
+    /// The `[state]` table: the keyed-state backend.
+    pub state: StateConfig,
+}
+
+impl JobSpec {
+    /// Where the job's RocksDB working directories go: `<spec dir>/<[state] dir>/<job>`.
+    pub fn state_root(&self) -> PathBuf {
+        self.base_dir.join(&self.state.dir).join(&self.name)
+    }
 }
 
 #[derive(Deserialize)]
@@ -140,6 +153,7 @@ struct RawFile {
     sink: Vec<toml::Table>,
     checkpoint: Option<CheckpointConfig>,
     restart: Option<RestartStrategy>,
+    state: Option<StateConfig>,
     /// Limits of every WebAssembly operator (see [`Limits`]).
     limits: Option<toml::Table>,
 }
@@ -297,6 +311,8 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     if let Some(c) = &raw.checkpoint {
         c.validate().map_err(|e| format!("[checkpoint]: {e}"))?;
     }
+    let state = raw.state.clone().unwrap_or_default();
+    state.validate().map_err(|e| format!("[state]: {e}"))?;
     let restart = raw
         .restart
         .unwrap_or_else(|| RestartStrategy::default_for(raw.checkpoint.is_some()));
@@ -591,6 +607,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         base_dir: base_dir.to_path_buf(),
         checkpoint: raw.checkpoint,
         restart,
+        state,
     })
 }
 

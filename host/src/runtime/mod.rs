@@ -6,6 +6,7 @@
 //! the operator that caused it.
 
 pub(crate) mod barrier;
+pub mod clock;
 pub(crate) mod key_group;
 pub(crate) mod native;
 pub(crate) mod operator;
@@ -23,7 +24,9 @@ use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, RestoreFrom, Restored};
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::state::BackendKind;
 use crate::wasm::{OperatorComponent, WasmEngine, WasmError};
+use clock::Clock;
 pub use operator::FailureKind;
 
 /// Why a job could not start or did not finish.
@@ -105,11 +108,13 @@ pub struct Job {
 }
 
 /// What every attempt of a job starts from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct JobParts {
     spec: Arc<JobSpec>,
     plan: Plan,
     components: HashMap<usize, OperatorComponent>,
+    /// Processing time for every task.
+    clock: Clock,
 }
 
 fn role(kind: &VertexKind) -> &'static str {
@@ -147,8 +152,16 @@ impl Job {
                 spec: Arc::new(spec),
                 plan,
                 components,
+                clock: Clock::system(),
             }),
         })
+    }
+
+    /// Runs the job on `clock` instead of the system clock: what state TTL and the guests'
+    /// processing time read. Tests use a [`Clock::manual`] to expire state exactly.
+    pub fn with_clock(mut self, clock: Clock) -> Job {
+        Arc::make_mut(&mut self.parts).clock = clock;
+        self
     }
 
     pub fn spec(&self) -> &JobSpec {
@@ -172,6 +185,16 @@ impl Job {
             )?),
             None => None,
         };
+        if spec.state.backend == BackendKind::RocksDb {
+            // Working directories of an earlier process of this job that did not end cleanly
+            // (killed): their state is in the checkpoints, if anywhere.
+            let root = spec.state_root();
+            if let Err(e) = std::fs::remove_dir_all(&root)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot clear the RocksDB directory {}: {e}", root.display());
+            }
+        }
         let restore = match (from, &store) {
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
             (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec)?,

@@ -7,7 +7,7 @@ use weir_wire::Kind;
 
 use super::operator::{Operator, OperatorContext, OperatorError};
 use crate::batch::Batch;
-use crate::state::{KeyedState, StateId, StateKind};
+use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind};
 
 /// Names of the built-in operators, for `native = "..."` in a job spec.
 pub const NAMES: &[&str] = &["split_words", "count_words"];
@@ -28,11 +28,23 @@ pub fn build(name: &str, ctx: &OperatorContext) -> Result<Box<dyn Operator>, Ope
     match name {
         "split_words" => Ok(Box::new(SplitWords)),
         "count_words" => {
-            let mut state = KeyedState::new(ctx.max_parallelism, ctx.key_groups.clone());
+            let mut state = KeyedState::open(
+                &ctx.state,
+                &ctx.uid,
+                ctx.subtask,
+                ctx.max_parallelism,
+                ctx.key_groups.clone(),
+            )
+            .map_err(|e| OperatorError::Failed(e.to_string()))?;
             let count = state
                 .declare("count", StateKind::Value, None)
                 .map_err(|e| OperatorError::Contract(e.to_string()))?;
-            Ok(Box::new(CountWords { state, count }))
+            Ok(Box::new(CountWords {
+                state,
+                count,
+                slots: Slots::default(),
+                counts: Vec::new(),
+            }))
         }
         other => Err(OperatorError::Contract(format!(
             "unknown native operator \"{other}\""
@@ -62,11 +74,15 @@ impl Operator for SplitWords {
 struct CountWords {
     state: KeyedState,
     count: StateId,
+    slots: Slots,
+    counts: Vec<u64>,
 }
 
 impl Operator for CountWords {
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
-        self.state.snapshot(std::iter::empty(), out);
+        self.state
+            .snapshot(std::iter::empty(), out)
+            .map_err(|e| OperatorError::Failed(e.to_string()))?;
         Ok(true)
     }
 
@@ -77,36 +93,63 @@ impl Operator for CountWords {
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        // As a guest does: the batch's distinct keys, their counts read in one call and
+        // written back in one.
+        self.slots.clear();
+        let mut index: FastMap<&[u8], u32> =
+            FastMap::with_capacity_and_hasher(input.len(), Default::default());
         for rec in input.iter() {
             let key = rec.key.ok_or_else(|| {
                 OperatorError::Contract("count_words got a record without a key".into())
             })?;
-            let g = self
-                .state
-                .locate(self.count, key)
-                .map_err(|e| OperatorError::Contract(e.to_string()))?;
-            let n = self
-                .state
-                .value(self.count, g, key)
-                .map(|v| decode_varint(v).0)
-                .unwrap_or(0)
-                + 1;
-            let mut buf = [0u8; 10];
-            let len = encode_varint(n, &mut buf);
-            self.state.set_value(self.count, g, key, &buf[..len]);
-            let kind = if n == 1 {
+            let (slots, state) = (&mut self.slots, &self.state);
+            index
+                .entry(key)
+                .or_insert_with(|| slots.push(key, state.key_group(key)));
+        }
+        let counts = &mut self.counts;
+        counts.clear();
+        self.state
+            .read_values(self.count, &self.slots, |_, v| {
+                counts.push(v.map_or(0, |v| decode_varint(v).0))
+            })
+            .map_err(|e| OperatorError::Contract(e.to_string()))?;
+        for rec in input.iter() {
+            let key = rec.key.unwrap_or_default();
+            let n = &mut counts[index[key] as usize];
+            *n += 1;
+            let kind = if *n == 1 {
                 Kind::Insert
             } else {
                 Kind::UpdateAfter
             };
             let mut text = itoa::Buffer::new();
-            let text = text.format(n).as_bytes();
+            let text = text.format(*n).as_bytes();
             out.push_with(kind, Some(key), rec.timestamp, |b| {
                 b.extend_from_slice(text)
             });
         }
-        Ok(())
+        let mut encoded = Vec::with_capacity(counts.len() * 10);
+        for &n in counts.iter() {
+            let mut buf = [0u8; 10];
+            let len = encode_varint(n, &mut buf);
+            encoded.extend_from_slice(&buf[..len]);
+        }
+        let mut rest = &encoded[..];
+        let values = counts.iter().enumerate().map(|(slot, &n)| {
+            let (v, tail) = rest.split_at(varint_len(n));
+            rest = tail;
+            (slot, Some(v))
+        });
+        self.state
+            .write_values(self.count, &self.slots, values)
+            .map_err(|e| OperatorError::Contract(e.to_string()))
     }
+}
+
+/// Bytes of `n` in LEB128.
+fn varint_len(n: u64) -> usize {
+    (64 - n.max(1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// LEB128, the encoding the guest SDK's codec (postcard) gives a `u64`.
@@ -145,6 +188,7 @@ mod tests {
             max_parallelism: 128,
             key_groups: 0..128,
             config: "{}".into(),
+            state: crate::state::StateSetup::memory(),
         }
     }
 
@@ -184,6 +228,7 @@ mod tests {
             let mut buf = [0; 10];
             let len = encode_varint(n, &mut buf);
             assert_eq!(decode_varint(&buf[..len]), (n, len));
+            assert_eq!(varint_len(n), len);
         }
     }
 }

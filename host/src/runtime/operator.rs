@@ -16,6 +16,8 @@ pub struct OperatorContext {
     pub key_groups: Range<u32>,
     /// The operator's `config` table as JSON.
     pub config: String,
+    /// Where its keyed state lives, and the job's clock.
+    pub state: crate::state::StateSetup,
 }
 
 /// Why an operator failed. The runtime adds the operator's name and uid.

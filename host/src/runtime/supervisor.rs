@@ -250,6 +250,7 @@ fn spawn(
                 control,
                 snapshots: snapshot_tx.clone(),
                 restore: restore.clone(),
+                clock: parts.clock.clone(),
             };
             let name = format!("{}-{s}", spec.vertices[chain.head()].name);
             let (shared, events) = (Arc::clone(&shared), event_tx.clone());

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::barrier::{Aligner, Alignment, Progress};
+use super::clock::Clock;
 use super::native;
 use super::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use super::output::{Disconnected, Message, Output, PushError, Target};
@@ -28,6 +29,7 @@ use crate::checkpoint::coordinator::TaskId;
 use crate::checkpoint::{CheckpointMode, Restored};
 use crate::connectors::{Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::state::StateSetup;
 use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
@@ -45,6 +47,7 @@ pub(crate) struct TaskSetup {
     pub control: Receiver<Control>,
     pub snapshots: Sender<TaskSnapshot>,
     pub restore: Option<Arc<Restored>>,
+    pub clock: Clock,
 }
 
 /// What the supervisor tells a task.
@@ -224,6 +227,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
             s,
             &mut setup.components,
             restore.as_deref(),
+            &setup.clock,
         )?);
     }
     let mut chain = Chain {
@@ -273,6 +277,7 @@ fn build_stage(
     s: u32,
     components: &mut HashMap<usize, OperatorComponent>,
     restore: Option<&Restored>,
+    clock: &Clock,
 ) -> Result<Stage, Stop> {
     let vertex = &spec.vertices[v];
     match &vertex.kind {
@@ -285,6 +290,11 @@ fn build_stage(
                 max_parallelism: spec.max_parallelism,
                 key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
                 config: config.clone(),
+                state: StateSetup {
+                    config: spec.state.clone(),
+                    root: spec.state_root(),
+                    clock: clock.clone(),
+                },
             };
             let groups = ctx.key_groups.clone();
             let mut op: Box<dyn Operator> = match code {

@@ -1,21 +1,53 @@
 //! Keyed state of one operator subtask, partitioned by key group.
 //!
-//! States are declared by name with a kind (value, list, map) and an optional TTL; a state is
-//! identified by `(operator uid, name)`. Every entry lives in the table of its key's key
-//! group, so a snapshot can later be split by key-group range when a job is rescaled. This is
-//! the in-memory backend; values are opaque bytes (the guest SDK encodes them).
+//! States are declared by name with a kind (value, list, map) and an optional [`Ttl`]; a state
+//! is identified by `(operator uid, name)`. [`KeyedState`] is the front every operator uses:
+//! it refuses keys outside the subtask's key groups, applies TTL (stamps, expiry, cleanup on
+//! read and on snapshot, see [`ttl`]) and hands plain bytes to one of two backends:
+//!
+//! - `memory` ([`memory`]): hash tables per state and key group; every checkpoint is a full
+//!   snapshot.
+//! - `rocksdb` ([`rocks`]): an embedded RocksDB per subtask, for state larger than memory.
+//!
+//! Access is per batch: the host collects a batch's distinct keys into [`Slots`] and reads or
+//! writes a state for all of them in one call, which lets each backend batch its work.
+//! Values are opaque bytes (the guest SDK encodes them).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::path::PathBuf;
 
+use serde::Deserialize;
+use weir_wire::{
+    DecodeError, ListOp, MapOp, ValueOp, put_bytes, put_opt_bytes, put_u32, read_list_ops,
+    read_map_ops, read_value_ops,
+};
+
+/// Runs `$e` on the backend as `$b`; the memory backend cannot fail, RocksDB can.
+macro_rules! on_backend {
+    ($backend:expr, $b:ident => $e:expr) => {
+        match $backend {
+            Backend::Memory($b) => Ok::<_, StateError>($e),
+            Backend::Rocks($b) => $e,
+        }
+    };
+}
+
+mod memory;
+pub(crate) mod rocks;
 mod snapshot;
+pub(crate) mod ttl;
 mod value_table;
 
 pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
+pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 
+use crate::runtime::clock::Clock;
 use crate::runtime::key_group::key_group;
-pub use value_table::ValuePos;
-use value_table::ValueTable;
+use memory::Memory;
+use rocks::Rocks;
+use ttl::{NEVER, NO_TIME, split, stamped};
 
 /// The kind of a keyed state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,35 +67,108 @@ impl std::fmt::Display for StateKind {
     }
 }
 
-/// Time-to-live of a state's entries, as declared by the operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ttl {
-    pub ttl_ms: u64,
-    pub update: TtlUpdate,
-    pub visibility: TtlVisibility,
-    pub event_time: bool,
+/// The job spec's `[state]` table.
+///
+/// ```toml
+/// [state]
+/// backend = "rocksdb"       # or "memory" (the default)
+/// dir = "state"             # RocksDB's working directories: <dir>/<job>/, relative to the spec
+/// incremental = true        # RocksDB checkpoints share unchanged SST files (false: full copies)
+/// block_cache = "64 MiB"    # RocksDB, per subtask: cache of uncompressed blocks
+/// write_buffer = "64 MiB"   # RocksDB, per subtask: memtable size before a flush
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    #[serde(default)]
+    pub backend: BackendKind,
+    #[serde(default = "default_dir")]
+    pub dir: PathBuf,
+    #[serde(default = "yes")]
+    pub incremental: bool,
+    #[serde(default = "default_block_cache")]
+    pub block_cache: bytesize::ByteSize,
+    #[serde(default = "default_write_buffer")]
+    pub write_buffer: bytesize::ByteSize,
 }
 
-/// Flink's `StateTtlConfig.UpdateType`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TtlUpdate {
-    OnCreateAndWrite,
-    OnReadAndWrite,
-    Disabled,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    #[default]
+    Memory,
+    #[serde(rename = "rocksdb")]
+    RocksDb,
 }
 
-/// Flink's `StateTtlConfig.StateVisibility`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TtlVisibility {
-    NeverReturnExpired,
-    ReturnExpiredIfNotCleanedUp,
+fn default_dir() -> PathBuf {
+    PathBuf::from("state")
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_block_cache() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(64)
+}
+
+fn default_write_buffer() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(64)
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            backend: BackendKind::Memory,
+            dir: default_dir(),
+            incremental: true,
+            block_cache: default_block_cache(),
+            write_buffer: default_write_buffer(),
+        }
+    }
+}
+
+impl StateConfig {
+    /// Checks the settings; the message names the setting and the fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.write_buffer.as_u64() < 1 << 20 {
+            return Err(format!(
+                "write_buffer {} is too small; use at least 1 MiB, e.g. write_buffer = \"64 MiB\"",
+                self.write_buffer
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where one subtask's keyed state lives.
+#[derive(Debug, Clone)]
+pub struct StateSetup {
+    pub config: StateConfig,
+    /// `<spec dir>/<config.dir>/<job>`: the parent of the subtasks' RocksDB directories.
+    pub root: PathBuf,
+    /// Processing time, for TTL.
+    pub clock: Clock,
+}
+
+impl StateSetup {
+    /// In memory, on the system clock.
+    #[cfg(test)]
+    pub fn memory() -> Self {
+        StateSetup {
+            config: StateConfig::default(),
+            root: PathBuf::new(),
+            clock: Clock::system(),
+        }
+    }
 }
 
 /// Index of a declared state within its [`KeyedState`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StateId(usize);
 
-/// A refused state access, naming the state and what to do.
+/// A refused or failed state access, naming the state and what to do.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StateError {
     #[error(
@@ -91,24 +196,106 @@ pub enum StateError {
         group: u32,
         owned: Range<u32>,
     },
+    #[error("key slot {slot} does not exist: the current batch has {len} keys")]
+    NoSuchSlot { slot: u32, len: usize },
+    #[error("state \"{name}\": {cause}")]
+    Decode { name: String, cause: DecodeError },
+    /// A value over the caller's size limit (the host turns it into a limit error).
+    #[error("state \"{name}\": a value of {len} bytes for key slot {slot} is over the limit")]
+    TooLarge { name: String, slot: u32, len: usize },
+    /// The backend failed (a RocksDB I/O error, a full disk).
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// Keys and values up to 24 bytes live inside the hash table's bucket: a lookup then touches
 /// one cache line instead of chasing a pointer to a separate allocation.
 pub(crate) type Key = smallvec::SmallVec<[u8; 24]>;
 pub(crate) type Value = smallvec::SmallVec<[u8; 24]>;
-/// The entries of one key's map state, in key order.
-type MapEntries = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// The hash map of hot paths: foldhash is several times faster than SipHash on short keys
 /// and, unlike FxHash, mixes well enough that similar short keys do not collide.
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-#[derive(Debug)]
-enum Table {
-    Value(Vec<ValueTable>),
-    List(Vec<FastMap<Key, Vec<Vec<u8>>>>),
-    Map(Vec<FastMap<Key, MapEntries>>),
+/// One stored row as a backend reports it: a key's value, one element of its list, or one
+/// entry of its map (bytes with the TTL stamp, if the state has a TTL).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Row<'a> {
+    Value(&'a [u8]),
+    Element(&'a [u8]),
+    Entry(&'a [u8], &'a [u8]),
+}
+
+/// The distinct keys of the batch (or timer batch) being handled: slot `i` is the `i`-th,
+/// with its key group and the latest event time among its records.
+#[derive(Debug, Default)]
+pub struct Slots {
+    bytes: Vec<u8>,
+    slots: Vec<Slot>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    at: u32,
+    len: u32,
+    group: u32,
+    time: i64,
+}
+
+#[allow(clippy::len_without_is_empty)]
+impl Slots {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.slots.clear();
+    }
+
+    /// Adds the key of the next slot, of key group `group`; returns its slot.
+    pub fn push(&mut self, key: &[u8], group: u32) -> u32 {
+        let at = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(key);
+        self.slots.push(Slot {
+            at,
+            len: key.len() as u32,
+            group,
+            time: NO_TIME,
+        });
+        (self.slots.len() - 1) as u32
+    }
+
+    /// Notes that a record of `slot`'s key has event time `ts`.
+    pub fn note_time(&mut self, slot: u32, ts: i64) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.time = s.time.max(ts);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn key(&self, slot: usize) -> &[u8] {
+        let s = &self.slots[slot];
+        &self.bytes[s.at as usize..(s.at + s.len) as usize]
+    }
+
+    pub fn group(&self, slot: usize) -> u32 {
+        self.slots[slot].group
+    }
+
+    fn time(&self, slot: usize) -> i64 {
+        self.slots[slot].time
+    }
+
+    fn check(&self, slot: u32) -> Result<usize, StateError> {
+        if (slot as usize) < self.slots.len() {
+            Ok(slot as usize)
+        } else {
+            Err(StateError::NoSuchSlot {
+                slot,
+                len: self.slots.len(),
+            })
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -116,8 +303,45 @@ struct Declared {
     name: String,
     kind: StateKind,
     ttl: Option<Ttl>,
-    table: Table,
 }
+
+#[derive(Debug)]
+enum Backend {
+    Memory(Memory),
+    Rocks(Box<Rocks>),
+}
+
+/// The changes of one `store` call, collapsed per key in the order keys were first changed:
+/// whether the key's list or map is emptied first, then what is added to it.
+struct Collapsed<T> {
+    keys: Vec<(usize, bool, T)>,
+    index: FastMap<usize, usize>,
+}
+
+impl<T> Default for Collapsed<T> {
+    fn default() -> Self {
+        Collapsed {
+            keys: Vec::new(),
+            index: FastMap::default(),
+        }
+    }
+}
+
+impl<T: Default> Collapsed<T> {
+    /// The clear flag and the additions of `slot`.
+    fn of(&mut self, slot: usize) -> (&mut bool, &mut T) {
+        let keys = &mut self.keys;
+        let i = *self.index.entry(slot).or_insert_with(|| {
+            keys.push((slot, false, T::default()));
+            keys.len() - 1
+        });
+        let (_, clear, added) = &mut self.keys[i];
+        (clear, added)
+    }
+}
+
+/// A map entry to put (with its stamped value) or, with `None`, to remove.
+type MapChange<'a> = (&'a [u8], Option<Cow<'a, [u8]>>);
 
 /// The keyed state of one operator subtask.
 #[derive(Debug)]
@@ -126,21 +350,69 @@ pub struct KeyedState {
     groups: Range<u32>,
     states: Vec<Declared>,
     by_name: HashMap<String, StateId>,
+    backend: Backend,
+    clock: Clock,
+    /// The task's event-time watermark, `NO_TIME` before the first.
+    watermark: i64,
+    /// The next key group the memory backend's incremental TTL cleanup visits.
+    cleanup_cursor: u32,
+    scratch: Vec<u8>,
 }
 
-/// Where a key's entries live: its key group's table. Obtained once per key per batch with
-/// [`KeyedState::locate`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyGroupIndex(usize);
-
 impl KeyedState {
-    /// State for the key groups `groups` of `max_parallelism`.
+    /// In-memory state for the key groups `groups` of `max_parallelism`.
+    #[cfg(test)]
     pub fn new(max_parallelism: u32, groups: Range<u32>) -> Self {
+        Self::with_backend(
+            max_parallelism,
+            groups.clone(),
+            Backend::Memory(Memory::new(groups)),
+            Clock::system(),
+        )
+    }
+
+    /// State as `setup` says, for subtask `subtask` of operator `uid`.
+    pub(crate) fn open(
+        setup: &StateSetup,
+        uid: &str,
+        subtask: u32,
+        max_parallelism: u32,
+        groups: Range<u32>,
+    ) -> Result<Self, StateError> {
+        let backend = match setup.config.backend {
+            BackendKind::Memory => Backend::Memory(Memory::new(groups.clone())),
+            BackendKind::RocksDb => Backend::Rocks(Box::new(Rocks::open(
+                &setup.root,
+                &format!("{uid}-{subtask}"),
+                &setup.config,
+                groups.clone(),
+                setup.clock.clone(),
+            )?)),
+        };
+        Ok(Self::with_backend(
+            max_parallelism,
+            groups,
+            backend,
+            setup.clock.clone(),
+        ))
+    }
+
+    fn with_backend(
+        max_parallelism: u32,
+        groups: Range<u32>,
+        backend: Backend,
+        clock: Clock,
+    ) -> Self {
         KeyedState {
             max_parallelism,
+            cleanup_cursor: groups.start,
             groups,
             states: Vec::new(),
             by_name: HashMap::new(),
+            backend,
+            clock,
+            watermark: NO_TIME,
+            scratch: Vec::new(),
         }
     }
 
@@ -169,18 +441,12 @@ impl KeyedState {
             }
             return Ok(id);
         }
-        let n = self.groups.len();
-        let table = match kind {
-            StateKind::Value => Table::Value((0..n).map(|_| ValueTable::default()).collect()),
-            StateKind::List => Table::List((0..n).map(|_| FastMap::default()).collect()),
-            StateKind::Map => Table::Map((0..n).map(|_| FastMap::default()).collect()),
-        };
         let id = StateId(self.states.len());
+        on_backend!(&mut self.backend, b => b.declare(id.0, name, kind, ttl))?;
         self.states.push(Declared {
             name: name.into(),
             kind,
             ttl,
-            table,
         });
         self.by_name.insert(name.into(), id);
         Ok(id)
@@ -199,224 +465,401 @@ impl KeyedState {
         self.states[id.0].kind
     }
 
-    /// The table index of `key`, refusing keys outside this subtask's key groups.
-    pub fn locate(&self, id: StateId, key: &[u8]) -> Result<KeyGroupIndex, StateError> {
-        self.group_index(id, key_group(key, self.max_parallelism))
+    /// The key group of `key`.
+    pub fn key_group(&self, key: &[u8]) -> u32 {
+        key_group(key, self.max_parallelism)
     }
 
-    /// The table index of key group `group` (as computed by `key_group`), refusing groups
-    /// this subtask does not own.
-    pub fn group_index(&self, id: StateId, group: u32) -> Result<KeyGroupIndex, StateError> {
-        if !self.groups.contains(&group) {
-            return Err(StateError::ForeignKey {
+    /// Sets the task's event-time watermark, against which event-time TTLs expire.
+    // The runtime calls it once watermarks flow between tasks (the event-time work); until
+    // then event-time TTLs never expire in a running job, and only tests set it.
+    #[allow(dead_code)]
+    pub fn set_watermark(&mut self, watermark: i64) {
+        self.watermark = watermark;
+        if let Backend::Rocks(r) = &self.backend {
+            r.set_watermark(watermark);
+        }
+    }
+
+    /// The TTL of `id`, if it has one that is on.
+    fn ttl(&self, id: StateId) -> Option<Ttl> {
+        self.states[id.0].ttl.filter(Ttl::active)
+    }
+
+    /// The time TTL `ttl` expires against.
+    fn now(&self, ttl: &Ttl) -> i64 {
+        if ttl.event_time {
+            self.watermark
+        } else {
+            self.clock.now_ms()
+        }
+    }
+
+    /// The stamp of an entry of `slot`'s key written now.
+    fn stamp(&self, ttl: &Ttl, slots: &Slots, slot: usize) -> i64 {
+        if !ttl.event_time {
+            return self.clock.now_ms();
+        }
+        match slots.time(slot).max(self.watermark) {
+            NO_TIME => NEVER,
+            t => t,
+        }
+    }
+
+    /// Refuses the batch if any of its keys belongs to another subtask.
+    fn check_slots(&self, id: StateId, slots: &Slots) -> Result<(), StateError> {
+        match slots.slots.iter().find(|s| !self.groups.contains(&s.group)) {
+            Some(s) => Err(StateError::ForeignKey {
                 name: self.states[id.0].name.clone(),
-                group,
+                group: s.group,
                 owned: self.groups.clone(),
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(KeyGroupIndex((group - self.groups.start) as usize))
     }
 
-    pub fn value(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<&[u8]> {
-        let t = self.value_table(id, g);
-        t.find(key).and_then(|pos| t.get(pos))
+    fn commit(&mut self) -> Result<(), StateError> {
+        on_backend!(&mut self.backend, b => b.commit())
     }
 
-    /// Where the value of `key` is, for [`value_at`](Self::value_at) and
-    /// [`set_value_at`](Self::set_value_at).
-    pub fn find_value(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<ValuePos> {
-        self.value_table(id, g).find(key)
-    }
-
-    pub fn value_at(&self, id: StateId, g: KeyGroupIndex, pos: ValuePos) -> Option<&[u8]> {
-        self.value_table(id, g).get(pos)
-    }
-
-    /// Sets the value of `key`, which [`find_value`](Self::find_value) found at `pos` (a
-    /// hint: still correct if the table changed since).
-    pub fn set_value_at(
+    /// Calls `f` with every slot's value of value state `id` (`None`: absent or expired).
+    pub fn read_values(
         &mut self,
         id: StateId,
-        g: KeyGroupIndex,
-        pos: ValuePos,
-        key: &[u8],
-        value: &[u8],
-    ) {
-        if let Table::Value(t) = &mut self.states[id.0].table {
-            t[g.0].set_at(pos, key, value);
+        slots: &Slots,
+        mut f: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StateError> {
+        self.check_slots(id, slots)?;
+        let st = id.0;
+        let Some(ttl) = self.ttl(id) else {
+            return on_backend!(&mut self.backend, b => b.read_values(st, slots, f));
+        };
+        self.clean_up_step(id)?;
+        let now = self.now(&ttl);
+        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
+        let (mut expired, mut touched) = (Vec::new(), Vec::new());
+        on_backend!(&mut self.backend, b => b.read_values(st, slots, |slot, raw| {
+            let Some(raw) = raw else {
+                return f(slot, None);
+            };
+            let (stamp, user) = split(raw);
+            if ttl.expired(stamp, now) {
+                expired.push(slot);
+                f(slot, ttl.returns_expired().then_some(user));
+            } else {
+                if on_read {
+                    touched.push((slot, user.to_vec()));
+                }
+                f(slot, Some(user));
+            }
+        }))?;
+        for slot in expired {
+            on_backend!(&mut self.backend, b => b.write_value(st, slots, slot, None))?;
         }
+        for (slot, user) in touched {
+            let stamp = self.stamp(&ttl, slots, slot);
+            let raw = stamped(&mut self.scratch, stamp, &user);
+            on_backend!(&mut self.backend, b => b.write_value(st, slots, slot, Some(raw)))?;
+        }
+        self.commit()
     }
 
-    pub fn set_value(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8], value: &[u8]) {
-        if let Table::Value(t) = &mut self.states[id.0].table {
-            t[g.0].set(key, value);
-        }
-    }
-
-    fn value_table(&self, id: StateId, g: KeyGroupIndex) -> &ValueTable {
-        match &self.states[id.0].table {
-            Table::Value(t) => &t[g.0],
-            _ => panic!("state \"{}\" is not a value state", self.states[id.0].name),
-        }
-    }
-
-    pub fn list(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> &[Vec<u8>] {
-        match &self.states[id.0].table {
-            Table::List(t) => t[g.0].get(key).map(Vec::as_slice).unwrap_or(&[]),
-            _ => &[],
-        }
-    }
-
-    /// Appends to a list, replacing it first when `replace`.
-    pub fn extend_list<'a>(
+    /// Sets (`Some`) or clears (`None`) the value of each given slot's key.
+    pub fn write_values<'v>(
         &mut self,
         id: StateId,
-        g: KeyGroupIndex,
-        key: &[u8],
-        replace: bool,
-        elems: impl IntoIterator<Item = &'a [u8]>,
-    ) {
-        if let Table::List(t) = &mut self.states[id.0].table {
-            let list = match t[g.0].get_mut(key) {
-                Some(l) => l,
-                None => t[g.0].entry(key.into()).or_default(),
+        slots: &Slots,
+        changes: impl IntoIterator<Item = (usize, Option<&'v [u8]>)>,
+    ) -> Result<(), StateError> {
+        self.check_slots(id, slots)?;
+        let (st, ttl) = (id.0, self.ttl(id));
+        for (slot, v) in changes {
+            let v = match (v, &ttl) {
+                (Some(v), Some(ttl)) => {
+                    let stamp = self.stamp(ttl, slots, slot);
+                    Some(stamped(&mut self.scratch, stamp, v) as &[u8])
+                }
+                (v, _) => v,
             };
-            if replace {
-                list.clear();
+            on_backend!(&mut self.backend, b => b.write_value(st, slots, slot, v))?;
+        }
+        self.commit()
+    }
+
+    /// The elements of `slot`'s list in state `id`, expired ones removed (or, with
+    /// `return_expired_if_not_cleaned_up`, returned once), in order.
+    fn read_list(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        slot: usize,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<(), StateError> {
+        let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
+        let Some(ttl) = self.ttl(id) else {
+            return on_backend!(&self.backend, b => b.read_list(st, group, key, f));
+        };
+        let now = self.now(&ttl);
+        let stamp = self.stamp(&ttl, slots, slot);
+        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
+        let (mut kept, mut changed) = (Vec::new(), on_read);
+        on_backend!(&self.backend, b => b.read_list(st, group, key, |raw| {
+            let (old, user) = split(raw);
+            if ttl.expired(old, now) {
+                changed = true;
+                if ttl.returns_expired() {
+                    f(user);
+                }
+            } else {
+                f(user);
+                kept.push(if on_read { [&stamp.to_le_bytes()[..], user].concat() } else { raw.to_vec() });
             }
-            list.extend(elems.into_iter().map(<[u8]>::to_vec));
-            if list.is_empty() {
-                t[g.0].remove(key);
+        }))?;
+        if changed {
+            on_backend!(&mut self.backend, b => b.write_list(st, group, key, true, kept.iter().map(Vec::as_slice)))?;
+        }
+        Ok(())
+    }
+
+    /// The entries of `slot`'s map in state `id`, in key order, with TTL applied as in
+    /// [`read_list`](Self::read_list).
+    fn read_map(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        slot: usize,
+        mut f: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StateError> {
+        let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
+        let Some(ttl) = self.ttl(id) else {
+            return on_backend!(&self.backend, b => b.read_map(st, group, key, f));
+        };
+        let now = self.now(&ttl);
+        let stamp = self.stamp(&ttl, slots, slot);
+        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
+        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        on_backend!(&self.backend, b => b.read_map(st, group, key, |mk, raw| {
+            let (old, user) = split(raw);
+            if ttl.expired(old, now) {
+                changes.push((mk.to_vec(), None));
+                if ttl.returns_expired() {
+                    f(mk, user);
+                }
+            } else {
+                f(mk, user);
+                if on_read {
+                    changes.push((mk.to_vec(), Some([&stamp.to_le_bytes()[..], user].concat())));
+                }
+            }
+        }))?;
+        if !changes.is_empty() {
+            let changes = changes.iter().map(|(k, v)| (&k[..], v.as_deref()));
+            on_backend!(&mut self.backend, b => b.write_map(st, group, key, false, changes))?;
+        }
+        Ok(())
+    }
+
+    /// The `load` buffer of the WIT contract for state `id`: every slot's value, list or map.
+    pub fn load(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StateError> {
+        match self.kind(id) {
+            StateKind::Value => self.read_values(id, slots, |_, v| put_opt_bytes(buf, v)),
+            StateKind::List => {
+                self.check_slots(id, slots)?;
+                self.clean_up_step(id)?;
+                for slot in 0..slots.len() {
+                    let at = buf.len();
+                    put_u32(buf, 0);
+                    let mut n = 0u32;
+                    self.read_list(id, slots, slot, |e| {
+                        put_bytes(buf, e);
+                        n += 1;
+                    })?;
+                    buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+                }
+                self.commit()
+            }
+            StateKind::Map => {
+                self.check_slots(id, slots)?;
+                self.clean_up_step(id)?;
+                for slot in 0..slots.len() {
+                    let at = buf.len();
+                    put_u32(buf, 0);
+                    let mut n = 0u32;
+                    self.read_map(id, slots, slot, |k, v| {
+                        put_bytes(buf, k);
+                        put_bytes(buf, v);
+                        n += 1;
+                    })?;
+                    buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+                }
+                self.commit()
             }
         }
     }
 
-    pub fn map(&self, id: StateId, g: KeyGroupIndex, key: &[u8]) -> Option<&MapEntries> {
-        match &self.states[id.0].table {
-            Table::Map(t) => t[g.0].get(key),
-            _ => None,
-        }
-    }
-
-    pub fn put_map(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8], mk: &[u8], mv: &[u8]) {
-        if let Table::Map(t) = &mut self.states[id.0].table {
-            let map = match t[g.0].get_mut(key) {
-                Some(m) => m,
-                None => t[g.0].entry(key.into()).or_default(),
-            };
-            map.insert(mk.to_vec(), mv.to_vec());
-        }
-    }
-
-    pub fn remove_map(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8], mk: &[u8]) {
-        if let Table::Map(t) = &mut self.states[id.0].table
-            && let Some(m) = t[g.0].get_mut(key)
-        {
-            m.remove(mk);
-            if m.is_empty() {
-                t[g.0].remove(key);
+    /// Applies a `store` buffer of the WIT contract to state `id`, refusing any value (list
+    /// element, map key plus value) longer than `max_value` bytes.
+    pub fn store(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        changes: &[u8],
+        max_value: u64,
+    ) -> Result<(), StateError> {
+        self.check_slots(id, slots)?;
+        let name = &self.states[id.0].name;
+        let bad = |cause| StateError::Decode {
+            name: name.clone(),
+            cause,
+        };
+        let too_large = |slot, len: usize| {
+            (len as u64 > max_value).then(|| StateError::TooLarge {
+                name: name.clone(),
+                slot,
+                len,
+            })
+        };
+        match self.kind(id) {
+            StateKind::Value => {
+                let mut ops = Vec::new();
+                for op in read_value_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let v = match op {
+                        ValueOp::Set(v) => Some(v),
+                        ValueOp::Clear => None,
+                    };
+                    if let Some(e) = too_large(slot, v.map_or(0, <[u8]>::len)) {
+                        return Err(e);
+                    }
+                    ops.push((slots.check(slot)?, v));
+                }
+                self.write_values(id, slots, ops)
+            }
+            StateKind::List => {
+                let mut pending = Collapsed::<Vec<&[u8]>>::default();
+                for op in read_list_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let (clear, elems) = pending.of(slots.check(slot)?);
+                    match op {
+                        ListOp::Clear => (*clear, *elems) = (true, Vec::new()),
+                        ListOp::Replace(new) => (*clear, *elems) = (true, new),
+                        ListOp::Append(new) => elems.extend(new),
+                    }
+                    if let Some(e) = elems.iter().find_map(|e| too_large(slot, e.len())) {
+                        return Err(e);
+                    }
+                }
+                let ttl = self.ttl(id);
+                for (slot, clear, elems) in pending.keys {
+                    let (group, key) = (slots.group(slot), slots.key(slot));
+                    let elems: Vec<Cow<[u8]>> = match &ttl {
+                        Some(ttl) => {
+                            let stamp = self.stamp(ttl, slots, slot).to_le_bytes();
+                            elems
+                                .iter()
+                                .map(|e| Cow::Owned([&stamp[..], e].concat()))
+                                .collect()
+                        }
+                        None => elems.into_iter().map(Cow::Borrowed).collect(),
+                    };
+                    let elems = elems.iter().map(|e| &e[..]);
+                    on_backend!(&mut self.backend, b => b.write_list(id.0, group, key, clear, elems))?;
+                }
+                self.commit()
+            }
+            StateKind::Map => {
+                let mut pending = Collapsed::<BTreeMap<&[u8], Option<&[u8]>>>::default();
+                for op in read_map_ops(changes) {
+                    let (slot, op) = op.map_err(bad)?;
+                    let (clear, entries) = pending.of(slots.check(slot)?);
+                    match op {
+                        MapOp::Clear => (*clear, *entries) = (true, BTreeMap::new()),
+                        MapOp::Put(k, v) => {
+                            if let Some(e) = too_large(slot, k.len() + v.len()) {
+                                return Err(e);
+                            }
+                            entries.insert(k, Some(v));
+                        }
+                        MapOp::Remove(k) => {
+                            entries.insert(k, None);
+                        }
+                    }
+                }
+                let ttl = self.ttl(id);
+                for (slot, clear, changes) in pending.keys {
+                    let (group, key) = (slots.group(slot), slots.key(slot));
+                    let stamp = ttl.map(|ttl| self.stamp(&ttl, slots, slot).to_le_bytes());
+                    let changes: Vec<MapChange> = changes
+                        .into_iter()
+                        .map(|(k, v)| {
+                            let v = v.map(|v| match &stamp {
+                                Some(s) => Cow::Owned([&s[..], v].concat()),
+                                None => Cow::Borrowed(v),
+                            });
+                            (k, v)
+                        })
+                        .collect();
+                    let changes = changes.iter().map(|(k, v)| (*k, v.as_deref()));
+                    on_backend!(&mut self.backend, b => b.write_map(id.0, group, key, clear, changes))?;
+                }
+                self.commit()
             }
         }
     }
 
-    /// Removes the state's entry for `key` (of any kind).
-    pub fn clear(&mut self, id: StateId, g: KeyGroupIndex, key: &[u8]) {
-        match &mut self.states[id.0].table {
-            Table::Value(t) => t[g.0].remove(key),
-            Table::List(t) => {
-                t[g.0].remove(key);
-            }
-            Table::Map(t) => {
-                t[g.0].remove(key);
-            }
-        }
+    /// Incremental TTL cleanup of the memory backend: each read of a state with a TTL also
+    /// drops the expired entries of the next key group of that state. (RocksDB drops them in
+    /// compaction instead.)
+    fn clean_up_step(&mut self, id: StateId) -> Result<(), StateError> {
+        let (Some(ttl), Backend::Memory(m)) = (self.ttl(id), &mut self.backend) else {
+            return Ok(());
+        };
+        let now = if ttl.event_time {
+            self.watermark
+        } else {
+            self.clock.now_ms()
+        };
+        let group = self.cleanup_cursor;
+        self.cleanup_cursor = if group + 1 >= self.groups.end {
+            self.groups.start
+        } else {
+            group + 1
+        };
+        m.retain(id.0, group, |raw| !ttl.expired(split(raw).0, now));
+        Ok(())
     }
 
-    /// Keys with an entry in state `id`, in no particular order.
+    /// Every live entry of every state, as `(state, key, rendered value)`, sorted: for tests
+    /// that compare two stores.
     #[cfg(test)]
-    pub fn keys(&self, id: StateId) -> Vec<&[u8]> {
-        fn collect<V>(t: &[FastMap<Key, V>]) -> Vec<&[u8]> {
-            t.iter().flat_map(|m| m.keys().map(|k| &k[..])).collect()
+    pub(crate) fn dump(&mut self) -> Vec<(String, Vec<u8>, String)> {
+        let mut out = Vec::new();
+        for (i, d) in self.states.iter().enumerate() {
+            for group in self.groups.clone() {
+                let mut rows: BTreeMap<Vec<u8>, Vec<String>> = BTreeMap::new();
+                on_backend!(&self.backend, b => b.scan(i, group, &mut |key: &[u8], row: Row<'_>| {
+                    let r = match row {
+                        Row::Value(v) | Row::Element(v) => format!("{v:?}"),
+                        Row::Entry(k, v) => format!("{k:?}={v:?}"),
+                    };
+                    rows.entry(key.to_vec()).or_default().push(r);
+                }))
+                .unwrap();
+                out.extend(
+                    rows.into_iter()
+                        .map(|(k, r)| (d.name.clone(), k, r.join(","))),
+                );
+            }
         }
-        match &self.states[id.0].table {
-            Table::Value(t) => t.iter().flat_map(|t| t.iter().map(|(k, _)| k)).collect(),
-            Table::List(t) => collect(t),
-            Table::Map(t) => collect(t),
-        }
+        out.sort();
+        out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::key_group::key_group_range;
-
-    fn whole() -> KeyedState {
-        KeyedState::new(128, 0..128)
-    }
-
-    #[test]
-    fn value_list_and_map_entries() {
-        let mut s = whole();
-        let v = s.declare("v", StateKind::Value, None).unwrap();
-        let l = s.declare("l", StateKind::List, None).unwrap();
-        let m = s.declare("m", StateKind::Map, None).unwrap();
-        let g = s.locate(v, b"k").unwrap();
-        assert_eq!(s.value(v, g, b"k"), None);
-        s.set_value(v, g, b"k", b"1");
-        s.set_value(v, g, b"k", b"22");
-        assert_eq!(s.value(v, g, b"k"), Some(&b"22"[..]));
-        s.clear(v, g, b"k");
-        assert_eq!(s.value(v, g, b"k"), None);
-
-        s.extend_list(l, g, b"k", false, [&b"a"[..], b"b"]);
-        s.extend_list(l, g, b"k", false, [&b"c"[..]]);
-        assert_eq!(
-            s.list(l, g, b"k"),
-            &[b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
-        );
-        s.extend_list(l, g, b"k", true, [&b"z"[..]]);
-        assert_eq!(s.list(l, g, b"k"), &[b"z".to_vec()]);
-        s.extend_list(l, g, b"k", true, []);
-        assert!(s.keys(l).is_empty(), "an emptied list leaves no entry");
-
-        s.put_map(m, g, b"k", b"x", b"1");
-        s.put_map(m, g, b"k", b"a", b"2");
-        let entries: Vec<_> = s.map(m, g, b"k").unwrap().iter().collect();
-        assert_eq!(entries[0].0, b"a", "map entries iterate in key order");
-        s.remove_map(m, g, b"k", b"a");
-        s.remove_map(m, g, b"k", b"x");
-        assert!(s.map(m, g, b"k").is_none());
-    }
-
-    #[test]
-    fn redeclaring_checks_kind_and_ttl() {
-        let mut s = whole();
-        let a = s.declare("a", StateKind::Value, None).unwrap();
-        assert_eq!(s.declare("a", StateKind::Value, None), Ok(a));
-        assert!(matches!(
-            s.declare("a", StateKind::List, None),
-            Err(StateError::KindMismatch { .. })
-        ));
-        let ttl = Ttl {
-            ttl_ms: 5,
-            update: TtlUpdate::OnCreateAndWrite,
-            visibility: TtlVisibility::NeverReturnExpired,
-            event_time: false,
-        };
-        let err = s.declare("a", StateKind::Value, Some(ttl)).unwrap_err();
-        assert!(err.to_string().contains("declared with TTL"), "{err}");
-    }
-
-    #[test]
-    fn keys_of_other_subtasks_are_refused() {
-        let mut s = KeyedState::new(128, key_group_range(128, 2, 0));
-        let v = s.declare("count", StateKind::Value, None).unwrap();
-        let foreign = (0..1000u32)
-            .map(|i| i.to_string())
-            .find(|k| key_group(k.as_bytes(), 128) >= 64)
-            .unwrap();
-        let err = s.locate(v, foreign.as_bytes()).unwrap_err();
-        assert!(err.to_string().contains("key_by edge"), "{err}");
-    }
-}
+mod tests;

@@ -69,6 +69,11 @@ impl ValueTable {
         self.table.iter().map(|(k, v)| (&k[..], &v[..]))
     }
 
+    /// Keeps the entries whose value `keep` accepts.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+        self.table.retain(|(_, v)| keep(v));
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.table.len()
     }

@@ -6,25 +6,20 @@
 //! message naming the state or buffer, which the runtime reports with the operator's uid.
 
 use std::collections::BTreeSet;
-use std::ops::Range;
 
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-use weir_wire::{
-    ListOp, MapOp, OutputReader, TimeDomain, ValueOp, put_bytes, put_opt_bytes, put_u32,
-    read_list_ops, read_map_ops, read_timer_ops, read_value_ops,
-};
+use weir_wire::{OutputReader, TimeDomain, read_timer_ops};
 
 use super::capabilities::{Grants, GuestLog, Level};
 use super::describe_bytes;
 use super::limits::{Limit, LimitExceeded, Limiter, Limits, bytes};
 use super::weir::stream::{log, output, state, timers, types};
 use crate::batch::Batch;
-use crate::runtime::key_group::key_group;
 use crate::runtime::operator::OperatorContext;
 use crate::state::{
-    KeyGroupIndex, KeyedState, OperatorStates, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
-    ValuePos,
+    KeyedState, OperatorStates, Slots, StateError, StateId, StateKind, Ttl, TtlUpdate,
+    TtlVisibility,
 };
 
 /// Event-time timers: `(timestamp, key)` in firing order.
@@ -38,13 +33,8 @@ pub(crate) struct HostState {
     pub(crate) state: KeyedState,
     /// Declared states by resource rep.
     declared: Vec<StateId>,
-    /// The key of every slot of the current call, as `(start, length)` in `slot_bytes`, and
-    /// its key group.
-    slot_ranges: Vec<(u32, u32, u32)>,
-    slot_bytes: Vec<u8>,
-    /// Where this call's value-state loads found each slot's value, per state, so that
-    /// `store` writes back without a second hash lookup.
-    value_positions: Vec<(StateId, Vec<Option<ValuePos>>)>,
+    /// The distinct keys of the current call.
+    pub(crate) slots: Slots,
     pub(crate) in_call: bool,
     /// Where emitted records go during a call.
     pub(crate) out: Batch,
@@ -86,7 +76,14 @@ impl HostState {
         limits: Limits,
         grants: &Grants,
     ) -> Result<Self, String> {
-        let state = KeyedState::new(ctx.max_parallelism, ctx.key_groups.clone());
+        let state = KeyedState::open(
+            &ctx.state,
+            &ctx.uid,
+            ctx.subtask,
+            ctx.max_parallelism,
+            ctx.key_groups.clone(),
+        )
+        .map_err(|e| e.to_string())?;
         let log = GuestLog::new(&ctx);
         Ok(HostState {
             wasi: grants.wasi_ctx(&log)?,
@@ -94,9 +91,7 @@ impl HostState {
             ctx,
             state,
             declared: Vec::new(),
-            slot_ranges: Vec::new(),
-            slot_bytes: Vec::new(),
-            value_positions: Vec::new(),
+            slots: Slots::default(),
             in_call: false,
             out: Batch::default(),
             side_outputs: Vec::new(),
@@ -150,39 +145,37 @@ impl HostState {
 
     /// Keyed state `id` of the key in `slot`, for a message.
     fn keyed_target(&self, id: StateId, slot: u32) -> String {
-        let key = self
-            .slot_key(slot)
-            .map(|(range, _)| describe_bytes(&self.slot_bytes[range]))
-            .unwrap_or_default();
+        let key = match (slot as usize) < self.slots.len() {
+            true => describe_bytes(self.slots.key(slot as usize)),
+            false => String::new(),
+        };
         format!("state \"{}\" for key {key}", self.state.name(id))
     }
 
-    /// Starts a new slot table for the next call.
-    pub(crate) fn clear_slots(&mut self) {
-        self.slot_ranges.clear();
-        self.slot_bytes.clear();
-        self.value_positions.clear();
+    /// Adds the key of the next slot; returns its slot.
+    pub(crate) fn push_slot(&mut self, key: &[u8]) -> u32 {
+        let group = self.state.key_group(key);
+        self.slots.push(key, group)
     }
 
-    /// Adds the key of the next slot.
-    pub(crate) fn push_slot(&mut self, key: &[u8]) {
-        let at = self.slot_bytes.len() as u32;
-        self.slot_bytes.extend_from_slice(key);
-        let group = key_group(key, self.ctx.max_parallelism);
-        self.slot_ranges.push((at, key.len() as u32, group));
-    }
-
-    /// The key of `slot` and its key group.
-    /// Where the key of `slot` is in `slot_bytes`, and its key group. A range rather than a
-    /// slice, so that callers can read the key while they change `state` (disjoint fields).
-    fn slot_key(&self, slot: u32) -> wasmtime::Result<(Range<usize>, u32)> {
-        let &(at, len, group) = self.slot_ranges.get(slot as usize).ok_or_else(|| {
-            wasmtime::format_err!(
-                "key slot {slot} does not exist: the current batch has {} keys",
-                self.slot_ranges.len()
-            )
-        })?;
-        Ok((at as usize..(at + len) as usize, group))
+    /// A state error as the guest's trap; a value over the limit as a limit error.
+    fn state_error(&self, id: StateId, e: StateError) -> wasmtime::Error {
+        match e {
+            StateError::TooLarge { slot, len, .. } => {
+                let limit = self.limits().state_value.as_u64();
+                LimitExceeded::error(
+                    Limit::StateValue,
+                    format!(
+                        "{} tried to write {} into {}, over the limit of {}",
+                        self.hook,
+                        bytes(len as u64),
+                        self.keyed_target(id, slot),
+                        bytes(limit)
+                    ),
+                )
+            }
+            e => wasmtime::format_err!("{e}"),
+        }
     }
 
     fn declare(
@@ -235,132 +228,21 @@ impl HostState {
         Ok(id)
     }
 
-    /// Locates the key of `slot` for state `id`.
-    fn locate(&self, id: StateId, slot: u32) -> wasmtime::Result<(KeyGroupIndex, Range<usize>)> {
-        let (key, group) = self.slot_key(slot)?;
-        let g = self
-            .state
-            .group_index(id, group)
-            .map_err(|e| wasmtime::format_err!("{e}"))?;
-        Ok((g, key))
-    }
-
     fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
         let id = self.state_id(rep, kind)?;
         let mut buf = Vec::new();
-        let mut positions = Vec::new();
-        for slot in 0..self.slot_ranges.len() as u32 {
-            let (g, key) = self.locate(id, slot)?;
-            let key = &self.slot_bytes[key];
-            match kind {
-                StateKind::Value => {
-                    let pos = self.state.find_value(id, g, key);
-                    put_opt_bytes(&mut buf, pos.and_then(|p| self.state.value_at(id, g, p)));
-                    positions.push(pos);
-                }
-                StateKind::List => {
-                    let list = self.state.list(id, g, key);
-                    put_u32(&mut buf, list.len() as u32);
-                    for e in list {
-                        put_bytes(&mut buf, e);
-                    }
-                }
-                StateKind::Map => match self.state.map(id, g, key) {
-                    Some(map) => {
-                        put_u32(&mut buf, map.len() as u32);
-                        for (k, v) in map {
-                            put_bytes(&mut buf, k);
-                            put_bytes(&mut buf, v);
-                        }
-                    }
-                    None => put_u32(&mut buf, 0),
-                },
-            }
-        }
-        if kind == StateKind::Value {
-            self.value_positions.retain(|(s, _)| *s != id);
-            self.value_positions.push((id, positions));
-        }
+        self.state
+            .load(id, &self.slots, &mut buf)
+            .map_err(|e| self.state_error(id, e))?;
         Ok(buf)
     }
 
     fn store(&mut self, rep: u32, kind: StateKind, changes: &[u8]) -> wasmtime::Result<()> {
         let id = self.state_id(rep, kind)?;
-        let name = self.state.name(id).to_string();
-        let bad = |e: weir_wire::DecodeError| wasmtime::format_err!("state \"{name}\": {e}");
-        // Resolve each slot's key once into an owned copy, so the state can be mutated.
-        match kind {
-            StateKind::Value => {
-                let at = self.value_positions.iter().position(|(s, _)| *s == id);
-                let mut positions = at
-                    .map(|i| std::mem::take(&mut self.value_positions[i].1))
-                    .unwrap_or_default();
-                for op in read_value_ops(changes) {
-                    let (slot, op) = op.map_err(bad)?;
-                    let known = positions.get(slot as usize).copied().flatten();
-                    if let ValueOp::Set(v) = &op {
-                        self.check_value_size(v.len(), || self.keyed_target(id, slot))?;
-                    }
-                    match (op, known) {
-                        (ValueOp::Set(v), Some(pos)) => {
-                            let (g, key) = self.locate(id, slot)?;
-                            let key = &self.slot_bytes[key];
-                            self.state.set_value_at(id, g, pos, key, v);
-                        }
-                        (ValueOp::Set(v), None) => {
-                            let (g, key) = self.locate(id, slot)?;
-                            let key = &self.slot_bytes[key];
-                            self.state.set_value(id, g, key, v);
-                        }
-                        (ValueOp::Clear, _) => {
-                            let (g, key) = self.locate(id, slot)?;
-                            let key = &self.slot_bytes[key];
-                            self.state.clear(id, g, key);
-                            if let Some(p) = positions.get_mut(slot as usize) {
-                                *p = None;
-                            }
-                        }
-                    }
-                }
-                if let Some(i) = at {
-                    self.value_positions[i].1 = positions;
-                }
-            }
-            StateKind::List => {
-                for op in read_list_ops(changes) {
-                    let (slot, op) = op.map_err(bad)?;
-                    if let ListOp::Replace(elems) | ListOp::Append(elems) = &op {
-                        for e in elems {
-                            self.check_value_size(e.len(), || self.keyed_target(id, slot))?;
-                        }
-                    }
-                    let (g, key) = self.locate(id, slot)?;
-                    let key = &self.slot_bytes[key];
-                    match op {
-                        ListOp::Clear => self.state.clear(id, g, key),
-                        ListOp::Replace(elems) => self.state.extend_list(id, g, key, true, elems),
-                        ListOp::Append(elems) => self.state.extend_list(id, g, key, false, elems),
-                    }
-                }
-            }
-            StateKind::Map => {
-                for op in read_map_ops(changes) {
-                    let (slot, op) = op.map_err(bad)?;
-                    if let MapOp::Put(k, v) = &op {
-                        let len = k.len() + v.len();
-                        self.check_value_size(len, || self.keyed_target(id, slot))?;
-                    }
-                    let (g, key) = self.locate(id, slot)?;
-                    let key = &self.slot_bytes[key];
-                    match op {
-                        MapOp::Clear => self.state.clear(id, g, key),
-                        MapOp::Put(k, v) => self.state.put_map(id, g, key, k, v),
-                        MapOp::Remove(k) => self.state.remove_map(id, g, key, k),
-                    }
-                }
-            }
-        }
-        Ok(())
+        let limit = self.limits().state_value.as_u64();
+        self.state
+            .store(id, &self.slots, changes, limit)
+            .map_err(|e| self.state_error(id, e))
     }
 }
 
@@ -499,10 +381,7 @@ impl timers::Host for HostState {
     }
 
     fn current_processing_time(&mut self) -> wasmtime::Result<i64> {
-        Ok(std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0))
+        Ok(self.ctx.state.clock.now_ms())
     }
 
     fn update(&mut self, changes: Vec<u8>) -> wasmtime::Result<()> {
@@ -513,7 +392,17 @@ impl timers::Host for HostState {
         }
         for op in read_timer_ops(&changes) {
             let op = op.map_err(|e| wasmtime::format_err!("{e}"))?;
-            let key: Box<[u8]> = self.slot_bytes[self.slot_key(op.slot)?.0].into();
+            let slot = op.slot as usize;
+            if slot >= self.slots.len() {
+                return Err(wasmtime::format_err!(
+                    "{}",
+                    StateError::NoSuchSlot {
+                        slot: op.slot,
+                        len: self.slots.len()
+                    }
+                ));
+            }
+            let key: Box<[u8]> = self.slots.key(slot).into();
             let set = match op.domain {
                 TimeDomain::EventTime => &mut self.event_timers,
                 TimeDomain::ProcessingTime => &mut self.processing_timers,

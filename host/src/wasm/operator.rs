@@ -175,7 +175,7 @@ impl WasmOperator {
                     None => break,
                 }
             }
-            data.clear_slots();
+            data.slots.clear();
             let mut slots: FastMap<&[u8], u32> = FastMap::default();
             let mut keys: Vec<&[u8]> = Vec::new();
             let mut entries = Vec::with_capacity(fired.len());
@@ -188,6 +188,9 @@ impl WasmOperator {
             }
             for k in &keys {
                 data.push_slot(k);
+            }
+            for &(_, slot, ts) in &entries {
+                data.slots.note_time(slot, ts);
             }
             write_fired_timers(&mut self.buf, &keys, entries.into_iter());
             self.arm("on-timers");
@@ -221,7 +224,7 @@ impl Operator for WasmOperator {
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
         // Deduplicate the batch's keys into slots; the guest sees each key once.
         let data = self.store.data_mut();
-        data.clear_slots();
+        data.slots.clear();
         let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
         let mut slots: FastMap<&[u8], u32> =
             FastMap::with_capacity_and_hasher(input.len(), Default::default());
@@ -235,6 +238,9 @@ impl Operator for WasmOperator {
         }
         for rec in input.iter() {
             let slot = rec.key.map(|k| slots[k]);
+            if let (Some(slot), Some(ts)) = (slot, rec.timestamp) {
+                data.slots.note_time(slot, ts);
+            }
             writer.record(slot, rec.kind, rec.timestamp, rec.value);
         }
         self.buf = writer.finish();
@@ -250,7 +256,7 @@ impl Operator for WasmOperator {
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
         self.fire_all_event_timers(out)?;
-        self.store.data_mut().clear_slots();
+        self.store.data_mut().slots.clear();
         self.arm("close");
         let result = self
             .bindings
@@ -262,7 +268,7 @@ impl Operator for WasmOperator {
     }
 
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
-        let data = self.store.data();
+        let data = self.store.data_mut();
         if data.state.is_empty()
             && data.event_timers.is_empty()
             && data.processing_timers.is_empty()
@@ -278,7 +284,9 @@ impl Operator for WasmOperator {
                 .iter()
                 .map(|(ts, k)| (TimeDomain::ProcessingTime, *ts, &k[..])),
         );
-        data.state.snapshot(timers, out);
+        data.state
+            .snapshot(timers, out)
+            .map_err(|e| OperatorError::Failed(e.to_string()))?;
         Ok(true)
     }
 

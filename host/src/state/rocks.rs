@@ -1,0 +1,500 @@
+//! The RocksDB backend: one embedded database per operator subtask.
+//!
+//! Row keys put the key group first, so that one key group is one contiguous range (a later
+//! rescale can take whole ranges), and give every list element and map entry a row of its
+//! own:
+//!
+//! ```text
+//! u16 key group | u16 state id | u32 key length | key               value state
+//! u16 key group | u16 state id | u32 key length | key | u64 seq     list element, in seq order
+//! u16 key group | u16 state id | u32 key length | key | map key     map entry, in map-key order
+//! 0xFFFF | "state" | u16 id      the declaration of a state (kind, TTL, name)
+//! 0xFFFF | "seq"                 the next list sequence number
+//! ```
+//!
+//! (all big-endian; `0xFFFF` is above every key group, as `max_parallelism` is at most 32,768.)
+//!
+//! Writes go into a `WriteBatch` that the front commits at the end of each call, without a
+//! write-ahead log: a crash loses the memtable, but a restore starts from a checkpoint, which
+//! flushes the memtable into SST files first. Reads of a batch's values are one `MultiGet`.
+//! Entries of states with a TTL are dropped in compaction by a filter that reads the TTL
+//! stamp (see [`super::ttl`]).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use rocksdb::compaction_filter::Decision;
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DBCompressionType, Options, ReadOptions,
+    WriteBatch, WriteOptions,
+};
+
+use super::ttl::{NO_TIME, split};
+use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl};
+use crate::runtime::clock::Clock;
+
+/// The first two bytes of every row that is not a key group's.
+const META: [u8; 2] = [0xFF, 0xFF];
+
+/// The TTL of each state by id, read by the compaction filter on RocksDB's threads.
+type TtlTable = Arc<RwLock<Vec<Option<Ttl>>>>;
+
+pub(crate) struct Rocks {
+    db: DB,
+    kinds: Vec<StateKind>,
+    batch: WriteBatch,
+    write: WriteOptions,
+    /// Scratch space for row keys.
+    key: Vec<u8>,
+    next_seq: u64,
+    seq_dirty: bool,
+    ttls: TtlTable,
+    watermark: Arc<AtomicI64>,
+    /// Dropped after `db`: deletes the working directory.
+    dir: WorkDir,
+}
+
+impl std::fmt::Debug for Rocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rocks").field("dir", &self.dir.0).finish()
+    }
+}
+
+/// A working directory, deleted when dropped.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("cannot delete RocksDB directory {}: {e}", self.0.display());
+        }
+    }
+}
+
+fn db_error(dir: &Path, action: &str, e: impl std::fmt::Display) -> StateError {
+    StateError::Backend(format!(
+        "RocksDB state in {}: {action} failed: {e} (is the disk full or the directory not \
+         writable? [state] dir sets where RocksDB works)",
+        dir.display()
+    ))
+}
+
+impl Rocks {
+    /// Opens a new, empty database in a fresh directory `<root>/<name>-<random>`.
+    pub(crate) fn open(
+        root: &Path,
+        name: &str,
+        config: &StateConfig,
+        _groups: Range<u32>,
+        clock: Clock,
+    ) -> Result<Self, StateError> {
+        let dir = root.join(format!("{name}-{:016x}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).map_err(|e| db_error(&dir, "creating the directory", e))?;
+        let dir = WorkDir(dir);
+        let ttls: TtlTable = Arc::default();
+        let watermark = Arc::new(AtomicI64::new(NO_TIME));
+        // The options of the database and of its one (default) column family, which holds
+        // the rows and the compaction filter. Opened by name so that `read_values` has a
+        // column family handle for `MultiGet`.
+        let filter = || ttl_filter(Arc::clone(&ttls), clock.clone(), Arc::clone(&watermark));
+        let family = ColumnFamilyDescriptor::new("default", options(config, filter()));
+        let db = DB::open_cf_descriptors(&options(config, filter()), &dir.0, [family])
+            .map_err(|e| db_error(&dir.0, "opening", e))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(Rocks {
+            db,
+            kinds: Vec::new(),
+            batch: WriteBatch::default(),
+            write,
+            key: Vec::new(),
+            next_seq: 0,
+            seq_dirty: false,
+            ttls,
+            watermark,
+            dir,
+        })
+    }
+
+    fn fail(&self, action: &str, e: impl std::fmt::Display) -> StateError {
+        db_error(&self.dir.0, action, e)
+    }
+
+    pub(crate) fn declare(
+        &mut self,
+        st: usize,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<Ttl>,
+    ) -> Result<(), StateError> {
+        if st >= 0xFFFF {
+            return Err(StateError::Backend(format!(
+                "state \"{name}\": an operator can declare at most 65,535 states"
+            )));
+        }
+        self.kinds.push(kind);
+        self.ttls
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ttl.filter(Ttl::active));
+        let mut row = META.to_vec();
+        row.extend_from_slice(b"state");
+        row.extend_from_slice(&(st as u16).to_be_bytes());
+        let mut value = vec![kind as u8];
+        match ttl {
+            None => value.push(0),
+            Some(t) => {
+                value.push(1);
+                value.extend_from_slice(&t.ttl_ms.to_le_bytes());
+                value.extend([t.update as u8, t.visibility as u8, u8::from(t.event_time)]);
+            }
+        }
+        value.extend_from_slice(name.as_bytes());
+        self.batch.put(row, value);
+        self.commit()
+    }
+
+    #[allow(dead_code)] // see KeyedState::set_watermark
+    pub(crate) fn set_watermark(&self, watermark: i64) {
+        self.watermark.store(watermark, Ordering::Relaxed);
+    }
+
+    /// `group | state | key length | key` into the scratch key; returns its length.
+    fn prefix(&mut self, st: usize, group: u32, key: &[u8]) -> usize {
+        self.key.clear();
+        put_prefix(&mut self.key, st, group, key);
+        self.key.len()
+    }
+
+    pub(crate) fn commit(&mut self) -> Result<(), StateError> {
+        if self.seq_dirty {
+            let mut row = META.to_vec();
+            row.extend_from_slice(b"seq");
+            self.batch.put(row, self.next_seq.to_be_bytes());
+            self.seq_dirty = false;
+        }
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| self.fail("a write", e))
+    }
+
+    pub(crate) fn read_values(
+        &mut self,
+        st: usize,
+        slots: &Slots,
+        mut f: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StateError> {
+        let mut keys = Vec::with_capacity(slots.len() * 16);
+        let mut ends = Vec::with_capacity(slots.len());
+        for slot in 0..slots.len() {
+            put_prefix(&mut keys, st, slots.group(slot), slots.key(slot));
+            ends.push(keys.len());
+        }
+        let mut start = 0;
+        let rows = ends.iter().map(|&end| {
+            let k = &keys[start..end];
+            start = end;
+            k
+        });
+        let cf = self
+            .db
+            .cf_handle("default")
+            .expect("the database is opened with its default column family");
+        let values = self.db.batched_multi_get_cf(cf, rows, false);
+        for (slot, v) in values.into_iter().enumerate() {
+            let v = v.map_err(|e| self.fail("a read", e))?;
+            f(slot, v.as_deref());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_value(
+        &mut self,
+        st: usize,
+        slots: &Slots,
+        slot: usize,
+        v: Option<&[u8]>,
+    ) -> Result<(), StateError> {
+        self.prefix(st, slots.group(slot), slots.key(slot));
+        match v {
+            Some(v) => self.batch.put(&self.key, v),
+            None => self.batch.delete(&self.key),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn put_value(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        v: &[u8],
+    ) -> Result<(), StateError> {
+        self.prefix(st, group, key);
+        self.batch.put(&self.key, v);
+        self.flush_large_batch()
+    }
+
+    /// Commits a batch that grew large (a restore writes many rows in one call).
+    fn flush_large_batch(&mut self) -> Result<(), StateError> {
+        if self.batch.size_in_bytes() > 32 << 20 {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the suffix (after the key) and value of every row of `key` in `st`.
+    fn rows(&self, prefix: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+        let mut opts = ReadOptions::default();
+        if let Some(end) = prefix_end(prefix) {
+            opts.set_iterate_upper_bound(end);
+        }
+        let mut it = self.db.raw_iterator_opt(opts);
+        it.seek(prefix);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(&k[prefix.len()..], v);
+            it.next();
+        }
+        it.status().map_err(|e| self.fail("a scan", e))
+    }
+
+    pub(crate) fn read_list(
+        &self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::new();
+        put_prefix(&mut prefix, st, group, key);
+        self.rows(&prefix, |_, v| f(v))
+    }
+
+    /// Deletes every row of `key` in `st` (in the pending batch).
+    fn delete_rows(&mut self, len: usize) -> Result<(), StateError> {
+        let prefix = self.key[..len].to_vec();
+        let mut doomed = Vec::new();
+        self.rows(&prefix, |suffix, _| {
+            doomed.push([&prefix[..], suffix].concat())
+        })?;
+        for row in doomed {
+            self.batch.delete(row);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_list<'a>(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        clear: bool,
+        append: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), StateError> {
+        let len = self.prefix(st, group, key);
+        if clear {
+            self.delete_rows(len)?;
+        }
+        for e in append {
+            self.key.truncate(len);
+            self.key.extend_from_slice(&self.next_seq.to_be_bytes());
+            self.next_seq += 1;
+            self.seq_dirty = true;
+            self.batch.put(&self.key, e);
+        }
+        self.flush_large_batch()
+    }
+
+    pub(crate) fn read_map(
+        &self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        f: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::new();
+        put_prefix(&mut prefix, st, group, key);
+        self.rows(&prefix, f)
+    }
+
+    pub(crate) fn write_map<'a>(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        clear: bool,
+        changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<(), StateError> {
+        let len = self.prefix(st, group, key);
+        if clear {
+            self.delete_rows(len)?;
+        }
+        for (k, v) in changes {
+            self.key.truncate(len);
+            self.key.extend_from_slice(k);
+            match v {
+                Some(v) => self.batch.put(&self.key, v),
+                None => self.batch.delete(&self.key),
+            }
+        }
+        self.flush_large_batch()
+    }
+
+    /// Every row of state `st` in key group `group`, in key order (so the rows of one key
+    /// come one after another).
+    pub(crate) fn scan(
+        &self,
+        st: usize,
+        group: u32,
+        f: &mut impl FnMut(&[u8], Row<'_>),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::with_capacity(4);
+        prefix.extend_from_slice(&(group as u16).to_be_bytes());
+        prefix.extend_from_slice(&(st as u16).to_be_bytes());
+        let kind = self.kinds[st];
+        let mut bad = None;
+        self.rows(&prefix, |rest, v| {
+            let Some((len, rest)) = rest.split_first_chunk::<4>() else {
+                bad = Some(rest.len());
+                return;
+            };
+            let len = u32::from_be_bytes(*len) as usize;
+            if rest.len() < len {
+                bad = Some(rest.len());
+                return;
+            }
+            let (key, suffix) = rest.split_at(len);
+            f(
+                key,
+                match kind {
+                    StateKind::Value => Row::Value(v),
+                    StateKind::List => Row::Element(v),
+                    StateKind::Map => Row::Entry(suffix, v),
+                },
+            );
+        })?;
+        match bad {
+            Some(_) => Err(self.fail("a scan", "a row key is damaged")),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Rocks {
+    /// Flushes the memtable and compacts every file down to the last level, so that the
+    /// compaction filter sees every row.
+    pub(crate) fn compact(&self) -> Result<(), StateError> {
+        self.db.flush().map_err(|e| self.fail("a flush", e))?;
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        self.db
+            .compact_range_opt(None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
+    }
+
+    /// The rows of key groups in the database, and the bytes of its SST files.
+    pub(crate) fn disk_usage(&self) -> Result<(u64, u64), StateError> {
+        let mut rows = 0;
+        self.rows(&[], |k, _| rows += u64::from(!k.starts_with(&META)))?;
+        let files = self
+            .db
+            .live_files()
+            .map_err(|e| self.fail("listing files", e))?;
+        Ok((rows, files.iter().map(|f| f.size as u64).sum()))
+    }
+}
+
+/// `u16 group | u16 state | u32 key length | key`, appended to `buf`.
+fn put_prefix(buf: &mut Vec<u8>, st: usize, group: u32, key: &[u8]) {
+    buf.extend_from_slice(&(group as u16).to_be_bytes());
+    buf.extend_from_slice(&(st as u16).to_be_bytes());
+    buf.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    buf.extend_from_slice(key);
+}
+
+/// The smallest key above every key that starts with `prefix` (`None`: there is none).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The compaction filter that drops expired entries of states with a TTL.
+fn ttl_filter(
+    ttls: TtlTable,
+    clock: Clock,
+    watermark: Arc<AtomicI64>,
+) -> impl FnMut(u32, &[u8], &[u8]) -> Decision + Send + 'static {
+    move |_level, key, value| {
+        if key.len() < 4 || key[..2] == META {
+            return Decision::Keep;
+        }
+        let st = u16::from_be_bytes([key[2], key[3]]) as usize;
+        let ttl = ttls
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(st)
+            .copied()
+            .flatten();
+        let Some(ttl) = ttl else {
+            return Decision::Keep;
+        };
+        let now = if ttl.event_time {
+            watermark.load(Ordering::Relaxed)
+        } else {
+            clock.now_ms()
+        };
+        if ttl.expired(split(value).0, now) {
+            Decision::Remove
+        } else {
+            Decision::Keep
+        }
+    }
+}
+
+/// The options of a subtask's database; see the README's "State backends" for why.
+fn options(
+    config: &StateConfig,
+    filter: impl FnMut(u32, &[u8], &[u8]) -> Decision + Send + 'static,
+) -> Options {
+    let mut table = BlockBasedOptions::default();
+    // Point lookups (value state) skip SST files without the key.
+    table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(true);
+    match Cache::new_lru_cache(config.block_cache.as_u64() as usize) {
+        Ok(cache) => table.set_block_cache(&cache),
+        Err(e) => tracing::warn!("RocksDB block cache not created ({e}); using the default"),
+    }
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.set_block_based_table_factory(&table);
+    opts.set_write_buffer_size(config.write_buffer.as_u64() as usize);
+    opts.set_max_write_buffer_number(3);
+    opts.set_compression_type(DBCompressionType::Lz4);
+    opts.set_level_compaction_dynamic_level_bytes(true);
+    opts.set_max_background_jobs(2);
+    opts.set_compaction_filter("weir-ttl", filter);
+    opts
+}

@@ -1,0 +1,613 @@
+//! The front over both backends: every state kind, every TTL option, snapshots between them.
+
+use weir_wire::{
+    MapOp, OP_APPEND, OP_CLEAR, OP_REPLACE, Reader, ValueOp, put_list_op, put_map_op, put_value_op,
+};
+
+use super::*;
+use crate::runtime::key_group::key_group_range;
+
+/// A store of `backend` for key groups `groups` of 128, on `clock`; the directory holds
+/// RocksDB's files.
+fn open(
+    backend: BackendKind,
+    groups: Range<u32>,
+    clock: &Clock,
+) -> (KeyedState, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = StateSetup {
+        config: StateConfig {
+            backend,
+            write_buffer: bytesize::ByteSize::mib(4),
+            ..StateConfig::default()
+        },
+        root: dir.path().to_path_buf(),
+        clock: clock.clone(),
+    };
+    let state = KeyedState::open(&setup, "op", 0, 128, groups).unwrap();
+    (state, dir)
+}
+
+const BACKENDS: [BackendKind; 2] = [BackendKind::Memory, BackendKind::RocksDb];
+
+fn slots(s: &KeyedState, keys: &[&str]) -> Slots {
+    let mut slots = Slots::default();
+    for k in keys {
+        slots.push(k.as_bytes(), s.key_group(k.as_bytes()));
+    }
+    slots
+}
+
+fn set(s: &mut KeyedState, id: StateId, key: &str, v: &str) {
+    let mut buf = Vec::new();
+    put_value_op(&mut buf, 0, ValueOp::Set(v.as_bytes()));
+    let slots = slots(s, &[key]);
+    s.store(id, &slots, &buf, u64::MAX).unwrap();
+}
+
+fn clear(s: &mut KeyedState, id: StateId, key: &str) {
+    let mut buf = Vec::new();
+    match s.kind(id) {
+        StateKind::Value => put_value_op(&mut buf, 0, ValueOp::Clear),
+        StateKind::List => put_list_op(&mut buf, 0, OP_CLEAR, std::iter::empty()),
+        StateKind::Map => put_map_op(&mut buf, 0, MapOp::Clear),
+    }
+    let slots = slots(s, &[key]);
+    s.store(id, &slots, &buf, u64::MAX).unwrap();
+}
+
+fn add(s: &mut KeyedState, id: StateId, key: &str, op: u8, elems: &[&str]) {
+    let mut buf = Vec::new();
+    put_list_op(&mut buf, 0, op, elems.iter().map(|e| e.as_bytes()));
+    let slots = slots(s, &[key]);
+    s.store(id, &slots, &buf, u64::MAX).unwrap();
+}
+
+fn put(s: &mut KeyedState, id: StateId, key: &str, mk: &str, mv: Option<&str>) {
+    let mut buf = Vec::new();
+    let op = match mv {
+        Some(v) => MapOp::Put(mk.as_bytes(), v.as_bytes()),
+        None => MapOp::Remove(mk.as_bytes()),
+    };
+    put_map_op(&mut buf, 0, op);
+    let slots = slots(s, &[key]);
+    s.store(id, &slots, &buf, u64::MAX).unwrap();
+}
+
+/// What `load` returns for `key`, rendered: `None`, `a`, `[a, b]` or `{k=v, ...}`.
+fn read(s: &mut KeyedState, id: StateId, key: &str) -> String {
+    let slots = slots(s, &[key]);
+    let mut buf = Vec::new();
+    s.load(id, &slots, &mut buf).unwrap();
+    let mut r = Reader::new(&buf, "test");
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    let out = match s.kind(id) {
+        StateKind::Value => r.opt_bytes().unwrap().map_or("None".into(), text),
+        StateKind::List => {
+            let n = r.u32().unwrap();
+            let elems: Vec<String> = (0..n).map(|_| text(r.bytes().unwrap())).collect();
+            format!("[{}]", elems.join(", "))
+        }
+        StateKind::Map => {
+            let n = r.u32().unwrap();
+            let entries: Vec<String> = (0..n)
+                .map(|_| format!("{}={}", text(r.bytes().unwrap()), text(r.bytes().unwrap())))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+    };
+    assert!(r.is_empty());
+    out
+}
+
+/// Writes one entry of `key` whatever the state's kind.
+fn write(s: &mut KeyedState, id: StateId, key: &str, v: &str) {
+    match s.kind(id) {
+        StateKind::Value => set(s, id, key, v),
+        StateKind::List => add(s, id, key, OP_APPEND, &[v]),
+        StateKind::Map => put(s, id, key, "k", Some(v)),
+    }
+}
+
+/// How `write(.., v)` reads back.
+fn shown(kind: StateKind, v: &str) -> String {
+    match kind {
+        StateKind::Value => v.to_string(),
+        StateKind::List => format!("[{v}]"),
+        StateKind::Map => format!("{{k={v}}}"),
+    }
+}
+
+fn absent(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::Value => "None",
+        StateKind::List => "[]",
+        StateKind::Map => "{}",
+    }
+}
+
+fn ttl(ms: u64, update: TtlUpdate, visibility: TtlVisibility) -> Ttl {
+    Ttl {
+        ttl_ms: ms,
+        update,
+        visibility,
+        event_time: false,
+    }
+}
+
+const KINDS: [StateKind; 3] = [StateKind::Value, StateKind::List, StateKind::Map];
+
+#[test]
+fn value_list_and_map_entries() {
+    for backend in BACKENDS {
+        let clock = Clock::manual(0);
+        let (mut s, _dir) = open(backend, 0..128, &clock);
+        let v = s.declare("v", StateKind::Value, None).unwrap();
+        let l = s.declare("l", StateKind::List, None).unwrap();
+        let m = s.declare("m", StateKind::Map, None).unwrap();
+        assert_eq!(read(&mut s, v, "k"), "None");
+        set(&mut s, v, "k", "1");
+        set(&mut s, v, "k", "22");
+        assert_eq!(read(&mut s, v, "k"), "22", "{backend:?}");
+        clear(&mut s, v, "k");
+        assert_eq!(read(&mut s, v, "k"), "None");
+
+        add(&mut s, l, "k", OP_APPEND, &["a", "b"]);
+        add(&mut s, l, "k", OP_APPEND, &["c"]);
+        assert_eq!(read(&mut s, l, "k"), "[a, b, c]", "{backend:?}");
+        add(&mut s, l, "k", OP_REPLACE, &["z"]);
+        assert_eq!(read(&mut s, l, "k"), "[z]");
+        add(&mut s, l, "k", OP_REPLACE, &[]);
+        assert_eq!(read(&mut s, l, "k"), "[]");
+
+        put(&mut s, m, "k", "x", Some("1"));
+        put(&mut s, m, "k", "a", Some("2"));
+        assert_eq!(
+            read(&mut s, m, "k"),
+            "{a=2, x=1}",
+            "map entries in key order"
+        );
+        put(&mut s, m, "k", "a", None);
+        assert_eq!(read(&mut s, m, "k"), "{x=1}");
+        clear(&mut s, m, "k");
+        assert_eq!(read(&mut s, m, "k"), "{}");
+        assert!(
+            s.dump().is_empty(),
+            "{backend:?}: emptied state leaves no row"
+        );
+    }
+}
+
+#[test]
+fn changes_to_one_key_in_one_store_apply_in_order() {
+    for backend in BACKENDS {
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        let l = s.declare("l", StateKind::List, None).unwrap();
+        let m = s.declare("m", StateKind::Map, None).unwrap();
+        add(&mut s, l, "k", OP_APPEND, &["old"]);
+        let mut buf = Vec::new();
+        put_list_op(&mut buf, 0, OP_APPEND, [&b"a"[..]].into_iter());
+        put_list_op(&mut buf, 1, OP_APPEND, [&b"other"[..]].into_iter());
+        put_list_op(&mut buf, 0, OP_REPLACE, [&b"b"[..]].into_iter());
+        put_list_op(&mut buf, 0, OP_APPEND, [&b"c"[..]].into_iter());
+        let two = slots(&s, &["k", "j"]);
+        s.store(l, &two, &buf, u64::MAX).unwrap();
+        assert_eq!(read(&mut s, l, "k"), "[b, c]", "{backend:?}");
+        assert_eq!(read(&mut s, l, "j"), "[other]");
+
+        put(&mut s, m, "k", "gone", Some("1"));
+        let mut buf = Vec::new();
+        put_map_op(&mut buf, 0, MapOp::Put(b"x", b"1"));
+        put_map_op(&mut buf, 0, MapOp::Clear);
+        put_map_op(&mut buf, 0, MapOp::Put(b"y", b"2"));
+        put_map_op(&mut buf, 0, MapOp::Remove(b"y"));
+        put_map_op(&mut buf, 0, MapOp::Put(b"z", b"3"));
+        s.store(m, &slots(&s, &["k"]), &buf, u64::MAX).unwrap();
+        assert_eq!(read(&mut s, m, "k"), "{z=3}", "{backend:?}");
+    }
+}
+
+#[test]
+fn redeclaring_checks_kind_and_ttl() {
+    let mut s = KeyedState::new(128, 0..128);
+    let a = s.declare("a", StateKind::Value, None).unwrap();
+    assert_eq!(s.declare("a", StateKind::Value, None), Ok(a));
+    assert!(matches!(
+        s.declare("a", StateKind::List, None),
+        Err(StateError::KindMismatch { .. })
+    ));
+    let t = ttl(
+        5,
+        TtlUpdate::OnCreateAndWrite,
+        TtlVisibility::NeverReturnExpired,
+    );
+    let err = s.declare("a", StateKind::Value, Some(t)).unwrap_err();
+    assert!(err.to_string().contains("declared with TTL"), "{err}");
+}
+
+#[test]
+fn keys_of_other_subtasks_are_refused() {
+    let mut s = KeyedState::new(128, key_group_range(128, 2, 0));
+    let v = s.declare("count", StateKind::Value, None).unwrap();
+    let foreign = (0..1000u32)
+        .map(|i| i.to_string())
+        .find(|k| key_group(k.as_bytes(), 128) >= 64)
+        .unwrap();
+    let slots = slots(&s, &[&foreign]);
+    let err = s.load(v, &slots, &mut Vec::new()).unwrap_err();
+    assert!(err.to_string().contains("key_by edge"), "{err}");
+}
+
+/// Every TTL option on every state kind and backend, on a clock the test moves: written at
+/// 0, read at 50 (which restarts the TTL with `on_read_and_write`), then read at 120 and 150
+/// with a TTL of 100.
+#[test]
+fn every_ttl_option_on_every_state_kind_and_backend() {
+    use TtlUpdate::*;
+    use TtlVisibility::*;
+    for backend in BACKENDS {
+        for kind in KINDS {
+            for update in [OnCreateAndWrite, OnReadAndWrite, Disabled] {
+                for visibility in [NeverReturnExpired, ReturnExpiredIfNotCleanedUp] {
+                    let case = format!("{backend:?} {kind} {update:?} {visibility:?}");
+                    let clock = Clock::manual(0);
+                    let (mut s, _dir) = open(backend, 0..128, &clock);
+                    let id = s
+                        .declare("s", kind, Some(ttl(100, update, visibility)))
+                        .unwrap();
+                    write(&mut s, id, "k", "v");
+                    clock.set(50);
+                    assert_eq!(read(&mut s, id, "k"), shown(kind, "v"), "{case} at 50");
+                    clock.set(120);
+                    let at_120 = read(&mut s, id, "k");
+                    let at_120_again = read(&mut s, id, "k");
+                    clock.set(150);
+                    let at_150 = read(&mut s, id, "k");
+                    let (v, none) = (shown(kind, "v"), absent(kind).to_string());
+                    let expected = match (update, visibility) {
+                        (Disabled, _) => [&v, &v, &v],
+                        // Expired at 100; the first read after that cleans it up.
+                        (OnCreateAndWrite, NeverReturnExpired) => [&none, &none, &none],
+                        (OnCreateAndWrite, ReturnExpiredIfNotCleanedUp) => [&v, &none, &none],
+                        // The read at 50 restarted it: expires at 150, but the reads at 120
+                        // restart it again, to 220.
+                        (OnReadAndWrite, _) => [&v, &v, &v],
+                    };
+                    assert_eq!([&at_120, &at_120_again, &at_150], expected, "{case}");
+                    if update == OnReadAndWrite {
+                        clock.set(250);
+                        assert_eq!(
+                            read(&mut s, id, "k"),
+                            if visibility == NeverReturnExpired {
+                                none.clone()
+                            } else {
+                                v.clone()
+                            },
+                            "{case} at 250"
+                        );
+                        assert_eq!(read(&mut s, id, "k"), none, "{case}: cleaned up");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// List elements and map entries expire one by one.
+#[test]
+fn list_elements_and_map_entries_expire_individually() {
+    for backend in BACKENDS {
+        let clock = Clock::manual(0);
+        let (mut s, _dir) = open(backend, 0..128, &clock);
+        let t = ttl(
+            100,
+            TtlUpdate::OnCreateAndWrite,
+            TtlVisibility::NeverReturnExpired,
+        );
+        let l = s.declare("l", StateKind::List, Some(t)).unwrap();
+        let m = s.declare("m", StateKind::Map, Some(t)).unwrap();
+        add(&mut s, l, "k", OP_APPEND, &["early"]);
+        put(&mut s, m, "k", "early", Some("1"));
+        put(&mut s, m, "k", "rewritten", Some("1"));
+        clock.set(60);
+        add(&mut s, l, "k", OP_APPEND, &["late"]);
+        put(&mut s, m, "k", "late", Some("2"));
+        put(&mut s, m, "k", "rewritten", Some("2"));
+        clock.set(120);
+        assert_eq!(read(&mut s, l, "k"), "[late]", "{backend:?}");
+        assert_eq!(read(&mut s, m, "k"), "{late=2, rewritten=2}", "{backend:?}");
+        clock.set(160);
+        assert_eq!(read(&mut s, l, "k"), "[]");
+        assert_eq!(read(&mut s, m, "k"), "{}");
+        assert!(
+            s.dump().is_empty(),
+            "{backend:?}: expired rows were removed on read"
+        );
+    }
+}
+
+/// Event-time TTL: entries are stamped with the latest record time of their key (or the
+/// watermark) and expire against the watermark.
+#[test]
+fn event_time_ttl_expires_against_the_watermark() {
+    for backend in BACKENDS {
+        // The processing-time clock is far ahead: it must not matter.
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(1_000_000));
+        let t = Ttl {
+            event_time: true,
+            ..ttl(
+                100,
+                TtlUpdate::OnCreateAndWrite,
+                TtlVisibility::NeverReturnExpired,
+            )
+        };
+        let v = s.declare("v", StateKind::Value, Some(t)).unwrap();
+        let mut buf = Vec::new();
+        put_value_op(&mut buf, 0, ValueOp::Set(b"a"));
+        put_value_op(&mut buf, 1, ValueOp::Set(b"b"));
+        put_value_op(&mut buf, 2, ValueOp::Set(b"untimed"));
+        let mut batch = slots(&s, &["a", "b", "untimed"]);
+        batch.note_time(0, 10);
+        batch.note_time(1, 40);
+        batch.note_time(1, 30);
+        s.store(v, &batch, &buf, u64::MAX).unwrap();
+        assert_eq!(
+            read(&mut s, v, "a"),
+            "a",
+            "{backend:?}: no watermark, nothing expires"
+        );
+        s.set_watermark(110);
+        assert_eq!(read(&mut s, v, "a"), "None", "{backend:?}: 10 + 100 <= 110");
+        assert_eq!(
+            read(&mut s, v, "b"),
+            "b",
+            "stamped with its latest record, 40"
+        );
+        s.set_watermark(140);
+        assert_eq!(read(&mut s, v, "b"), "None");
+        // Written before any watermark and without a record time: never expires...
+        s.set_watermark(i64::MAX - 1);
+        assert_eq!(read(&mut s, v, "untimed"), "untimed");
+        // ... while a write after a watermark is stamped with it.
+        s.set_watermark(1_000);
+        set(&mut s, v, "w", "w");
+        s.set_watermark(1_099);
+        assert_eq!(read(&mut s, v, "w"), "w");
+        s.set_watermark(1_100);
+        assert_eq!(read(&mut s, v, "w"), "None");
+    }
+}
+
+/// Keys written at 0 and 50 with a TTL of 100, the snapshot taken at 60.
+fn ttl_sample(backend: BackendKind, clock: &Clock) -> (KeyedState, tempfile::TempDir) {
+    let (mut s, dir) = open(backend, 0..128, clock);
+    let t = ttl(
+        100,
+        TtlUpdate::OnCreateAndWrite,
+        TtlVisibility::NeverReturnExpired,
+    );
+    let v = s.declare("v", StateKind::Value, Some(t)).unwrap();
+    let l = s.declare("l", StateKind::List, Some(t)).unwrap();
+    clock.set(0);
+    set(&mut s, v, "old", "1");
+    add(&mut s, l, "k", OP_APPEND, &["old"]);
+    clock.set(50);
+    set(&mut s, v, "new", "2");
+    add(&mut s, l, "k", OP_APPEND, &["new"]);
+    clock.set(60);
+    (s, dir)
+}
+
+#[test]
+fn a_restore_keeps_expiry_times_in_either_backend() {
+    for from in BACKENDS {
+        for to in BACKENDS {
+            let clock = Clock::manual(0);
+            let (mut s, _d) = ttl_sample(from, &clock);
+            let mut bytes = Vec::new();
+            s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+            let (mut back, _d2) = open(to, 0..128, &clock);
+            back.restore(&bytes, |_| {}).unwrap();
+            let (v, l) = (StateId(0), StateId(1));
+            assert_eq!(back.dump(), s.dump(), "{from:?} -> {to:?}");
+            clock.set(100);
+            assert_eq!(read(&mut back, v, "old"), "None", "{from:?} -> {to:?}");
+            assert_eq!(read(&mut back, v, "new"), "2");
+            assert_eq!(read(&mut back, l, "k"), "[new]");
+            clock.set(150);
+            assert_eq!(read(&mut back, v, "new"), "None");
+        }
+    }
+}
+
+#[test]
+fn a_full_snapshot_leaves_out_expired_entries() {
+    for backend in BACKENDS {
+        let clock = Clock::manual(0);
+        let (mut s, _d) = ttl_sample(backend, &clock);
+        clock.set(120);
+        let mut bytes = Vec::new();
+        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+        let (mut back, _d2) = open(BackendKind::Memory, 0..128, &clock);
+        back.restore(&bytes, |_| {}).unwrap();
+        let rows: Vec<Vec<u8>> = back.dump().into_iter().map(|(_, k, _)| k).collect();
+        assert_eq!(rows, vec![b"k".to_vec(), b"new".to_vec()], "{backend:?}");
+    }
+}
+
+/// The memory backend drops expired entries a key group at a time, as states are read.
+#[test]
+fn the_memory_backend_cleans_up_expired_entries_incrementally() {
+    let clock = Clock::manual(0);
+    let (mut s, _d) = open(BackendKind::Memory, 0..128, &clock);
+    let t = ttl(
+        100,
+        TtlUpdate::OnCreateAndWrite,
+        TtlVisibility::ReturnExpiredIfNotCleanedUp,
+    );
+    let v = s.declare("v", StateKind::Value, Some(t)).unwrap();
+    for i in 0..1000 {
+        set(&mut s, v, &format!("key-{i}"), "x");
+    }
+    clock.set(100);
+    assert_eq!(s.dump().len(), 1000, "expired but not cleaned up yet");
+    for _ in 0..64 {
+        read(&mut s, v, "unrelated");
+    }
+    let left = s.dump().len();
+    assert!(
+        (300..700).contains(&left),
+        "half the groups visited: {left} left"
+    );
+    for _ in 0..64 {
+        read(&mut s, v, "unrelated");
+    }
+    assert_eq!(s.dump().len(), 0);
+}
+
+/// RocksDB's compaction filter removes expired rows from the files, not only from reads.
+#[test]
+fn rocksdb_compaction_drops_expired_rows_from_disk() {
+    let clock = Clock::manual(0);
+    let (mut s, _d) = open(BackendKind::RocksDb, 0..128, &clock);
+    let t = ttl(
+        100,
+        TtlUpdate::OnCreateAndWrite,
+        TtlVisibility::NeverReturnExpired,
+    );
+    let v = s.declare("v", StateKind::Value, Some(t)).unwrap();
+    let m = s.declare("m", StateKind::Map, Some(t)).unwrap();
+    let keep = s.declare("keep", StateKind::Value, None).unwrap();
+    let value = "x".repeat(100);
+    for i in 0..20_000 {
+        let key = format!("key-{i}");
+        set(&mut s, v, &key, &value);
+        put(&mut s, m, &key, "e", Some(&value));
+        if i % 10 == 0 {
+            set(&mut s, keep, &key, "kept");
+        }
+    }
+    let Backend::Rocks(r) = &mut s.backend else {
+        unreachable!()
+    };
+    r.compact().unwrap();
+    let (rows, bytes) = r.disk_usage().unwrap();
+    assert_eq!(rows, 42_000, "before expiry: every row");
+    clock.set(100);
+    r.compact().unwrap();
+    let (rows_after, bytes_after) = r.disk_usage().unwrap();
+    assert_eq!(rows_after, 2_000, "only the rows without a TTL remain");
+    assert!(
+        bytes_after * 10 < bytes,
+        "{bytes} -> {bytes_after} bytes of SST files"
+    );
+    assert_eq!(read(&mut s, keep, "key-10"), "kept");
+}
+
+/// A snapshot of either backend restores into either backend, whole or split by key group.
+#[test]
+fn snapshots_move_between_backends_and_parallelisms() {
+    for from in BACKENDS {
+        let clock = Clock::manual(0);
+        let (mut s, _d) = open(from, 0..128, &clock);
+        let v = s.declare("v", StateKind::Value, None).unwrap();
+        let l = s.declare("l", StateKind::List, None).unwrap();
+        let t = Ttl {
+            event_time: true,
+            ..ttl(
+                60_000,
+                TtlUpdate::OnReadAndWrite,
+                TtlVisibility::ReturnExpiredIfNotCleanedUp,
+            )
+        };
+        let m = s.declare("m", StateKind::Map, Some(t)).unwrap();
+        for i in 0..300 {
+            let key = format!("key-{i}");
+            set(&mut s, v, &key, &i.to_string());
+            add(&mut s, l, &key, OP_APPEND, &["a", &key]);
+            put(&mut s, m, &key, "x", Some(&key));
+        }
+        let timers = [
+            (weir_wire::TimeDomain::EventTime, 10, &b"key-1"[..]),
+            (weir_wire::TimeDomain::ProcessingTime, -5, &b"key-2"[..]),
+        ];
+        let mut bytes = Vec::new();
+        s.snapshot(timers.iter().copied(), &mut bytes).unwrap();
+        let whole = s.dump();
+        assert_eq!(whole.len(), 900);
+        for to in BACKENDS {
+            let (mut back, _d) = open(to, 0..128, &clock);
+            let mut got = Vec::new();
+            back.restore(&bytes, |(d, ts, k)| got.push((d, ts, k.to_vec())))
+                .unwrap();
+            assert_eq!(back.dump(), whole, "{from:?} -> {to:?}");
+            got.sort();
+            assert_eq!(got.len(), 2);
+            let mut halves = Vec::new();
+            for sub in 0..2 {
+                let (mut part, _d) = open(to, key_group_range(128, 2, sub), &clock);
+                part.restore(&bytes, |_| {}).unwrap();
+                halves.extend(part.dump());
+            }
+            halves.sort();
+            assert_eq!(halves, whole, "{from:?} -> {to:?} at parallelism 2");
+        }
+    }
+}
+
+#[test]
+fn damaged_snapshots_fail_cleanly() {
+    let clock = Clock::manual(0);
+    let (mut s, _d) = ttl_sample(BackendKind::Memory, &clock);
+    let mut bytes = Vec::new();
+    s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+    let mut fresh = KeyedState::new(128, 0..128);
+    assert!(matches!(
+        fresh.restore(b"nonsense", |_| {}),
+        Err(snapshot::SnapshotError::Magic)
+    ));
+    for cut in [9, 20, bytes.len() / 2, bytes.len() - 1] {
+        let mut fresh = KeyedState::new(128, 0..128);
+        assert!(
+            fresh.restore(&bytes[..cut], |_| {}).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut evil = b"WEIRKS02".to_vec();
+    evil.extend_from_slice(&[0, 0, 0, 0, 128, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]);
+    assert!(fresh.restore(&evil, |_| {}).is_err());
+    let err = fresh.restore(b"WEIRKS01....", |_| {}).unwrap_err();
+    assert!(err.to_string().contains("--fresh"), "{err}");
+    // A restored state keeps its kind.
+    let mut back = KeyedState::new(128, 0..128);
+    back.restore(&bytes, |_| {}).unwrap();
+    let err = back.declare("v", StateKind::List, None).unwrap_err();
+    assert!(matches!(err, StateError::KindMismatch { .. }));
+}
+
+#[test]
+fn values_over_the_limit_are_refused_naming_the_slot() {
+    for backend in BACKENDS {
+        let (mut s, _d) = open(backend, 0..128, &Clock::manual(0));
+        let l = s.declare("l", StateKind::List, None).unwrap();
+        let mut buf = Vec::new();
+        put_list_op(&mut buf, 0, OP_APPEND, [&[0u8; 11][..]].into_iter());
+        let err = s.store(l, &slots(&s, &["k"]), &buf, 10).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::TooLarge {
+                    slot: 0,
+                    len: 11,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            read(&mut s, l, "k"),
+            "[]",
+            "nothing of the refused store was written"
+        );
+    }
+}
