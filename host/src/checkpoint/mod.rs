@@ -159,6 +159,11 @@ impl Restored {
         self.meta.checkpoint
     }
 
+    /// Where the files that incremental checkpoints share are: `<job dir>/shared/`.
+    pub(crate) fn shared_dir(&self) -> std::path::PathBuf {
+        self.dir.parent().unwrap_or(&self.dir).join(storage::SHARED)
+    }
+
     /// What subtask `s` of the vertex named `name` put into the checkpoint.
     fn subtask(&self, name: &str, s: u32) -> Option<&SubtaskState> {
         self.meta.vertex(name)?.subtasks.get(s as usize)

@@ -4,7 +4,13 @@
 //! <dir>/<job>/chk-<n>/<vertex>-<subtask>   keyed state of one operator subtask
 //! <dir>/<job>/chk-<n>/_metadata           JSON, written last and atomically
 //! <dir>/<job>/history.json                the last checkpoints' id, duration, size, ...
+//! <dir>/<job>/shared/                     SST files of incremental RocksDB checkpoints
 //! ```
+//!
+//! An incremental checkpoint's keyed-state file is a manifest naming the files of `shared/`
+//! it consists of; consecutive checkpoints share the files that did not change. A shared
+//! file is deleted once no checkpoint directory left refers to it (see
+//! [`CheckpointStore::collect_shared`]).
 //!
 //! A checkpoint exists once its `_metadata` exists: the file is written to a temporary name,
 //! synced, renamed and the directory synced, after every state file it names was synced.
@@ -18,10 +24,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::state::{Uploads, rocks};
+
 /// The metadata format this host writes and reads.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 const METADATA: &str = "_metadata";
 const HISTORY: &str = "history.json";
+pub(crate) const SHARED: &str = "shared";
 /// Entries kept in `history.json`.
 const HISTORY_LEN: usize = 100;
 
@@ -130,7 +139,12 @@ pub struct HistoryEntry {
     /// Unix time in milliseconds of the trigger.
     pub triggered_ms: u64,
     pub duration_ms: u64,
+    /// Bytes written for this checkpoint: with incremental RocksDB checkpoints, only the
+    /// files earlier checkpoints did not share.
     pub size_bytes: u64,
+    /// Bytes of the state the checkpoint consists of (Flink's "full checkpoint data size").
+    #[serde(default)]
+    pub full_size_bytes: u64,
     /// The longest barrier alignment of any task.
     pub alignment_ms: u64,
     pub operators: Vec<OperatorStats>,
@@ -157,6 +171,10 @@ pub struct CheckpointHistory {
 #[derive(Debug, Clone)]
 pub(crate) struct CheckpointStore {
     root: PathBuf,
+    /// Held while files are put into `shared/` and the manifest naming them is written, and
+    /// while unreferenced shared files are deleted: so a file is never deleted between its
+    /// upload and the write of the manifest that refers to it.
+    shared_lock: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 impl CheckpointStore {
@@ -175,7 +193,10 @@ impl CheckpointStore {
             .and_then(|mut f| f.write_all(b"ok"))
             .map_err(not_writable)?;
         let _ = std::fs::remove_file(&probe);
-        Ok(CheckpointStore { root })
+        Ok(CheckpointStore {
+            root,
+            shared_lock: Default::default(),
+        })
     }
 
     #[cfg(test)]
@@ -229,6 +250,64 @@ impl CheckpointStore {
         })
     }
 
+    /// Writes the keyed-state file of one operator subtask, after putting the files it refers
+    /// to into `shared/` (an incremental RocksDB checkpoint). Returns the file and, of the
+    /// shared files, the bytes newly put there and the bytes of all it refers to.
+    pub(crate) fn write_keyed_state(
+        &self,
+        id: u64,
+        file: &str,
+        bytes: &[u8],
+        key_groups: (u32, u32),
+        uploads: Option<Uploads>,
+    ) -> Result<(StateFile, (u64, u64)), CheckpointError> {
+        let Some(uploads) = uploads else {
+            return Ok((self.write_state(id, file, bytes, key_groups)?, (0, 0)));
+        };
+        let shared = self.root.join(SHARED);
+        let _guard = self.shared_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let uploaded = uploads
+            .upload(&shared)
+            .map_err(|e| io("put files into", &shared, e))?;
+        let state = self.write_state(id, file, bytes, key_groups)?;
+        Ok((state, (uploaded, uploads.full_bytes)))
+    }
+
+    /// Deletes the files of `shared/` that no checkpoint directory refers to any more,
+    /// complete or in progress.
+    pub(crate) fn collect_shared(&self) -> Result<(), CheckpointError> {
+        let shared = self.root.join(SHARED);
+        let _guard = self.shared_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(entries) = std::fs::read_dir(&shared) else {
+            return Ok(());
+        };
+        let mut live = std::collections::HashSet::new();
+        for id in self.ids()? {
+            let dir = self.dir_of(id);
+            for file in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = file.path();
+                let mut head = [0u8; 8];
+                let is_manifest = File::open(&path)
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+                    .is_ok_and(|()| rocks::is_manifest(&head));
+                if is_manifest {
+                    let bytes = std::fs::read(&path).map_err(|e| io("read", &path, e))?;
+                    live.extend(rocks::shared_names(&bytes));
+                }
+            }
+        }
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !live.contains(&name) {
+                tracing::debug!("deleting shared checkpoint file {name}: no checkpoint uses it");
+                if let Err(e) = std::fs::remove_file(entry.path()) {
+                    tracing::warn!("cannot delete {}: {e}", entry.path().display());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Makes checkpoint `meta.checkpoint` complete: writes its `_metadata` atomically.
     pub(crate) fn write_metadata(&self, meta: &Metadata) -> Result<(), CheckpointError> {
         let dir = self.dir_of(meta.checkpoint);
@@ -261,7 +340,7 @@ impl CheckpointStore {
             tracing::debug!("deleting checkpoint {id} (retention)");
             self.discard(id);
         }
-        Ok(())
+        self.collect_shared()
     }
 
     /// Deletes every checkpoint of the job (its history stays).
@@ -269,7 +348,7 @@ impl CheckpointStore {
         for id in self.ids()? {
             self.discard(id);
         }
-        Ok(())
+        self.collect_shared()
     }
 
     /// The newest checkpoint that verifies and fits the job; each one skipped is logged
@@ -560,6 +639,57 @@ mod tests {
         assert_eq!(store.ids().unwrap(), vec![3]);
     }
 
+    /// The manifest of an incremental checkpoint that refers to shared files `names`.
+    fn manifest(names: &[&str]) -> Vec<u8> {
+        use weir_wire::{put_bytes, put_i64, put_u32};
+        let mut out = b"WEIRRI01".to_vec();
+        put_u32(&mut out, 0);
+        put_u32(&mut out, 128);
+        put_u32(&mut out, names.len() as u32);
+        for name in names {
+            put_bytes(&mut out, b"000001.sst");
+            put_bytes(&mut out, name.as_bytes());
+            put_i64(&mut out, 1);
+        }
+        put_u32(&mut out, 0);
+        put_u32(&mut out, 0);
+        out
+    }
+
+    #[test]
+    fn shared_files_live_as_long_as_a_checkpoint_refers_to_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        let shared = store.root().join(SHARED);
+        std::fs::create_dir_all(&shared).unwrap();
+        for name in ["a", "b", "c", "d"] {
+            std::fs::write(shared.join(name), "x").unwrap();
+        }
+        let left = || {
+            let mut names: Vec<String> = std::fs::read_dir(&shared)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        complete(&store, 1, &manifest(&["a", "b"]));
+        complete(&store, 2, &manifest(&["b", "c"]));
+        // In progress: its manifest is written, its metadata is not.
+        store
+            .write_state(3, "count-0", &manifest(&["d"]), (0, 128))
+            .unwrap();
+        store.retain(1).unwrap();
+        assert_eq!(store.ids().unwrap(), vec![2, 3]);
+        assert_eq!(left(), ["b", "c", "d"], "a: only checkpoint 1 used it");
+        store.discard(3);
+        complete(&store, 4, &manifest(&["c"]));
+        store.retain(1).unwrap();
+        assert_eq!(left(), ["c"]);
+        store.discard_all().unwrap();
+        assert!(left().is_empty());
+    }
+
     #[test]
     fn an_unwritable_directory_is_reported_up_front() {
         let tmp = tempfile::tempdir().unwrap();
@@ -587,6 +717,7 @@ mod tests {
                         triggered_ms: 0,
                         duration_ms: 1,
                         size_bytes: 2,
+                        full_size_bytes: 2,
                         alignment_ms: 0,
                         operators: vec![],
                     },

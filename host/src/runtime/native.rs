@@ -7,7 +7,9 @@ use weir_wire::Kind;
 
 use super::operator::{Operator, OperatorContext, OperatorError};
 use crate::batch::Batch;
-use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind};
+use std::path::Path;
+
+use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, Uploads};
 
 /// Names of the built-in operators, for `native = "..."` in a job spec.
 pub const NAMES: &[&str] = &["split_words", "count_words"];
@@ -79,16 +81,19 @@ struct CountWords {
 }
 
 impl Operator for CountWords {
-    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
+    fn snapshot(&mut self, n: u64, out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
         self.state
-            .snapshot(std::iter::empty(), out)
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
-        Ok(true)
+            .checkpoint(n, std::iter::empty(), out)
+            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+    fn notify_complete(&mut self, n: u64) {
+        self.state.notify_complete(n);
+    }
+
+    fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
         self.state
-            .restore(snapshot, |_| {})
+            .restore_file(snapshot, shared, |_| {})
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
 

@@ -1,8 +1,10 @@
 //! The operator trait every operator instance implements, WebAssembly or native.
 
 use std::ops::Range;
+use std::path::Path;
 
 use crate::batch::Batch;
+use crate::state::Uploads;
 
 /// What an operator subtask knows about itself.
 #[derive(Debug, Clone)]
@@ -79,15 +81,21 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// Appends a snapshot of the operator's keyed state and timers to `out` (on a checkpoint
-    /// barrier); `false` when it has none.
-    fn snapshot(&mut self, _out: &mut Vec<u8>) -> Result<bool, OperatorError> {
-        Ok(false)
+    /// Writes the snapshot of the operator's keyed state and timers for checkpoint `n` to
+    /// `out` (on a checkpoint barrier), leaving it empty when there is none. Returns the files
+    /// it refers to that are still to be put into the checkpoint's shared directory (RocksDB's
+    /// incremental checkpoints).
+    fn snapshot(&mut self, _n: u64, _out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
+        Ok(None)
     }
 
+    /// Checkpoint `n` completed.
+    fn notify_complete(&mut self, _n: u64) {}
+
     /// Adds the part of `snapshot` (written by [`Operator::snapshot`] of any subtask of this
-    /// operator) that belongs to this subtask's key groups; called before `open`.
-    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), OperatorError> {
+    /// operator) that belongs to this subtask's key groups; the files it refers to are in
+    /// `shared`. Called before `open`.
+    fn restore(&mut self, _snapshot: &[u8], _shared: &Path) -> Result<(), OperatorError> {
         Ok(())
     }
 

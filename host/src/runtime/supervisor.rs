@@ -36,11 +36,14 @@ const TICK: Duration = Duration::from_millis(100);
 /// What a task contributed to a completed checkpoint.
 #[derive(Debug)]
 pub(crate) struct Acked {
-    /// `(vertex, state)` for each vertex of the task's chain.
-    parts: Vec<(usize, SubtaskState)>,
+    /// `(vertex, state, bytes written)` for each vertex of the task's chain.
+    parts: Vec<(usize, SubtaskState, u64)>,
     alignment: Duration,
     sync: Duration,
+    /// Bytes written for the checkpoint (state files and newly shared files).
     bytes: u64,
+    /// Bytes of the state it consists of, shared files written earlier included.
+    full_bytes: u64,
 }
 
 /// What the tasks and the writer tell the supervisor.
@@ -506,6 +509,7 @@ fn apply(
                 triggered_ms,
                 duration_ms: unix_ms().saturating_sub(triggered_ms),
                 size_bytes: 0,
+                full_size_bytes: 0,
                 alignment_ms: 0,
                 operators: Vec::new(),
             };
@@ -618,7 +622,7 @@ fn summarize(
             alignment_ms: 0,
         })
         .collect();
-    let (mut size, mut alignment) = (0, Duration::ZERO);
+    let (mut size, mut full_size, mut alignment) = (0, 0, Duration::ZERO);
     for (task, state) in &done.tasks {
         let TaskState::Snapshot(acked) = state else {
             // Every vertex of a finished task stays `Finished`, but a sink keeps its final
@@ -633,19 +637,10 @@ fn summarize(
             continue;
         };
         size += acked.bytes;
+        full_size += acked.full_bytes;
         alignment = alignment.max(acked.alignment);
-        for (v, sub) in &acked.parts {
-            if let SubtaskState::Operator {
-                state,
-                operator_state,
-            } = sub
-            {
-                stats[*v].size_bytes += state
-                    .iter()
-                    .chain(operator_state)
-                    .map(|f| f.size)
-                    .sum::<u64>();
-            }
+        for (v, sub, written) in &acked.parts {
+            stats[*v].size_bytes += written;
             stats[*v].sync_ms = stats[*v].sync_ms.max(millis(acked.sync));
             stats[*v].alignment_ms = stats[*v].alignment_ms.max(millis(acked.alignment));
             vertices[*v].subtasks[task.subtask as usize] = sub.clone();
@@ -667,6 +662,7 @@ fn summarize(
         triggered_ms,
         duration_ms: millis(done.completed.saturating_sub(done.triggered)),
         size_bytes: size,
+        full_size_bytes: full_size,
         alignment_ms: millis(alignment),
         operators: stats,
     };
@@ -705,8 +701,10 @@ fn write_one(
         alignment: snap.alignment,
         sync: snap.sync,
         bytes: 0,
+        full_bytes: 0,
     };
     for part in snap.parts {
+        let mut written = 0;
         let state = match part.state {
             PartState::Source(position) => SubtaskState::Source { position },
             PartState::Sink(state) => SubtaskState::Sink { state },
@@ -716,13 +714,15 @@ fn write_one(
                     &spec.vertices[part.vertex].name,
                     snap.task.subtask,
                 );
+                let mut shared = (0, 0);
                 let state = match keyed {
-                    Some((bytes, groups)) => Some(store.write_state(
-                        snap.id,
-                        &name,
-                        &bytes,
-                        (groups.start, groups.end),
-                    )?),
+                    Some((bytes, groups, uploads)) => {
+                        let groups = (groups.start, groups.end);
+                        let (file, uploaded) =
+                            store.write_keyed_state(snap.id, &name, &bytes, groups, uploads)?;
+                        shared = uploaded;
+                        Some(file)
+                    }
                     None => None,
                 };
                 let operator_state = match operator {
@@ -731,18 +731,21 @@ fn write_one(
                     }
                     None => None,
                 };
-                acked.bytes += state
+                let files = state
                     .iter()
                     .chain(&operator_state)
                     .map(|f| f.size)
                     .sum::<u64>();
+                written = files + shared.0;
+                acked.full_bytes += files + shared.1;
                 SubtaskState::Operator {
                     state,
                     operator_state,
                 }
             }
         };
-        acked.parts.push((part.vertex, state));
+        acked.bytes += written;
+        acked.parts.push((part.vertex, state, written));
     }
     Ok(acked)
 }

@@ -29,7 +29,7 @@ use crate::checkpoint::coordinator::TaskId;
 use crate::checkpoint::{CheckpointMode, Restored};
 use crate::connectors::{Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
-use crate::state::StateSetup;
+use crate::state::{StateSetup, Uploads};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
@@ -81,8 +81,9 @@ pub(crate) struct Part {
 pub(crate) enum PartState {
     Source(serde_json::Value),
     Operator {
-        /// Keyed state and timers, with the key groups they cover.
-        keyed: Option<(Vec<u8>, Range<u32>)>,
+        /// Keyed state and timers, the key groups they cover, and the files it refers to that
+        /// are still to be uploaded.
+        keyed: Option<(Vec<u8>, Range<u32>, Option<Uploads>)>,
         /// Non-keyed operator state.
         operator: Option<Vec<u8>>,
     },
@@ -314,7 +315,8 @@ fn build_stage(
                     .keyed_state(uid, &groups)
                     .map_err(|e| fail(e.to_string()))?
                 {
-                    op.restore(&bytes).map_err(|e| fail(e.to_string()))?;
+                    op.restore(&bytes, &r.shared_dir())
+                        .map_err(|e| fail(e.to_string()))?;
                 }
                 if let Some(bytes) = r.operator_state(uid, s).map_err(|e| fail(e.to_string()))? {
                     op.restore_operator_state(&bytes)
@@ -474,19 +476,18 @@ impl Chain {
             let state = match &mut self.stages[i] {
                 Stage::Operator(op) => {
                     let mut bytes = Vec::with_capacity(self.snapshot_sizes[i] + 4096);
-                    let keyed = match op.snapshot(&mut bytes) {
-                        Ok(true) => Some(bytes),
-                        Ok(false) => None,
+                    let uploads = match op.snapshot(n, &mut bytes) {
+                        Ok(uploads) => uploads,
                         Err(e) => return Err(self.fail(i, format!("snapshot failed: {e}"))),
                     };
-                    self.snapshot_sizes[i] = keyed.as_ref().map_or(0, Vec::len);
+                    self.snapshot_sizes[i] = bytes.len();
                     let groups = key_group_range(
                         self.spec.max_parallelism,
                         self.spec.vertices[vertex].parallelism,
                         self.subtask,
                     );
                     PartState::Operator {
-                        keyed: keyed.map(|bytes| (bytes, groups)),
+                        keyed: (!bytes.is_empty()).then_some((bytes, groups, uploads)),
                         operator: op.snapshot_operator_state(),
                     }
                 }
@@ -510,13 +511,17 @@ impl Chain {
             .map_err(|_| Stop::Disconnected)
     }
 
-    /// Checkpoint `n` completed: sinks commit what they pre-committed for it.
+    /// Checkpoint `n` completed: sinks forget what they pre-committed for it, operators
+    /// that the files of it are shared for good.
     fn notify_complete(&mut self, n: u64) -> Result<(), Stop> {
         for i in 0..self.stages.len() {
-            if let Stage::Sink(sink) = &mut self.stages[i]
-                && let Err(e) = sink.notify_complete(n)
-            {
-                return Err(self.fail(i, format!("commit of checkpoint {n} failed: {e}")));
+            match &mut self.stages[i] {
+                Stage::Sink(sink) => {
+                    if let Err(e) = sink.notify_complete(n) {
+                        return Err(self.fail(i, format!("commit of checkpoint {n} failed: {e}")));
+                    }
+                }
+                Stage::Operator(op) => op.notify_complete(n),
             }
         }
         Ok(())

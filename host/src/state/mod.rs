@@ -40,6 +40,7 @@ mod snapshot;
 pub(crate) mod ttl;
 mod value_table;
 
+pub use rocks::Uploads;
 pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
 pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 
@@ -356,6 +357,8 @@ pub struct KeyedState {
     watermark: i64,
     /// The next key group the memory backend's incremental TTL cleanup visits.
     cleanup_cursor: u32,
+    /// Whether RocksDB checkpoints are incremental.
+    incremental: bool,
     scratch: Vec<u8>,
 }
 
@@ -368,6 +371,7 @@ impl KeyedState {
             groups.clone(),
             Backend::Memory(Memory::new(groups)),
             Clock::system(),
+            false,
         )
     }
 
@@ -394,6 +398,7 @@ impl KeyedState {
             groups,
             backend,
             setup.clock.clone(),
+            setup.config.incremental,
         ))
     }
 
@@ -402,8 +407,10 @@ impl KeyedState {
         groups: Range<u32>,
         backend: Backend,
         clock: Clock,
+        incremental: bool,
     ) -> Self {
         KeyedState {
+            incremental,
             max_parallelism,
             cleanup_cursor: groups.start,
             groups,

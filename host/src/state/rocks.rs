@@ -20,6 +20,7 @@
 //! Entries of states with a TTL are dropped in compaction by a filter that reads the TTL
 //! stamp (see [`super::ttl`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -32,8 +33,9 @@ use rocksdb::{
 };
 
 use super::ttl::{NO_TIME, split};
-use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl};
+use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl, TtlUpdate, TtlVisibility};
 use crate::runtime::clock::Clock;
+use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
 /// The first two bytes of every row that is not a key group's.
 const META: [u8; 2] = [0xFF, 0xFF];
@@ -43,6 +45,15 @@ type TtlTable = Arc<RwLock<Vec<Option<Ttl>>>>;
 
 pub(crate) struct Rocks {
     db: DB,
+    /// Where and how it was opened, to open a restored database the same way.
+    setup: Setup,
+    /// `<operator uid>-<subtask>-<random id>`: the working directory's name, and the prefix of
+    /// the shared files this instance uploads (unique, so never confused with another's).
+    instance: String,
+    /// The SST files of the last completed checkpoint: local name -> shared file.
+    confirmed: HashMap<String, SharedFile>,
+    /// The SST files of each checkpoint taken and not yet completed.
+    pending: BTreeMap<u64, HashMap<String, SharedFile>>,
     kinds: Vec<StateKind>,
     batch: WriteBatch,
     write: WriteOptions,
@@ -63,6 +74,7 @@ impl std::fmt::Debug for Rocks {
 }
 
 /// A working directory, deleted when dropped.
+#[derive(Debug)]
 struct WorkDir(PathBuf);
 
 impl Drop for WorkDir {
@@ -89,12 +101,30 @@ impl Rocks {
         root: &Path,
         name: &str,
         config: &StateConfig,
-        _groups: Range<u32>,
+        groups: Range<u32>,
         clock: Clock,
     ) -> Result<Self, StateError> {
-        let dir = root.join(format!("{name}-{:016x}", fastrand::u64(..)));
+        let setup = Setup {
+            root: root.to_path_buf(),
+            name: name.to_string(),
+            config: config.clone(),
+            groups,
+            clock,
+        };
+        Self::open_with(setup, |_| Ok(()))
+    }
+
+    /// Opens a database in a fresh directory after `fill` put files into it.
+    fn open_with(
+        setup: Setup,
+        fill: impl FnOnce(&Path) -> Result<(), StateError>,
+    ) -> Result<Self, StateError> {
+        let instance = format!("{}-{:016x}", setup.name, fastrand::u64(..));
+        let dir = setup.root.join(&instance);
         std::fs::create_dir_all(&dir).map_err(|e| db_error(&dir, "creating the directory", e))?;
         let dir = WorkDir(dir);
+        fill(&dir.0)?;
+        let (config, clock) = (&setup.config, &setup.clock);
         let ttls: TtlTable = Arc::default();
         let watermark = Arc::new(AtomicI64::new(NO_TIME));
         // The options of the database and of its one (default) column family, which holds
@@ -108,6 +138,10 @@ impl Rocks {
         write.disable_wal(true);
         Ok(Rocks {
             db,
+            setup,
+            instance,
+            confirmed: HashMap::new(),
+            pending: BTreeMap::new(),
             kinds: Vec::new(),
             batch: WriteBatch::default(),
             write,
@@ -392,6 +426,355 @@ impl Rocks {
             None => Ok(()),
         }
     }
+}
+
+/// How a database was opened.
+#[derive(Debug, Clone)]
+struct Setup {
+    root: PathBuf,
+    name: String,
+    config: StateConfig,
+    groups: Range<u32>,
+    clock: Clock,
+}
+
+/// An SST file in the job's `shared/` checkpoint directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedFile {
+    pub name: String,
+    pub size: u64,
+}
+
+/// The files a RocksDB checkpoint still has to put into `shared/`, in a staging directory
+/// that is deleted when this is dropped.
+#[derive(Debug)]
+pub struct Uploads {
+    staging: WorkDir,
+    /// `(local file name, shared file)`.
+    files: Vec<(String, SharedFile)>,
+    /// The bytes of every SST file the checkpoint refers to, new or not.
+    pub full_bytes: u64,
+}
+
+impl Uploads {
+    /// Puts every new file into `shared` (a hard link where the file system allows, else a
+    /// copy) and syncs; returns the bytes put there.
+    pub(crate) fn upload(&self, shared: &Path) -> std::io::Result<u64> {
+        std::fs::create_dir_all(shared)?;
+        let mut bytes = 0;
+        for (local, file) in &self.files {
+            let (from, to) = (self.staging.0.join(local), shared.join(&file.name));
+            bytes += file.size;
+            if std::fs::metadata(&to).is_ok_and(|m| m.len() == file.size) {
+                continue; // an earlier attempt of this checkpoint put it there
+            }
+            if std::fs::hard_link(&from, &to).is_err() {
+                let tmp = to.with_extension("tmp");
+                std::fs::copy(&from, &tmp)?;
+                std::fs::File::open(&tmp)?.sync_all()?;
+                std::fs::rename(&tmp, &to)?;
+            }
+        }
+        std::fs::File::open(shared)?.sync_all()?;
+        Ok(bytes)
+    }
+}
+
+/// The keyed-state file of an incremental RocksDB checkpoint: the SST files it consists of
+/// (in `shared/`), RocksDB's small files (MANIFEST, CURRENT, OPTIONS) inline, and the timers.
+///
+/// ```text
+/// magic "WEIRRI01", u32 first group, u32 end group
+/// u32 n, n × (bytes local name, bytes shared name, i64 size)
+/// u32 n, n × (bytes name, bytes content)
+/// u32 n, n × (u8 domain, i64 timestamp, bytes key)
+/// ```
+#[derive(Debug)]
+pub(crate) struct Manifest<'a> {
+    pub groups: Range<u32>,
+    pub sst: Vec<(&'a [u8], SharedFile)>,
+    pub inline: Vec<(&'a [u8], &'a [u8])>,
+    pub timers: Vec<(TimeDomain, i64, &'a [u8])>,
+}
+
+const MANIFEST_MAGIC: &[u8; 8] = b"WEIRRI01";
+
+impl<'a> Manifest<'a> {
+    /// `None` if `bytes` is not a manifest (but a full snapshot).
+    pub(crate) fn parse(bytes: &'a [u8]) -> Option<Result<Manifest<'a>, DecodeError>> {
+        let body = bytes.strip_prefix(MANIFEST_MAGIC)?;
+        Some(Self::read(&mut Reader::new(
+            body,
+            "RocksDB checkpoint manifest",
+        )))
+    }
+
+    fn read(r: &mut Reader<'a>) -> Result<Manifest<'a>, DecodeError> {
+        let groups = r.u32()?..r.u32()?;
+        let mut sst = Vec::new();
+        for _ in 0..r.count(16)? {
+            let local = r.bytes()?;
+            let name = String::from_utf8_lossy(r.bytes()?).into_owned();
+            let size = r.i64()? as u64;
+            sst.push((local, SharedFile { name, size }));
+        }
+        let mut inline = Vec::new();
+        for _ in 0..r.count(8)? {
+            inline.push((r.bytes()?, r.bytes()?));
+        }
+        let mut timers = Vec::new();
+        for _ in 0..r.count(13)? {
+            let domain = match r.u8()? {
+                0 => TimeDomain::EventTime,
+                _ => TimeDomain::ProcessingTime,
+            };
+            timers.push((domain, r.i64()?, r.bytes()?));
+        }
+        Ok(Manifest {
+            groups,
+            sst,
+            inline,
+            timers,
+        })
+    }
+}
+
+/// The shared files a keyed-state file refers to (none for a full snapshot).
+pub(crate) fn shared_names(bytes: &[u8]) -> Vec<String> {
+    match Manifest::parse(bytes) {
+        Some(Ok(m)) => m.sst.into_iter().map(|(_, f)| f.name).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a file that starts with `head` is a manifest.
+pub(crate) fn is_manifest(head: &[u8]) -> bool {
+    head.starts_with(MANIFEST_MAGIC)
+}
+
+impl Rocks {
+    /// Takes checkpoint `n`: flushes the memtable, hard-links the database's files into a
+    /// staging directory, and writes the manifest of checkpoint `n` to `out`. SST files that
+    /// a completed checkpoint already put into `shared/` are referred to, not uploaded again.
+    pub(crate) fn checkpoint<'t>(
+        &mut self,
+        n: u64,
+        timers: impl Iterator<Item = (TimeDomain, i64, &'t [u8])>,
+        out: &mut Vec<u8>,
+    ) -> Result<Uploads, StateError> {
+        self.commit()?;
+        let staging = self.setup.root.join(format!("{}.chk-{n}", self.instance));
+        let _ = std::fs::remove_dir_all(&staging);
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(&staging))
+            .map_err(|e| self.fail("a checkpoint", e))?;
+        let staging = WorkDir(staging);
+        let fail = |e: std::io::Error| db_error(&staging.0, "a checkpoint", e);
+        let (mut sst, mut inline, mut uploads) = (Vec::new(), Vec::new(), Vec::new());
+        let mut full_bytes = 0;
+        for entry in std::fs::read_dir(&staging.0).map_err(fail)? {
+            let entry = entry.map_err(fail)?;
+            let local = entry.file_name().to_string_lossy().into_owned();
+            if local.ends_with(".sst") {
+                let size = entry.metadata().map_err(fail)?.len();
+                let file = match self.confirmed.get(&local) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = SharedFile {
+                            name: format!("{}-{local}", self.instance),
+                            size,
+                        };
+                        uploads.push((local.clone(), f.clone()));
+                        f
+                    }
+                };
+                full_bytes += file.size;
+                sst.push((local, file));
+            } else {
+                inline.push((local, std::fs::read(entry.path()).map_err(fail)?));
+            }
+        }
+        out.extend_from_slice(MANIFEST_MAGIC);
+        put_u32(out, self.setup.groups.start);
+        put_u32(out, self.setup.groups.end);
+        put_u32(out, sst.len() as u32);
+        for (local, file) in &sst {
+            put_bytes(out, local.as_bytes());
+            put_bytes(out, file.name.as_bytes());
+            put_i64(out, file.size as i64);
+        }
+        put_u32(out, inline.len() as u32);
+        for (name, bytes) in &inline {
+            put_bytes(out, name.as_bytes());
+            put_bytes(out, bytes);
+        }
+        let at = out.len();
+        put_u32(out, 0);
+        let mut count = 0u32;
+        for (domain, ts, key) in timers {
+            put_u8(out, domain as u8);
+            put_i64(out, ts);
+            put_bytes(out, key);
+            count += 1;
+        }
+        out[at..at + 4].copy_from_slice(&count.to_le_bytes());
+        self.pending.insert(n, sst.into_iter().collect());
+        Ok(Uploads {
+            staging,
+            files: uploads,
+            full_bytes,
+        })
+    }
+
+    /// Checkpoint `n` completed: its files are in `shared/` for good, and later checkpoints
+    /// refer to them instead of uploading them again.
+    pub(crate) fn notify_complete(&mut self, n: u64) {
+        if let Some(files) = self.pending.remove(&n) {
+            self.confirmed = files;
+        }
+        self.pending.retain(|&id, _| id > n);
+    }
+
+    /// A database with the files of `manifest` (from `shared`), opened like this one.
+    pub(crate) fn restored(
+        &self,
+        manifest: &Manifest<'_>,
+        shared: &Path,
+    ) -> Result<Rocks, StateError> {
+        let setup = Setup {
+            groups: manifest.groups.clone(),
+            ..self.setup.clone()
+        };
+        Self::restore_with(setup, manifest, shared)
+    }
+
+    /// A database with the files of `manifest`, in the system's temporary directory, to read
+    /// from when a subtask whose state is in memory restores a RocksDB checkpoint.
+    pub(crate) fn restored_apart(
+        manifest: &Manifest<'_>,
+        shared: &Path,
+        clock: &Clock,
+    ) -> Result<Rocks, StateError> {
+        let setup = Setup {
+            root: std::env::temp_dir().join("weir-restore"),
+            name: "restore".into(),
+            config: StateConfig::default(),
+            groups: manifest.groups.clone(),
+            clock: clock.clone(),
+        };
+        Self::restore_with(setup, manifest, shared)
+    }
+
+    fn restore_with(
+        setup: Setup,
+        manifest: &Manifest<'_>,
+        shared: &Path,
+    ) -> Result<Rocks, StateError> {
+        let mut db = Self::open_with(setup, |dir| {
+            for (local, file) in &manifest.sst {
+                let (from, to) = (shared.join(&file.name), dir.join(file_name(local)?));
+                let size = std::fs::metadata(&from).map(|m| m.len());
+                if size.as_ref().ok() != Some(&file.size) {
+                    return Err(StateError::Backend(format!(
+                        "checkpoint file {} is missing or damaged ({}, expected {} bytes); \
+                         restore an older checkpoint or start with --fresh",
+                        from.display(),
+                        match size {
+                            Ok(n) => format!("{n} bytes"),
+                            Err(e) => e.to_string(),
+                        },
+                        file.size
+                    )));
+                }
+                if std::fs::hard_link(&from, &to).is_err() {
+                    std::fs::copy(&from, &to).map_err(|e| db_error(dir, "a restore", e))?;
+                }
+            }
+            for (name, bytes) in &manifest.inline {
+                std::fs::write(dir.join(file_name(name)?), bytes)
+                    .map_err(|e| db_error(dir, "a restore", e))?;
+            }
+            Ok(())
+        })?;
+        for (_, kind, ttl) in db.declarations()? {
+            db.kinds.push(kind);
+            db.ttls
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ttl.filter(Ttl::active));
+        }
+        let mut seq = META.to_vec();
+        seq.extend_from_slice(b"seq");
+        if let Some(v) = db.db.get(&seq).map_err(|e| db.fail("a restore", e))? {
+            db.next_seq = v.as_slice().try_into().map_or(0, u64::from_be_bytes);
+        }
+        db.confirmed = manifest
+            .sst
+            .iter()
+            .map(|(local, f)| (String::from_utf8_lossy(local).into_owned(), f.clone()))
+            .collect();
+        Ok(db)
+    }
+
+    /// The states declared in this database, in id order.
+    pub(crate) fn declarations(&self) -> Result<Vec<(String, StateKind, Option<Ttl>)>, StateError> {
+        let mut prefix = META.to_vec();
+        prefix.extend_from_slice(b"state");
+        let mut out = Vec::new();
+        let mut bad = false;
+        self.rows(&prefix, |_, v| match parse_declaration(v) {
+            Some(d) => out.push(d),
+            None => bad = true,
+        })?;
+        if bad {
+            return Err(self.fail("a restore", "a state declaration is damaged"));
+        }
+        Ok(out)
+    }
+}
+
+/// A file name from a manifest, refused if it could leave the directory.
+fn file_name(name: &[u8]) -> Result<&str, StateError> {
+    match std::str::from_utf8(name) {
+        Ok(n) if !n.is_empty() && !n.contains('/') && n != ".." => Ok(n),
+        _ => Err(StateError::Backend(format!(
+            "a checkpoint manifest names a file {:?}, which is not a plain file name",
+            String::from_utf8_lossy(name)
+        ))),
+    }
+}
+
+/// What [`Rocks::declare`] stored.
+fn parse_declaration(v: &[u8]) -> Option<(String, StateKind, Option<Ttl>)> {
+    let (&kind, rest) = v.split_first()?;
+    let kind = match kind {
+        0 => StateKind::Value,
+        1 => StateKind::List,
+        2 => StateKind::Map,
+        _ => return None,
+    };
+    let (&has_ttl, rest) = rest.split_first()?;
+    let (ttl, name) = if has_ttl == 1 {
+        let (ms, rest) = rest.split_first_chunk::<8>()?;
+        let (flags, name) = rest.split_first_chunk::<3>()?;
+        let ttl = Ttl {
+            ttl_ms: u64::from_le_bytes(*ms),
+            update: match flags[0] {
+                0 => TtlUpdate::OnCreateAndWrite,
+                1 => TtlUpdate::OnReadAndWrite,
+                _ => TtlUpdate::Disabled,
+            },
+            visibility: match flags[1] {
+                0 => TtlVisibility::NeverReturnExpired,
+                _ => TtlVisibility::ReturnExpiredIfNotCleanedUp,
+            },
+            event_time: flags[2] != 0,
+        };
+        (Some(ttl), name)
+    } else {
+        (None, rest)
+    };
+    Some((String::from_utf8(name.to_vec()).ok()?, kind, ttl))
 }
 
 #[cfg(test)]

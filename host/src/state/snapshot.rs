@@ -17,12 +17,15 @@
 //! bytes left, so a damaged file fails with an error, never a huge allocation.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
+use super::rocks::{Manifest, Rocks, Uploads};
 use super::ttl::split;
 use super::{
-    Backend, KeyedState, Row, StateError, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
+    Backend, Declared, KeyedState, Row, StateError, StateId, StateKind, Ttl, TtlUpdate,
+    TtlVisibility,
 };
 use crate::runtime::key_group::key_group;
 
@@ -143,6 +146,82 @@ impl KeyedState {
             }
         }
         Ok(())
+    }
+
+    /// Writes checkpoint `n` of every state and of `timers` to `out`: with RocksDB and
+    /// `incremental`, a manifest of the database's files and what of them is left to upload;
+    /// else a full snapshot.
+    pub fn checkpoint<'a>(
+        &mut self,
+        n: u64,
+        timers: impl Iterator<Item = Timer<'a>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Uploads>, StateError> {
+        match &mut self.backend {
+            Backend::Rocks(r) if self.incremental => r.checkpoint(n, timers, out).map(Some),
+            _ => self.snapshot(timers, out).map(|()| None),
+        }
+    }
+
+    /// Checkpoint `n` completed.
+    pub fn notify_complete(&mut self, n: u64) {
+        if let Backend::Rocks(r) = &mut self.backend {
+            r.notify_complete(n);
+        }
+    }
+
+    /// Restores a keyed-state file of a checkpoint, full or incremental (whose files are in
+    /// `shared`), as [`restore`](Self::restore) does.
+    pub fn restore_file(
+        &mut self,
+        file: &[u8],
+        shared: &Path,
+        mut timer: impl FnMut(Timer<'_>),
+    ) -> Result<(), SnapshotError> {
+        let Some(manifest) = Manifest::parse(file) else {
+            return self.restore(file, timer);
+        };
+        let manifest = manifest?;
+        let db = match &self.backend {
+            Backend::Rocks(r) => r.restored(&manifest, shared)?,
+            Backend::Memory(_) => Rocks::restored_apart(&manifest, shared, &self.clock)?,
+        };
+        let declared = db.declarations()?;
+        // The checkpoint's database becomes this subtask's when it holds exactly its key
+        // groups; else its full snapshot is restored from (another parallelism or backend).
+        let adopt = matches!(self.backend, Backend::Rocks(_))
+            && self.states.is_empty()
+            && manifest.groups == self.groups;
+        let mut apart;
+        let target = if adopt {
+            self.backend = Backend::Rocks(Box::new(db));
+            &mut *self
+        } else {
+            apart = KeyedState::with_backend(
+                self.max_parallelism,
+                manifest.groups.clone(),
+                Backend::Rocks(Box::new(db)),
+                self.clock.clone(),
+                false,
+            );
+            &mut apart
+        };
+        for (name, kind, ttl) in declared {
+            let id = StateId(target.states.len());
+            target.states.push(Declared {
+                name: name.clone(),
+                kind,
+                ttl,
+            });
+            target.by_name.insert(name, id);
+        }
+        if adopt {
+            manifest.timers.iter().for_each(|t| timer(*t));
+            return Ok(());
+        }
+        let mut full = Vec::new();
+        target.snapshot(manifest.timers.iter().copied(), &mut full)?;
+        self.restore(&full, timer)
     }
 
     /// Adds the entries of `snapshot` that belong to this subtask's key groups (the snapshot

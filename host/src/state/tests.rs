@@ -611,3 +611,107 @@ fn values_over_the_limit_are_refused_naming_the_slot() {
         );
     }
 }
+
+/// A store of `backend` for `groups` whose RocksDB checkpoints are incremental.
+fn open_incremental(groups: Range<u32>, clock: &Clock, dir: &std::path::Path) -> KeyedState {
+    let setup = StateSetup {
+        config: StateConfig {
+            backend: BackendKind::RocksDb,
+            write_buffer: bytesize::ByteSize::mib(4),
+            ..StateConfig::default()
+        },
+        root: dir.to_path_buf(),
+        clock: clock.clone(),
+    };
+    KeyedState::open(&setup, "op", 0, 128, groups).unwrap()
+}
+
+/// Takes checkpoint `n` as the runtime does: the manifest, then the uploads into `shared`.
+/// Returns the manifest and the bytes uploaded.
+fn checkpoint(s: &mut KeyedState, n: u64, shared: &std::path::Path) -> (Vec<u8>, u64) {
+    let timers = [(weir_wire::TimeDomain::EventTime, 7, &b"key-7"[..])];
+    let mut manifest = Vec::new();
+    let uploads = s.checkpoint(n, timers.into_iter(), &mut manifest).unwrap();
+    let uploaded = uploads
+        .expect("an incremental checkpoint")
+        .upload(shared)
+        .unwrap();
+    (manifest, uploaded)
+}
+
+#[test]
+fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let clock = Clock::manual(0);
+    let mut s = open_incremental(0..128, &clock, dir.path());
+    let v = s.declare("v", StateKind::Value, None).unwrap();
+    let l = s.declare("l", StateKind::List, None).unwrap();
+    let value = "x".repeat(50);
+    let keys: Vec<String> = (0..20_000).map(|i| format!("key-{i}")).collect();
+    let all: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for chunk in all.chunks(1000) {
+        let batch = slots(&s, chunk);
+        let ops = (0..batch.len()).map(|i| (i, Some(value.as_bytes())));
+        s.write_values(v, &batch, ops).unwrap();
+    }
+    add(&mut s, l, "key-1", OP_APPEND, &["a", "b"]);
+    let (_, first) = checkpoint(&mut s, 1, &shared);
+    s.notify_complete(1);
+
+    // 1% of the keys change.
+    for key in all.iter().step_by(100) {
+        set(&mut s, v, key, "changed");
+    }
+    let (manifest, second) = checkpoint(&mut s, 2, &shared);
+    assert!(
+        second * 10 < first,
+        "the second checkpoint uploads a small part: {second} of {first} bytes"
+    );
+    let whole = s.dump();
+    drop(s);
+
+    // Into RocksDB at the same key groups (the checkpoint's database is taken over), into
+    // memory, and split over two subtasks.
+    let restore = |state: &mut KeyedState| {
+        let mut timers = Vec::new();
+        state
+            .restore_file(&manifest, &shared, |(d, ts, k)| {
+                timers.push((d, ts, k.to_vec()))
+            })
+            .unwrap();
+        timers
+    };
+    let mut back = open_incremental(0..128, &clock, dir.path());
+    assert_eq!(restore(&mut back).len(), 1, "the timer comes back");
+    assert_eq!(back.dump(), whole);
+    assert_eq!(read(&mut back, StateId(1), "key-1"), "[a, b]");
+    // The restored database goes on: new list elements after the old ones.
+    add(&mut back, StateId(1), "key-1", OP_APPEND, &["c"]);
+    assert_eq!(read(&mut back, StateId(1), "key-1"), "[a, b, c]");
+    let (_, third) = checkpoint(&mut back, 3, &shared);
+    assert!(
+        third * 10 < first,
+        "a restored database shares the restored files"
+    );
+
+    let (mut mem, _d) = open(BackendKind::Memory, 0..128, &clock);
+    restore(&mut mem);
+    assert_eq!(mem.dump(), whole);
+    let mut halves = Vec::new();
+    for sub in 0..2 {
+        let mut part = open_incremental(key_group_range(128, 2, sub), &clock, dir.path());
+        restore(&mut part);
+        halves.extend(part.dump());
+    }
+    halves.sort();
+    assert_eq!(halves, whole);
+
+    // A missing shared file is named.
+    for f in std::fs::read_dir(&shared).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    let mut broken = open_incremental(0..128, &clock, dir.path());
+    let err = broken.restore_file(&manifest, &shared, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("missing or damaged"), "{err}");
+}

@@ -12,7 +12,8 @@ use super::host::HostState;
 use super::limits::{Limit, LimitExceeded, Limits, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::runtime::operator::{FailureKind, Operator, OperatorContext, OperatorError};
-use crate::state::{FastMap, restore_operator_states, snapshot_operator_states};
+use crate::state::{FastMap, Uploads, restore_operator_states, snapshot_operator_states};
+use std::path::Path;
 
 /// Runs one instance of an operator component for one subtask.
 pub(crate) struct WasmOperator {
@@ -267,13 +268,13 @@ impl Operator for WasmOperator {
         Ok(())
     }
 
-    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<bool, OperatorError> {
+    fn snapshot(&mut self, n: u64, out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
         let data = self.store.data_mut();
         if data.state.is_empty()
             && data.event_timers.is_empty()
             && data.processing_timers.is_empty()
         {
-            return Ok(false);
+            return Ok(None);
         }
         let timers = (data
             .event_timers
@@ -285,16 +286,19 @@ impl Operator for WasmOperator {
                 .map(|(ts, k)| (TimeDomain::ProcessingTime, *ts, &k[..])),
         );
         data.state
-            .snapshot(timers, out)
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
-        Ok(true)
+            .checkpoint(n, timers, out)
+            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))
     }
 
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+    fn notify_complete(&mut self, n: u64) {
+        self.store.data_mut().state.notify_complete(n);
+    }
+
+    fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
         let (event, processing) = (&mut data.event_timers, &mut data.processing_timers);
         data.state
-            .restore(snapshot, |(domain, ts, key)| {
+            .restore_file(snapshot, shared, |(domain, ts, key)| {
                 let set = match domain {
                     TimeDomain::EventTime => &mut *event,
                     TimeDomain::ProcessingTime => &mut *processing,
