@@ -21,6 +21,11 @@
 //! ```
 
 pub(crate) mod batch;
+/// Benchmarks of internals, for `host/benches` (not a stable interface).
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::state::bench::run as state;
+}
 pub mod checkpoint;
 pub mod cli;
 pub mod connectors;

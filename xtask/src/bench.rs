@@ -1,6 +1,8 @@
 //! `cargo xtask bench`: word count throughput at parallelism 2, WASM operators vs the native
-//! built-ins that do the same work, over the input of `bench/gen_words.py`; and the WASM
-//! operators once more without epoch interruption, to show what enforcing call deadlines costs.
+//! built-ins that do the same work, over the input of `bench/gen_words.py`; the WASM
+//! operators once more without epoch interruption, to show what enforcing call deadlines
+//! costs; and once on the RocksDB state backend with checkpoints every 5 s (the setting of
+//! the Flink 2.3 / RocksDB comparison in the README).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,6 +61,8 @@ struct Variant {
     count: String,
     /// Extra arguments of `weir`.
     flags: &'static [&'static str],
+    /// Tables added to the job spec.
+    tables: String,
 }
 
 /// Builds the guests and `weir` and creates `<target>/<name>/` for a benchmark's files;
@@ -83,18 +87,33 @@ pub fn run(options: Options) -> Result<()> {
             split: wasm("wordcount_split.wasm"),
             count: wasm("wordcount_count.wasm"),
             flags: &[],
+            tables: String::new(),
         },
         Variant {
             name: "native",
             split: "native = \"split_words\"".into(),
             count: "native = \"count_words\"".into(),
             flags: &[],
+            tables: String::new(),
         },
         Variant {
             name: "wasm-no-epoch",
             split: wasm("wordcount_split.wasm"),
             count: wasm("wordcount_count.wasm"),
             flags: &["--no-epoch-interruption"],
+            tables: String::new(),
+        },
+        Variant {
+            name: "wasm-rocksdb",
+            split: wasm("wordcount_split.wasm"),
+            count: wasm("wordcount_count.wasm"),
+            flags: &[],
+            tables: format!(
+                "\n[state]\nbackend = \"rocksdb\"\ndir = {}\n\n\
+                 [checkpoint]\ninterval = \"5s\"\ndir = {}\n",
+                toml_str(&dir.join("state")),
+                toml_str(&dir.join("checkpoints"))
+            ),
         },
     ];
     let mut best = vec![f64::INFINITY; variants.len()];
@@ -133,6 +152,10 @@ pub fn run(options: Options) -> Result<()> {
     println!(
         "  epoch interruption costs {:+.1}% (wasm vs wasm-no-epoch)",
         (best[0] / best[2] - 1.0) * 100.0
+    );
+    println!(
+        "  RocksDB with checkpoints every 5 s: {:.2}x the time of memory state",
+        best[3] / best[0]
     );
     Ok(())
 }
@@ -186,7 +209,8 @@ edge = "key_by"
 name = "out"
 type = "discard"
 input = "count"
-"#,
+{tables}"#,
+        tables = variant.tables,
         name = variant.name,
         input = toml_str(input),
         split = variant.split,

@@ -10,6 +10,7 @@
 //!   checkpoint duration and size at 100k and 1M keys
 //! - `bench-postgres [--rows N] [--runs R]`: rows/s into PostgreSQL per sink mode, and the time
 //!   from a row's write to its visibility
+//! - `bench-state [--keys N]...`: memory vs RocksDB state, full vs incremental checkpoints
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -19,6 +20,7 @@ use anyhow::{Context, Result, bail};
 mod bench;
 mod bench_checkpoints;
 mod bench_postgres;
+mod bench_state;
 mod demo;
 mod guests;
 mod services;
@@ -46,7 +48,10 @@ commands:
   bench-postgres [--rows N] [--runs R]
                               rows/s into PostgreSQL in append and upsert mode with
                               checkpoints every second, and write-to-visible latency
-                              (default 2000000 rows, 3 runs)";
+                              (default 2000000 rows, 3 runs)
+  bench-state [--keys N]...   memory vs RocksDB: throughput, checkpoint duration and
+                              bytes (full vs incremental) after 1% of the keys
+                              changed, restore time (default 1M and 10M keys)";
 
 fn main() -> ExitCode {
     match dispatch(std::env::args().skip(1).collect()) {
@@ -71,6 +76,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench" => bench::run(bench::Options::parse(rest)?),
         "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),
         "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
+        "bench-state" => bench_state::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -52,6 +52,9 @@ impl Memory {
     /// Nothing to do: every change is applied at once.
     pub(crate) fn commit(&mut self) {}
 
+    /// Nothing to do: nothing is cached.
+    pub(crate) fn flush(&mut self) {}
+
     fn index(&self, group: u32) -> usize {
         (group - self.groups.start) as usize
     }
@@ -205,26 +208,19 @@ impl Memory {
     }
 
     /// Drops every entry (value, list element, map entry) of state `st` in key group `group`
-    /// that `keep` rejects; returns how many it looked at.
-    pub(crate) fn retain(&mut self, st: usize, group: u32, keep: impl Fn(&[u8]) -> bool) -> usize {
+    /// that `keep` rejects.
+    pub(crate) fn retain(&mut self, st: usize, group: u32, keep: impl Fn(&[u8]) -> bool) {
         let g = self.index(group);
-        let mut seen = 0;
         match &mut self.tables[st] {
-            Table::Value(t) => {
-                seen = t[g].len();
-                t[g].retain(|v| keep(v));
-            }
+            Table::Value(t) => t[g].retain(|v| keep(v)),
             Table::List(t) => t[g].retain(|_, list| {
-                seen += list.len();
                 list.retain(|e| keep(e));
                 !list.is_empty()
             }),
             Table::Map(t) => t[g].retain(|_, map| {
-                seen += map.len();
                 map.retain(|_, v| keep(v));
                 !map.is_empty()
             }),
         }
-        seen
     }
 }

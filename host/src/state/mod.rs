@@ -34,6 +34,7 @@ macro_rules! on_backend {
     };
 }
 
+pub(crate) mod bench;
 mod memory;
 pub(crate) mod rocks;
 mod snapshot;
@@ -76,7 +77,8 @@ impl std::fmt::Display for StateKind {
 /// dir = "state"             # RocksDB's working directories: <dir>/<job>/, relative to the spec
 /// incremental = true        # RocksDB checkpoints share unchanged SST files (false: full copies)
 /// block_cache = "64 MiB"    # RocksDB, per subtask: cache of uncompressed blocks
-/// write_buffer = "64 MiB"   # RocksDB, per subtask: memtable size before a flush
+/// write_buffer = "16 MiB"   # RocksDB, per subtask: memtable size before a flush
+/// cache_entries = 100000    # RocksDB, per subtask: value-state values cached in memory
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +93,9 @@ pub struct StateConfig {
     pub block_cache: bytesize::ByteSize,
     #[serde(default = "default_write_buffer")]
     pub write_buffer: bytesize::ByteSize,
+    /// RocksDB, per subtask: values of value states kept in memory in front of RocksDB.
+    #[serde(default = "default_cache_entries")]
+    pub cache_entries: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -114,8 +119,12 @@ fn default_block_cache() -> bytesize::ByteSize {
     bytesize::ByteSize::mib(64)
 }
 
+fn default_cache_entries() -> u64 {
+    100_000
+}
+
 fn default_write_buffer() -> bytesize::ByteSize {
-    bytesize::ByteSize::mib(64)
+    bytesize::ByteSize::mib(16)
 }
 
 impl Default for StateConfig {
@@ -126,6 +135,7 @@ impl Default for StateConfig {
             incremental: true,
             block_cache: default_block_cache(),
             write_buffer: default_write_buffer(),
+            cache_entries: default_cache_entries(),
         }
     }
 }
@@ -845,6 +855,7 @@ impl KeyedState {
     /// that compare two stores.
     #[cfg(test)]
     pub(crate) fn dump(&mut self) -> Vec<(String, Vec<u8>, String)> {
+        on_backend!(&mut self.backend, b => b.flush()).unwrap();
         let mut out = Vec::new();
         for (i, d) in self.states.iter().enumerate() {
             for group in self.groups.clone() {

@@ -33,7 +33,9 @@ use rocksdb::{
 };
 
 use super::ttl::{NO_TIME, split};
-use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl, TtlUpdate, TtlVisibility};
+use super::{
+    FastMap, Key, Row, Slots, StateConfig, StateError, StateKind, Ttl, TtlUpdate, TtlVisibility,
+};
 use crate::runtime::clock::Clock;
 use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
@@ -45,6 +47,8 @@ type TtlTable = Arc<RwLock<Vec<Option<Ttl>>>>;
 
 pub(crate) struct Rocks {
     db: DB,
+    /// Recently used values of value states, in front of `db`.
+    cache: ValueCache,
     /// Where and how it was opened, to open a restored database the same way.
     setup: Setup,
     /// `<operator uid>-<subtask>-<random id>`: the working directory's name, and the prefix of
@@ -138,6 +142,7 @@ impl Rocks {
         write.disable_wal(true);
         Ok(Rocks {
             db,
+            cache: ValueCache::new(setup.config.cache_entries as usize),
             setup,
             instance,
             confirmed: HashMap::new(),
@@ -205,6 +210,7 @@ impl Rocks {
     }
 
     pub(crate) fn commit(&mut self) -> Result<(), StateError> {
+        self.cache.evict(&mut self.batch);
         if self.seq_dirty {
             let mut row = META.to_vec();
             row.extend_from_slice(b"seq");
@@ -220,36 +226,47 @@ impl Rocks {
             .map_err(|e| self.fail("a write", e))
     }
 
+    /// Calls `f` with the value of every slot, in slot order: from the cache where it has
+    /// the key, the others read with one `MultiGet` (and cached).
     pub(crate) fn read_values(
         &mut self,
         st: usize,
         slots: &Slots,
         mut f: impl FnMut(usize, Option<&[u8]>),
     ) -> Result<(), StateError> {
-        let mut keys = Vec::with_capacity(slots.len() * 16);
+        let mut rows = Vec::with_capacity(slots.len() * 24);
         let mut ends = Vec::with_capacity(slots.len());
+        let mut missing = Vec::new();
         for slot in 0..slots.len() {
-            put_prefix(&mut keys, st, slots.group(slot), slots.key(slot));
-            ends.push(keys.len());
+            let start = rows.len();
+            put_prefix(&mut rows, st, slots.group(slot), slots.key(slot));
+            ends.push(rows.len());
+            if !self.cache.promote(&rows[start..]) {
+                missing.push(slot);
+            }
         }
-        let mut start = 0;
-        let rows = ends.iter().map(|&end| {
-            let k = &keys[start..end];
-            start = end;
-            k
-        });
-        let cf = self
-            .db
-            .cf_handle("default")
-            .expect("the database is opened with its default column family");
-        let values = self.db.batched_multi_get_cf(cf, rows, false);
-        for (slot, v) in values.into_iter().enumerate() {
-            let v = v.map_err(|e| self.fail("a read", e))?;
-            f(slot, v.as_deref());
+        let row = |slot: usize| &rows[if slot == 0 { 0 } else { ends[slot - 1] }..ends[slot]];
+        if !missing.is_empty() {
+            let cf = self
+                .db
+                .cf_handle("default")
+                .expect("the database is opened with its default column family");
+            let values = self
+                .db
+                .batched_multi_get_cf(cf, missing.iter().map(|&s| row(s)), false);
+            for (&slot, v) in missing.iter().zip(values) {
+                let v = v.map_err(|e| db_error(&self.dir.0, "a read", e))?;
+                self.cache.put(row(slot), v.as_deref(), false);
+            }
+        }
+        for slot in 0..slots.len() {
+            f(slot, self.cache.get(row(slot)));
         }
         Ok(())
     }
 
+    /// Sets (or with `None` removes) the value of `slot`'s key: in the cache, from which it
+    /// reaches RocksDB when evicted or at the next checkpoint.
     pub(crate) fn write_value(
         &mut self,
         st: usize,
@@ -258,11 +275,14 @@ impl Rocks {
         v: Option<&[u8]>,
     ) -> Result<(), StateError> {
         self.prefix(st, slots.group(slot), slots.key(slot));
-        match v {
-            Some(v) => self.batch.put(&self.key, v),
-            None => self.batch.delete(&self.key),
-        }
+        self.cache.put(&self.key, v, true);
         Ok(())
+    }
+
+    /// Writes every changed value of the cache to RocksDB.
+    pub(crate) fn flush(&mut self) -> Result<(), StateError> {
+        self.cache.flush(&mut self.batch);
+        self.commit()
     }
 
     pub(crate) fn put_value(
@@ -273,6 +293,7 @@ impl Rocks {
         v: &[u8],
     ) -> Result<(), StateError> {
         self.prefix(st, group, key);
+        self.cache.forget(&self.key);
         self.batch.put(&self.key, v);
         self.flush_large_batch()
     }
@@ -428,6 +449,122 @@ impl Rocks {
     }
 }
 
+/// The values of value states last read or written, in front of RocksDB, so that hot keys
+/// cost no RocksDB read and reach RocksDB once per eviction or checkpoint rather than once
+/// per batch. Two generations approximate least-recently-used eviction: a hit in the old
+/// generation moves the entry to the young one; when the young one is full, the old one's
+/// changed entries go to RocksDB and it is dropped, and the young one becomes old.
+#[derive(Debug)]
+struct ValueCache {
+    young: FastMap<Key, Cached>,
+    old: FastMap<Key, Cached>,
+    /// Entries per generation.
+    generation: usize,
+}
+
+/// A cached value (`None`: the key has none) and whether RocksDB still has an older one.
+#[derive(Debug)]
+struct Cached {
+    value: Option<Vec<u8>>,
+    dirty: bool,
+}
+
+impl ValueCache {
+    fn new(entries: usize) -> Self {
+        ValueCache {
+            young: FastMap::default(),
+            old: FastMap::default(),
+            generation: (entries / 2).max(1),
+        }
+    }
+
+    /// Whether `row` is cached; moves it into the young generation.
+    fn promote(&mut self, row: &[u8]) -> bool {
+        if self.young.contains_key(row) {
+            return true;
+        }
+        match self.old.remove_entry(row) {
+            Some((k, c)) => {
+                self.young.insert(k, c);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The cached value of `row`, which [`promote`](Self::promote) or
+    /// [`put`](Self::put) put into the young generation.
+    fn get(&self, row: &[u8]) -> Option<&[u8]> {
+        self.young.get(row).and_then(|c| c.value.as_deref())
+    }
+
+    fn put(&mut self, row: &[u8], value: Option<&[u8]>, dirty: bool) {
+        let c = match self.young.get_mut(row) {
+            Some(c) => c,
+            None => {
+                let c = self.old.remove(row).unwrap_or(Cached {
+                    value: None,
+                    dirty: false,
+                });
+                self.young.entry(row.into()).or_insert(c)
+            }
+        };
+        match (value, &mut c.value) {
+            (Some(v), Some(old)) => {
+                old.clear();
+                old.extend_from_slice(v);
+            }
+            (v, slot) => *slot = v.map(<[u8]>::to_vec),
+        }
+        c.dirty |= dirty;
+    }
+
+    /// Drops `row` (a write past the cache makes it stale).
+    fn forget(&mut self, row: &[u8]) {
+        self.young.remove(row);
+        self.old.remove(row);
+    }
+
+    /// When the young generation is full: writes the old one's changes to `batch`, drops it.
+    fn evict(&mut self, batch: &mut WriteBatch) {
+        if self.young.len() < self.generation {
+            return;
+        }
+        let mut changed: Vec<(&[u8], Option<&[u8]>)> = self
+            .old
+            .iter()
+            .filter(|(_, c)| c.dirty)
+            .map(|(row, c)| (&row[..], c.value.as_deref()))
+            .collect();
+        write_sorted(batch, &mut changed);
+        self.old.clear();
+        std::mem::swap(&mut self.young, &mut self.old);
+    }
+
+    /// Writes every change to `batch`; the entries stay cached.
+    fn flush(&mut self, batch: &mut WriteBatch) {
+        let mut changed: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+        for (row, c) in self.young.iter_mut().chain(self.old.iter_mut()) {
+            if std::mem::take(&mut c.dirty) {
+                changed.push((row, c.value.as_deref()));
+            }
+        }
+        write_sorted(batch, &mut changed);
+    }
+}
+
+/// Puts `changes` into `batch` in key order: RocksDB's memtable (a skip list) inserts a
+/// sorted run several times faster than the same keys in hash order.
+fn write_sorted(batch: &mut WriteBatch, changes: &mut [(&[u8], Option<&[u8]>)]) {
+    changes.sort_unstable_by_key(|(row, _)| *row);
+    for (row, value) in changes.iter() {
+        match value {
+            Some(v) => batch.put(row, v),
+            None => batch.delete(row),
+        }
+    }
+}
+
 /// How a database was opened.
 #[derive(Debug, Clone)]
 struct Setup {
@@ -562,7 +699,7 @@ impl Rocks {
         timers: impl Iterator<Item = (TimeDomain, i64, &'t [u8])>,
         out: &mut Vec<u8>,
     ) -> Result<Uploads, StateError> {
-        self.commit()?;
+        self.flush()?;
         let staging = self.setup.root.join(format!("{}.chk-{n}", self.instance));
         let _ = std::fs::remove_dir_all(&staging);
         rocksdb::checkpoint::Checkpoint::new(&self.db)
@@ -781,7 +918,8 @@ fn parse_declaration(v: &[u8]) -> Option<(String, StateKind, Option<Ttl>)> {
 impl Rocks {
     /// Flushes the memtable and compacts every file down to the last level, so that the
     /// compaction filter sees every row.
-    pub(crate) fn compact(&self) -> Result<(), StateError> {
+    pub(crate) fn compact(&mut self) -> Result<(), StateError> {
+        self.flush()?;
         self.db.flush().map_err(|e| self.fail("a flush", e))?;
         let mut opts = rocksdb::CompactOptions::default();
         opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
@@ -868,12 +1006,18 @@ fn options(
         Ok(cache) => table.set_block_cache(&cache),
         Err(e) => tracing::warn!("RocksDB block cache not created ({e}); using the default"),
     }
-    table.set_cache_index_and_filter_blocks(true);
-    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    // Index and filter blocks stay in memory with their table rather than in the block
+    // cache: in the cache, data blocks evicted them, and every lookup read filter blocks of
+    // megabytes again (random updates over 10M keys ran at a few thousand per second).
+    table.set_cache_index_and_filter_blocks(false);
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.set_block_based_table_factory(&table);
     opts.set_write_buffer_size(config.write_buffer.as_u64() as usize);
+    // A bloom filter over the memtable's keys too: a read of a key the memtable does not
+    // hold (a new key, or one flushed long ago) skips its skip-list search.
+    opts.set_memtable_prefix_bloom_ratio(0.1);
+    opts.set_memtable_whole_key_filtering(true);
     opts.set_max_write_buffer_number(3);
     opts.set_compression_type(DBCompressionType::Lz4);
     opts.set_level_compaction_dynamic_level_bytes(true);

@@ -91,6 +91,7 @@ impl KeyedState {
         timers: impl Iterator<Item = Timer<'a>>,
         out: &mut Vec<u8>,
     ) -> Result<(), StateError> {
+        on_backend!(&mut self.backend, b => b.flush())?;
         out.extend_from_slice(MAGIC);
         put_u32(out, self.groups.start);
         put_u32(out, self.groups.end);

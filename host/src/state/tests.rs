@@ -19,6 +19,8 @@ fn open(
         config: StateConfig {
             backend,
             write_buffer: bytesize::ByteSize::mib(4),
+            // Small, so that every test also goes through evictions.
+            cache_entries: 8,
             ..StateConfig::default()
         },
         root: dir.path().to_path_buf(),
@@ -618,6 +620,8 @@ fn open_incremental(groups: Range<u32>, clock: &Clock, dir: &std::path::Path) ->
         config: StateConfig {
             backend: BackendKind::RocksDb,
             write_buffer: bytesize::ByteSize::mib(4),
+            // Small, so that every test also goes through evictions.
+            cache_entries: 8,
             ..StateConfig::default()
         },
         root: dir.to_path_buf(),
@@ -714,4 +718,41 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
     let mut broken = open_incremental(0..128, &clock, dir.path());
     let err = broken.restore_file(&manifest, &shared, |_| {}).unwrap_err();
     assert!(err.to_string().contains("missing or damaged"), "{err}");
+}
+
+#[test]
+fn an_incremental_checkpoint_keeps_expiry_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let clock = Clock::manual(0);
+    let mut s = open_incremental(0..128, &clock, dir.path());
+    let t = ttl(
+        100,
+        TtlUpdate::OnCreateAndWrite,
+        TtlVisibility::NeverReturnExpired,
+    );
+    let v = s.declare("v", StateKind::Value, Some(t)).unwrap();
+    set(&mut s, v, "old", "1");
+    clock.set(50);
+    set(&mut s, v, "new", "2");
+    clock.set(60);
+    let (manifest, _) = checkpoint(&mut s, 1, &shared);
+    drop(s);
+    for backend in BACKENDS {
+        clock.set(60);
+        let (mut back, _d) = match backend {
+            BackendKind::RocksDb => (open_incremental(0..128, &clock, dir.path()), None),
+            BackendKind::Memory => {
+                let (s, d) = open(backend, 0..128, &clock);
+                (s, Some(d))
+            }
+        };
+        back.restore_file(&manifest, &shared, |_| {}).unwrap();
+        assert_eq!(read(&mut back, v, "old"), "1", "{backend:?}");
+        clock.set(100);
+        assert_eq!(read(&mut back, v, "old"), "None", "{backend:?}");
+        assert_eq!(read(&mut back, v, "new"), "2");
+        clock.set(150);
+        assert_eq!(read(&mut back, v, "new"), "None", "{backend:?}");
+    }
 }

@@ -73,10 +73,6 @@ impl ValueTable {
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
         self.table.retain(|(_, v)| keep(v));
     }
-
-    pub(crate) fn len(&self) -> usize {
-        self.table.len()
-    }
 }
 
 /// Replaces `v` with `value`; a value of the same length (a counter, mostly) is copied over.

@@ -1,0 +1,246 @@
+//! The state-backend benchmark behind `cargo xtask bench-state` (`host/benches/state.rs`).
+//!
+//! For each number of keys, on one subtask that owns every key group: loads the keys into a
+//! value state, then updates every key once more (read, add one, write) in batches of 4,096
+//! distinct keys, as the WASM host does; then measures checkpoints after 1% of the keys
+//! changed (full snapshot vs incremental RocksDB checkpoint: duration and bytes written) and
+//! the time to restore from each.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup};
+use crate::runtime::clock::Clock;
+
+const BATCH: usize = 4096;
+const MAX_PARALLELISM: u32 = 128;
+
+/// Runs the benchmark for each of `keys` in `dir` and prints a table.
+pub fn run(keys: &[u64], dir: &Path) -> Result<(), String> {
+    println!(
+        "{:>10} {:<8} {:>11} {:>11} | {:<22} {:>9} {:>11} {:>10}",
+        "keys",
+        "backend",
+        "load k/s",
+        "update k/s",
+        "checkpoint, 1% changed",
+        "ms",
+        "MB written",
+        "restore ms"
+    );
+    for &n in keys {
+        for backend in [BackendKind::Memory, BackendKind::RocksDb] {
+            let root = dir.join(format!("{n}-{backend:?}"));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+            let rows = one(n, backend, &root).map_err(|e| format!("{n} keys, {backend:?}: {e}"))?;
+            for (i, r) in rows.iter().enumerate() {
+                let (load, update) = if i == 0 {
+                    (format!("{:.0}", r.load), format!("{:.0}", r.update))
+                } else {
+                    (String::new(), String::new())
+                };
+                println!(
+                    "{:>10} {:<8} {:>11} {:>11} | {:<22} {:>9.0} {:>11.1} {:>10.0}",
+                    n,
+                    format!("{backend:?}").to_lowercase(),
+                    load,
+                    update,
+                    r.kind,
+                    ms(r.checkpoint),
+                    r.written as f64 / 1e6,
+                    ms(r.restore)
+                );
+            }
+            let _ = std::fs::remove_dir_all(&root);
+        }
+    }
+    Ok(())
+}
+
+struct Row {
+    load: f64,
+    update: f64,
+    kind: &'static str,
+    checkpoint: Duration,
+    written: u64,
+    restore: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn open(backend: BackendKind, root: &Path) -> Result<KeyedState, String> {
+    let setup = StateSetup {
+        config: StateConfig {
+            backend,
+            ..StateConfig::default()
+        },
+        root: root.join("work"),
+        clock: Clock::system(),
+    };
+    KeyedState::open(&setup, "bench", 0, MAX_PARALLELISM, 0..MAX_PARALLELISM)
+        .map_err(|e| e.to_string())
+}
+
+/// Adds `delta` to the count of each key of `keys`, in batches.
+fn update(
+    s: &mut KeyedState,
+    id: StateId,
+    keys: impl Iterator<Item = u64>,
+    delta: u64,
+) -> Result<(), String> {
+    let mut slots = Slots::default();
+    let mut counts: Vec<u64> = Vec::with_capacity(BATCH);
+    let mut values: Vec<[u8; 8]> = Vec::with_capacity(BATCH);
+    let mut key = String::new();
+    let mut flush = |s: &mut KeyedState, slots: &mut Slots| -> Result<(), String> {
+        counts.clear();
+        s.read_values(id, slots, |_, v| {
+            counts.push(v.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or_default())))
+        })
+        .map_err(|e| e.to_string())?;
+        values.clear();
+        values.extend(counts.iter().map(|c| (c + delta).to_le_bytes()));
+        let changes = values.iter().enumerate().map(|(i, v)| (i, Some(&v[..])));
+        s.write_values(id, slots, changes)
+            .map_err(|e| e.to_string())?;
+        slots.clear();
+        Ok(())
+    };
+    for k in keys {
+        key.clear();
+        key.push_str("key-");
+        key.push_str(itoa::Buffer::new().format(k));
+        let group = s.key_group(key.as_bytes());
+        slots.push(key.as_bytes(), group);
+        if slots.len() == BATCH {
+            flush(s, &mut slots)?;
+        }
+    }
+    if slots.len() > 0 {
+        flush(s, &mut slots)?;
+    }
+    Ok(())
+}
+
+fn one(n: u64, backend: BackendKind, root: &Path) -> Result<Vec<Row>, String> {
+    let mut s = open(backend, root)?;
+    let id = s
+        .declare("count", StateKind::Value, None)
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    update(&mut s, id, 0..n, 1)?;
+    let load = n as f64 / started.elapsed().as_secs_f64() / 1e3;
+    // Updates in a shuffled order, so that the cache in front of RocksDB does not help.
+    let mut order: Vec<u64> = (0..n).collect();
+    fastrand::Rng::with_seed(1).shuffle(&mut order);
+    let started = Instant::now();
+    update(&mut s, id, order.iter().copied(), 1)?;
+    let update_rate = n as f64 / started.elapsed().as_secs_f64() / 1e3;
+
+    let shared = root.join("shared");
+    let mut rows = Vec::new();
+    let mut first = true;
+    let mut checkpoint_row = |kind: &'static str, checkpoint: Duration, written: u64, restore| {
+        rows.push(Row {
+            load: if first { load } else { 0.0 },
+            update: update_rate,
+            kind,
+            checkpoint,
+            written,
+            restore,
+        });
+        first = false;
+    };
+
+    if backend == BackendKind::RocksDb {
+        // A first checkpoint holds everything; after 1% of the keys changed, the second
+        // one uploads only the files written since.
+        let mut manifest = Vec::new();
+        let started = Instant::now();
+        let uploads = s
+            .checkpoint(1, std::iter::empty(), &mut manifest)
+            .map_err(|e| e.to_string())?
+            .ok_or("no incremental checkpoint")?;
+        let written = uploads.upload(&shared).map_err(|e| e.to_string())?;
+        checkpoint_row(
+            "incremental, first",
+            started.elapsed(),
+            written,
+            Duration::ZERO,
+        );
+        s.notify_complete(1);
+        update(
+            &mut s,
+            id,
+            order.iter().copied().take((n / 100) as usize),
+            1,
+        )?;
+        manifest.clear();
+        let started = Instant::now();
+        let uploads = s
+            .checkpoint(2, std::iter::empty(), &mut manifest)
+            .map_err(|e| e.to_string())?
+            .ok_or("no incremental checkpoint")?;
+        let written = uploads.upload(&shared).map_err(|e| e.to_string())? + manifest.len() as u64;
+        let took = started.elapsed();
+        let restore = restore(backend, root, &manifest, &shared, n)?;
+        checkpoint_row("incremental, 1% changed", took, written, restore);
+    } else {
+        update(
+            &mut s,
+            id,
+            order.iter().copied().take((n / 100) as usize),
+            1,
+        )?;
+    }
+    // A full snapshot, written and synced as a checkpoint's state file is.
+    let started = Instant::now();
+    let mut full = Vec::new();
+    s.snapshot(std::iter::empty(), &mut full)
+        .map_err(|e| e.to_string())?;
+    let file = root.join("full");
+    std::fs::write(&file, &full)
+        .and_then(|()| std::fs::File::open(&file)?.sync_all())
+        .map_err(|e| e.to_string())?;
+    let took = started.elapsed();
+    drop(s);
+    let restore = restore(backend, root, &full, &shared, n)?;
+    checkpoint_row("full, 1% changed", took, full.len() as u64, restore);
+    Ok(rows)
+}
+
+/// Restores `file` into a new store and checks the key count; returns how long it took.
+fn restore(
+    backend: BackendKind,
+    root: &Path,
+    file: &[u8],
+    shared: &Path,
+    n: u64,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut back = open(backend, root)?;
+    back.restore_file(file, shared, |_| {})
+        .map_err(|e| e.to_string())?;
+    let took = started.elapsed();
+    // Every key is there with count 2 or 3.
+    let id = back
+        .declare("count", StateKind::Value, None)
+        .map_err(|e| e.to_string())?;
+    let mut slots = Slots::default();
+    for k in [0, n / 2, n - 1] {
+        let key = format!("key-{k}");
+        slots.push(key.as_bytes(), back.key_group(key.as_bytes()));
+    }
+    let mut found = 0;
+    back.read_values(id, &slots, |_, v| {
+        found += usize::from(v.is_some_and(|v| matches!(v[0], 2 | 3)))
+    })
+    .map_err(|e| e.to_string())?;
+    if found != 3 {
+        return Err(format!("the restore lost keys: {found} of 3 sampled found"));
+    }
+    Ok(took)
+}
