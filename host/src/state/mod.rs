@@ -369,6 +369,8 @@ pub struct KeyedState {
     cleanup_cursor: u32,
     /// Whether RocksDB checkpoints are incremental.
     incremental: bool,
+    /// The RocksDB database to open at the first declaration, and its name.
+    unopened: Option<(StateSetup, String)>,
     scratch: Vec<u8>,
 }
 
@@ -393,23 +395,33 @@ impl KeyedState {
         max_parallelism: u32,
         groups: Range<u32>,
     ) -> Result<Self, StateError> {
-        let backend = match setup.config.backend {
-            BackendKind::Memory => Backend::Memory(Memory::new(groups.clone())),
-            BackendKind::RocksDb => Backend::Rocks(Box::new(Rocks::open(
-                &setup.root,
-                &format!("{uid}-{subtask}"),
-                &setup.config,
-                groups.clone(),
-                setup.clock.clone(),
-            )?)),
-        };
-        Ok(Self::with_backend(
+        let mut state = Self::with_backend(
             max_parallelism,
-            groups,
-            backend,
+            groups.clone(),
+            Backend::Memory(Memory::new(groups)),
             setup.clock.clone(),
             setup.config.incremental,
-        ))
+        );
+        if setup.config.backend == BackendKind::RocksDb {
+            state.unopened = Some((setup.clone(), format!("{uid}-{subtask}")));
+        }
+        Ok(state)
+    }
+
+    /// Opens the RocksDB database this state waits to open, if any: at the first declaration
+    /// (or restore), so that operators without keyed state run no database.
+    fn open_rocks(&mut self) -> Result<(), StateError> {
+        if let Some((setup, name)) = self.unopened.take() {
+            let rocks = Rocks::open(
+                &setup.root,
+                &name,
+                &setup.config,
+                self.groups.clone(),
+                setup.clock,
+            )?;
+            self.backend = Backend::Rocks(Box::new(rocks));
+        }
+        Ok(())
     }
 
     fn with_backend(
@@ -421,6 +433,7 @@ impl KeyedState {
     ) -> Self {
         KeyedState {
             incremental,
+            unopened: None,
             max_parallelism,
             cleanup_cursor: groups.start,
             groups,
@@ -458,6 +471,7 @@ impl KeyedState {
             }
             return Ok(id);
         }
+        self.open_rocks()?;
         let id = StateId(self.states.len());
         on_backend!(&mut self.backend, b => b.declare(id.0, name, kind, ttl))?;
         self.states.push(Declared {

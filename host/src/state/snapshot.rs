@@ -183,6 +183,7 @@ impl KeyedState {
             return self.restore(file, timer);
         };
         let manifest = manifest?;
+        self.open_rocks()?;
         let db = match &self.backend {
             Backend::Rocks(r) => r.restored(&manifest, shared)?,
             Backend::Memory(_) => Rocks::restored_apart(&manifest, shared, &self.clock)?,

@@ -756,3 +756,14 @@ fn an_incremental_checkpoint_keeps_expiry_times() {
         assert_eq!(read(&mut back, v, "new"), "None", "{backend:?}");
     }
 }
+
+#[test]
+fn rocksdb_opens_only_for_an_operator_with_state() {
+    let (mut s, dir) = open(BackendKind::RocksDb, 0..128, &Clock::manual(0));
+    let databases = || std::fs::read_dir(dir.path()).map_or(0, |d| d.count());
+    assert_eq!(databases(), 0, "no state, no database");
+    s.declare("v", StateKind::Value, None).unwrap();
+    assert_eq!(databases(), 1);
+    drop(s);
+    assert_eq!(databases(), 0, "its directory goes with it");
+}
