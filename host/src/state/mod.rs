@@ -565,7 +565,7 @@ impl KeyedState {
         let Some(ttl) = self.ttl(id) else {
             return on_backend!(&mut self.backend, b => b.read_values(st, slots, f));
         };
-        self.clean_up_step(id)?;
+        self.clean_up_step(id);
         let now = self.now(&ttl);
         let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
         let (mut expired, mut touched) = (Vec::new(), Vec::new());
@@ -617,6 +617,14 @@ impl KeyedState {
         self.commit()
     }
 
+    /// For a read of `slot`'s entries of state `id` with an active TTL: the TTL, the time it
+    /// expires against, the stamp a rewrite gets, and whether reads restart it.
+    fn read_ttl(&self, id: StateId, slots: &Slots, slot: usize) -> Option<(Ttl, i64, i64, bool)> {
+        let ttl = self.ttl(id)?;
+        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
+        Some((ttl, self.now(&ttl), self.stamp(&ttl, slots, slot), on_read))
+    }
+
     /// The elements of `slot`'s list in state `id`, expired ones removed (or, with
     /// `return_expired_if_not_cleaned_up`, returned once), in order.
     fn read_list(
@@ -627,12 +635,9 @@ impl KeyedState {
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), StateError> {
         let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
-        let Some(ttl) = self.ttl(id) else {
+        let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
             return on_backend!(&self.backend, b => b.read_list(st, group, key, f));
         };
-        let now = self.now(&ttl);
-        let stamp = self.stamp(&ttl, slots, slot);
-        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
         let (mut kept, mut changed) = (Vec::new(), on_read);
         on_backend!(&self.backend, b => b.read_list(st, group, key, |raw| {
             let (old, user) = split(raw);
@@ -662,12 +667,9 @@ impl KeyedState {
         mut f: impl FnMut(&[u8], &[u8]),
     ) -> Result<(), StateError> {
         let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
-        let Some(ttl) = self.ttl(id) else {
+        let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
             return on_backend!(&self.backend, b => b.read_map(st, group, key, f));
         };
-        let now = self.now(&ttl);
-        let stamp = self.stamp(&ttl, slots, slot);
-        let on_read = ttl.update == TtlUpdate::OnReadAndWrite;
         let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         on_backend!(&self.backend, b => b.read_map(st, group, key, |mk, raw| {
             let (old, user) = split(raw);
@@ -701,7 +703,7 @@ impl KeyedState {
             StateKind::Value => self.read_values(id, slots, |_, v| put_opt_bytes(buf, v)),
             StateKind::List => {
                 self.check_slots(id, slots)?;
-                self.clean_up_step(id)?;
+                self.clean_up_step(id);
                 for slot in 0..slots.len() {
                     let at = buf.len();
                     put_u32(buf, 0);
@@ -716,7 +718,7 @@ impl KeyedState {
             }
             StateKind::Map => {
                 self.check_slots(id, slots)?;
-                self.clean_up_step(id)?;
+                self.clean_up_step(id);
                 for slot in 0..slots.len() {
                     let at = buf.len();
                     put_u32(buf, 0);
@@ -846,14 +848,13 @@ impl KeyedState {
     /// Incremental TTL cleanup of the memory backend: each read of a state with a TTL also
     /// drops the expired entries of the next key group of that state. (RocksDB drops them in
     /// compaction instead.)
-    fn clean_up_step(&mut self, id: StateId) -> Result<(), StateError> {
-        let (Some(ttl), Backend::Memory(m)) = (self.ttl(id), &mut self.backend) else {
-            return Ok(());
+    fn clean_up_step(&mut self, id: StateId) {
+        let Some(ttl) = self.ttl(id) else {
+            return;
         };
-        let now = if ttl.event_time {
-            self.watermark
-        } else {
-            self.clock.now_ms()
+        let now = self.now(&ttl);
+        let Backend::Memory(m) = &mut self.backend else {
+            return;
         };
         let group = self.cleanup_cursor;
         self.cleanup_cursor = if group + 1 >= self.groups.end {
@@ -862,7 +863,6 @@ impl KeyedState {
             group + 1
         };
         m.retain(id.0, group, |raw| !ttl.expired(split(raw).0, now));
-        Ok(())
     }
 
     /// Every live entry of every state, as `(state, key, rendered value)`, sorted: for tests

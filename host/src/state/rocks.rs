@@ -605,16 +605,23 @@ impl Uploads {
             if std::fs::metadata(&to).is_ok_and(|m| m.len() == file.size) {
                 continue; // an earlier attempt of this checkpoint put it there
             }
-            if std::fs::hard_link(&from, &to).is_err() {
-                let tmp = to.with_extension("tmp");
-                std::fs::copy(&from, &tmp)?;
-                std::fs::File::open(&tmp)?.sync_all()?;
-                std::fs::rename(&tmp, &to)?;
-            }
+            link_or_copy(&from, &to)?;
         }
         std::fs::File::open(shared)?.sync_all()?;
         Ok(bytes)
     }
+}
+
+/// Puts the immutable file `from` at `to`: a hard link where the file system allows, else a
+/// synced copy renamed into place (so `to` is never half written).
+fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+    if std::fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    let tmp = to.with_extension("tmp");
+    std::fs::copy(from, &tmp)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, to)
 }
 
 /// The keyed-state file of an incremental RocksDB checkpoint: the SST files it consists of
@@ -823,9 +830,7 @@ impl Rocks {
                         file.size
                     )));
                 }
-                if std::fs::hard_link(&from, &to).is_err() {
-                    std::fs::copy(&from, &to).map_err(|e| db_error(dir, "a restore", e))?;
-                }
+                link_or_copy(&from, &to).map_err(|e| db_error(dir, "a restore", e))?;
             }
             for (name, bytes) in &manifest.inline {
                 std::fs::write(dir.join(file_name(name)?), bytes)
