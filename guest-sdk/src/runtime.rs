@@ -143,16 +143,19 @@ fn malformed(e: weir_wire::DecodeError) -> Error {
 }
 
 /// A key for an error message: text if it is UTF-8, shortened.
-fn describe_key(key: Option<&[u8]>) -> String {
+pub(crate) fn describe_key(key: Option<&[u8]>) -> String {
     match key {
         None => "without key".to_owned(),
-        Some(k) => {
-            let text = String::from_utf8_lossy(k);
-            let short: String = text.chars().take(64).collect();
-            let more = if short.len() < text.len() { "…" } else { "" };
-            format!("key \"{}{more}\"", short.escape_debug())
-        }
+        Some(k) => format!("key {}", describe_text(k)),
     }
+}
+
+/// Bytes as quoted, escaped text, cut at 64 characters.
+pub(crate) fn describe_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let short: String = text.chars().take(64).collect();
+    let more = if short.len() < text.len() { "…" } else { "" };
+    format!("\"{}{more}\"", short.escape_debug())
 }
 
 impl<T: Operator> Instance<T> {

@@ -177,13 +177,39 @@ fn install_panic_hook() {
                 None => format!("operator panicked: {message}"),
             };
             let text = match crate::runtime::CURRENT_RECORD.get() {
-                Some(index) => format!("{text} (at record {index} of the batch)"),
+                Some(index) => format!("{text} (at {})", describe_record(index)),
                 None => text,
             };
             // Not also the default hook: its copy on stderr would only repeat this.
             log::log(types::LogLevel::Error, &text);
         }));
     });
+}
+
+thread_local! {
+    /// The buffer `process` is handling, kept for the panic hook to describe the record the
+    /// operator panicked on.
+    static BATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Record `index` of the batch being processed, with its key and value, for a panic message.
+fn describe_record(index: u32) -> String {
+    BATCH
+        .with(|slot| {
+            let batch = slot.try_borrow().ok()?;
+            let mut reader = weir_wire::BatchReader::new(&batch, Vec::new()).ok()?;
+            let mut record = None;
+            for _ in 0..=index {
+                record = Some(reader.next()?.ok()?.record);
+            }
+            let record = record?;
+            Some(format!(
+                "record {index} of the batch: {}, value {}",
+                crate::runtime::describe_key(record.key),
+                crate::runtime::describe_text(record.value)
+            ))
+        })
+        .unwrap_or_else(|| format!("record {index} of the batch"))
 }
 
 fn with_instance(call: impl FnOnce(&mut dyn Exported) -> Result<()>) -> Result<(), String> {
@@ -209,9 +235,13 @@ pub fn open<T: Operator + Default + 'static>(ctx: WitOpenContext) -> Result<(), 
     Ok(())
 }
 
-/// `operator.process`.
+/// `operator.process`. The batch stays in [`BATCH`] (moved, not copied) while it is handled.
 pub fn process(batch: Vec<u8>) -> Result<(), String> {
-    with_instance(|i| i.process(&batch))
+    BATCH.with(|slot| {
+        *slot.borrow_mut() = batch;
+        let batch = slot.borrow();
+        with_instance(|i| i.process(&batch))
+    })
 }
 
 /// `operator.on-timers`.

@@ -29,6 +29,7 @@ pub mod bench {
 pub mod checkpoint;
 pub mod cli;
 pub mod connectors;
+mod failpoint;
 pub(crate) mod job;
 pub(crate) mod runtime;
 pub(crate) mod state;
@@ -37,7 +38,7 @@ pub(crate) mod wasm;
 pub use job::spec::{EdgeKind, JobSpec, SpecError};
 pub use runtime::clock::Clock;
 pub use runtime::{
-    CheckpointStatus, FailureKind, Job, JobControl, JobError, JobSummary, Metrics, RunningJob,
-    VertexMetrics, VertexSummary,
+    CheckpointStatus, FailureKind, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
+    Metrics, RunningJob, VertexMetrics, VertexSummary,
 };
 pub use wasm::{DirGrant, EngineOptions, Grants, Limit, Limits, WasmEngine, WasmError};

@@ -95,6 +95,46 @@ fn validate_accepts_the_wordcount_example() {
 }
 
 #[test]
+fn an_operator_that_rejects_its_config_is_refused_by_validate() {
+    let ws = Workspace::new();
+    let mut job = Job::new(&ws);
+    job.split.push_str("config = { lowercase = \"yes\" }\n");
+    let spec = ws.write("job.toml", job.text(&ws));
+    let needles = ["\"split\"", "open failed", "lowercase"];
+    let validate = weir(&["validate"], &spec);
+    check_refusal(&validate, "validate", &needles);
+    assert!(!ws.path("out").exists(), "validate wrote nothing");
+    // `run` gets as far as opening the operator, and fails at once.
+    check_refusal(&weir(&["run"], &spec), "run", &needles);
+}
+
+#[test]
+fn a_sink_directory_that_cannot_be_created_is_refused_by_validate() {
+    let ws = Workspace::new();
+    let spec = Job::new(&ws).text(&ws).replace(
+        &toml_path(&ws.path("out")),
+        &format!("\"/sys/weir-e2e-{}\"", std::process::id()),
+    );
+    refused(
+        &ws,
+        &spec,
+        &["sink \"out\"", "cannot create the output directory"],
+    );
+}
+
+#[test]
+fn validate_leaves_nothing_behind() {
+    let ws = Workspace::new();
+    let spec = ws.write("job.toml", Job::new(&ws).text(&ws));
+    let run = weir(&["validate"], &spec);
+    assert!(run.success(), "{run}");
+    assert!(
+        !ws.path("out").exists(),
+        "validate created the sink's directory"
+    );
+}
+
+#[test]
 fn missing_spec_file() {
     let ws = Workspace::new();
     refused_at(&ws, &ws.path("no-such-job.toml"), &["no-such-job.toml"]);

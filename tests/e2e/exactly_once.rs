@@ -165,7 +165,7 @@ pub(crate) fn crash_tally(kills: usize, rows: usize) {
 /// Asserts that every part file a reader of the file sink's output saw before is still there,
 /// unchanged: committed output is never taken back or rewritten, so nothing visible was ever
 /// uncommitted. Then adds what is visible now.
-fn assert_visible_output_stays(ws: &Workspace, seen: &mut BTreeMap<String, String>) {
+pub(crate) fn assert_visible_output_stays(ws: &Workspace, seen: &mut BTreeMap<String, String>) {
     let Ok(entries) = std::fs::read_dir(ws.path("out")) else {
         return;
     };
@@ -660,6 +660,8 @@ fn a_failed_task_restarts_the_job_from_the_newest_checkpoint() {
 strategy = "fixed_delay"
 attempts = 1000
 delay = "100ms"
+# The same failure again and again from one checkpoint, which is what this test is about.
+identical_failures = 0
 
 [[source]]
 name = "lines"

@@ -275,7 +275,10 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
             "a\nb\ntrap-until 99999999999999\n",
             "",
             FailureKind::Trap,
-            &["transient failure until", "at record 2 of the batch"],
+            &[
+                "transient failure until",
+                "at record 2 of the batch: without key, value \"trap-until 99999999999999\"",
+            ],
         ),
         (
             "keyvalue",
@@ -292,6 +295,12 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
             assert!(
                 message.contains(needle),
                 "{name}: no {needle:?} in: {message}"
+            );
+        }
+        if name == "poison" {
+            assert!(
+                !message.contains("value \"a\""),
+                "the panic names its own record, not the batch's first: {message}"
             );
         }
     }

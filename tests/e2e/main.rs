@@ -12,6 +12,7 @@ mod cache;
 mod clickstream;
 mod exactly_once;
 mod isolation;
+mod lifecycle;
 mod postgres;
 mod sandbox;
 mod state;

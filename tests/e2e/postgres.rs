@@ -14,10 +14,10 @@ use crate::exactly_once::{
 };
 use crate::support::{Workspace, count_words, toml_path, toml_str, wasm};
 
-const CONNECTION: &str = "host=127.0.0.1 user=postgres dbname=test";
+pub(crate) const CONNECTION: &str = "host=127.0.0.1 user=postgres dbname=test";
 
 /// A client of the test database, which must allow prepared transactions.
-fn client() -> Client {
+pub(crate) fn client() -> Client {
     let mut client = Client::connect(CONNECTION, NoTls).unwrap_or_else(|e| {
         panic!(
             "PostgreSQL does not answer on 127.0.0.1:5432 as user postgres, database test ({e}); \
@@ -36,7 +36,7 @@ fn client() -> Client {
 }
 
 /// A fresh table `weir_e2e_<what>_<random>` made by `columns`, and its name.
-fn table(client: &mut Client, what: &str, columns: &str) -> String {
+pub(crate) fn table(client: &mut Client, what: &str, columns: &str) -> String {
     let name = format!("weir_e2e_{what}_{}", fastrand::u32(..));
     client
         .batch_execute(&format!(
@@ -179,7 +179,7 @@ fn first_difference(numbers: &[i64], mut expected: impl Iterator<Item = i64>) ->
 }
 
 /// Asserts that `table` holds the numbers 0..count once each, all inserts.
-fn assert_sequence(client: &mut Client, table: &str, count: u64) {
+pub(crate) fn assert_sequence(client: &mut Client, table: &str, count: u64) {
     let rows = client
         .query(&format!("SELECT n, kind FROM {table} ORDER BY n"), &[])
         .unwrap();

@@ -53,7 +53,8 @@ fn a_poison_record_fails_every_restart_the_same_way_until_attempts_run_out() {
         "[[source]]",
         &format!(
             "[checkpoint]\ninterval = \"50ms\"\ndir = {}\n\n\
-             [restart]\nstrategy = \"fixed_delay\"\nattempts = 2\ndelay = \"10ms\"\n\n[[source]]",
+             [restart]\nstrategy = \"fixed_delay\"\nattempts = 2\ndelay = \"10ms\"\n\
+             identical_failures = 0\n\n[[source]]",
             toml_path(&ws.path("chk"))
         ),
     );
@@ -190,11 +191,13 @@ path = {out}
     assert!(status.success());
     let out = child.wait_with_output().expect("weir exits");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "a stopped job exits 0: {stdout}\n{}",
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a stopped job exits 3: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(stdout.contains("stopped after"), "{stdout}");
     // Everything the sink received is in its file, in order, without gaps.
     let lines: Vec<u64> = part_text(&ws.path("out"), 0)
         .lines()

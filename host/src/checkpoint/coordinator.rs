@@ -7,6 +7,9 @@
 //! sources, feeds acknowledgements in, writes the metadata of a completed checkpoint and
 //! deletes the files of an aborted one.
 //!
+//! A stop (Flink's stop-with-savepoint) is one more checkpoint, triggered at once, after which
+//! nothing else is triggered: tasks stop at its barrier and end when it completes.
+//!
 //! Tasks that finish (their input ended) take no more snapshots; a checkpoint triggered after
 //! a task finished records it as finished. Every record such a task emitted precedes its end
 //! marker, and downstream tasks treat an ended input as aligned, so their snapshots hold it.
@@ -99,6 +102,8 @@ pub(crate) struct Coordinator<S> {
     last_trigger: Option<Duration>,
     last_completion: Option<Duration>,
     failures_in_row: u32,
+    /// The checkpoint the job stops at, once a stop was asked for.
+    stop: Option<u64>,
 }
 
 impl<S> Coordinator<S> {
@@ -124,13 +129,46 @@ impl<S> Coordinator<S> {
             last_trigger: None,
             last_completion: None,
             failures_in_row: 0,
+            stop: None,
         }
+    }
+
+    /// The checkpoint the job stops at, if a stop was triggered.
+    pub(crate) fn stop_id(&self) -> Option<u64> {
+        self.stop
+    }
+
+    /// Triggers the checkpoint the job stops at, now, whatever is in progress; nothing is
+    /// triggered after it. Nothing happens when no source runs any more (the job is finishing
+    /// by itself) or a stop was triggered already.
+    pub(crate) fn stop(&mut self, now: Duration) -> Vec<Decision<S>> {
+        if self.stop.is_some() || self.sources.iter().all(|s| self.finished.contains_key(s)) {
+            return Vec::new();
+        }
+        let id = self.trigger(now);
+        self.stop = Some(id);
+        vec![Decision::Trigger(id)]
+    }
+
+    fn trigger(&mut self, now: Duration) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.last_trigger = Some(now);
+        self.pending.insert(
+            id,
+            Pending {
+                triggered: now,
+                acks: BTreeMap::new(),
+            },
+        );
+        id
     }
 
     /// When the next trigger is due, if one can be triggered at all: fewer than
     /// `max_concurrent` in progress and a source still running to inject the barrier.
     pub(crate) fn next_trigger_at(&self) -> Option<Duration> {
         if self.pending.len() >= self.max_concurrent
+            || self.stop.is_some()
             || self.sources.iter().all(|s| self.finished.contains_key(s))
         {
             return None;
@@ -164,16 +202,7 @@ impl<S> Coordinator<S> {
             self.failed(id, AbortReason::Expired, &mut out);
         }
         if self.next_trigger_at().is_some_and(|at| now >= at) {
-            let id = self.next_id;
-            self.next_id += 1;
-            self.last_trigger = Some(now);
-            self.pending.insert(
-                id,
-                Pending {
-                    triggered: now,
-                    acks: BTreeMap::new(),
-                },
-            );
+            let id = self.trigger(now);
             out.push(Decision::Trigger(id));
         }
         out
@@ -461,6 +490,37 @@ mod tests {
         assert!(
             matches!(&out[..], [Decision::Complete(d)] if d.tasks[&task(1, 0)] == TaskState::Finished)
         );
+    }
+
+    #[test]
+    fn a_stop_triggers_at_once_and_then_nothing_more() {
+        let mut cfg = config(100);
+        cfg.max_concurrent = 2;
+        let mut c = coordinator(&cfg);
+        assert_eq!(c.poll(ms(100)), vec![Decision::Trigger(1)]);
+        assert_eq!(
+            c.stop(ms(120)),
+            vec![Decision::Trigger(2)],
+            "not on the interval"
+        );
+        assert_eq!(c.stop_id(), Some(2));
+        assert_eq!(c.stop(ms(130)), vec![], "one stop");
+        assert_eq!(c.next_trigger_at(), None);
+        assert_eq!(c.poll(ms(1000)), vec![]);
+        let out = ack_all(&mut c, 2, ms(140));
+        assert!(
+            matches!(&out[..], [Decision::Abort { id: 1, .. }, Decision::Complete(d)] if d.id == 2)
+        );
+        assert_eq!(c.poll(ms(2000)), vec![], "stopped");
+    }
+
+    #[test]
+    fn no_stop_checkpoint_when_every_source_finished() {
+        let mut c = coordinator(&config(100));
+        c.finished(task(0, 0), None, ms(10));
+        c.finished(task(0, 1), None, ms(20));
+        assert_eq!(c.stop(ms(30)), vec![]);
+        assert_eq!(c.stop_id(), None);
     }
 
     #[test]

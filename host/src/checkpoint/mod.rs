@@ -31,8 +31,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::spec::{JobSpec, VertexKind};
 pub use restart::{RestartStrategy, RestartsExhausted};
-pub use storage::{CheckpointError, CheckpointHistory, HistoryEntry, OperatorStats};
+pub use storage::{CheckpointError, CheckpointHistory, Completion, HistoryEntry, OperatorStats};
 use storage::{Metadata, SubtaskState};
+
+/// A checkpoint barrier, as it travels in band between tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Barrier {
+    pub id: u64,
+    pub kind: BarrierKind,
+}
+
+/// What a task does after it snapshotted a barrier's checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BarrierKind {
+    /// Carries on.
+    Checkpoint,
+    /// Processes nothing more and ends once the checkpoint completes: the job stops there
+    /// (Flink's stop-with-savepoint without drain), and a restore continues from it.
+    Stop,
+}
 
 /// Flink's `execution.checkpointing.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -18,13 +18,19 @@
 //! jitter_factor = 0.1              # ± this fraction of the delay, at random
 //! reset_backoff_threshold = "1h"   # a run this long starts the backoff over
 //! attempts = 10                    # restarts before failing for good; absent = unlimited
+//! identical_failures = 3           # the same guest failure this often in a row: fail for good
 //!
 //! # strategy = "fixed_delay"
 //! # attempts = 1                   # restarts before failing for good
 //! # delay = "1s"                   # delay before every restart
 //! ```
 //!
-//! Without a `[restart]` table, [`RestartStrategy::default_for`] picks Flink's default.
+//! Without a `[restart]` table, or without `strategy` in it, [`RestartStrategy::default_for`]
+//! picks Flink's default.
+//!
+//! Beyond Flink: a failure of guest code that repeats identically, each time from the same
+//! checkpoint and before another completed, is deterministic (a poison record, a bug): after
+//! `identical_failures` of them the job fails for good instead of restarting without end.
 
 use std::fmt;
 use std::time::Duration;
@@ -80,6 +86,8 @@ pub struct FixedDelay {
     /// Delay before every restart (`restart-strategy.fixed-delay.delay`, default 1 s).
     #[serde(with = "humantime_serde")]
     pub delay: Duration,
+    /// See [`ExponentialDelay::identical_failures`].
+    pub identical_failures: u32,
 }
 
 impl Default for FixedDelay {
@@ -88,9 +96,13 @@ impl Default for FixedDelay {
         FixedDelay {
             attempts: 1,
             delay: Duration::from_secs(1),
+            identical_failures: DEFAULT_IDENTICAL_FAILURES,
         }
     }
 }
+
+/// See [`ExponentialDelay::identical_failures`].
+const DEFAULT_IDENTICAL_FAILURES: u32 = 3;
 
 /// Settings of `strategy = "exponential_delay"`; absent keys take Flink's defaults.
 ///
@@ -121,6 +133,11 @@ pub struct ExponentialDelay {
     /// (`restart-strategy.exponential-delay.attempts-before-reset-backoff`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// Failures of guest code (a trap, an error, a limit) that are identical — same operator,
+    /// subtask and message, each from the same checkpoint with none completed in between —
+    /// after which the job fails for good: restarting cannot get past a deterministic failure
+    /// such as a poison record. Default 3; 0 restarts them like any other failure.
+    pub identical_failures: u32,
 }
 
 impl Default for ExponentialDelay {
@@ -133,6 +150,7 @@ impl Default for ExponentialDelay {
             jitter_factor: 0.1,
             reset_backoff_threshold: Duration::from_secs(60 * 60),
             attempts: None,
+            identical_failures: DEFAULT_IDENTICAL_FAILURES,
         }
     }
 }
@@ -147,6 +165,15 @@ impl RestartStrategy {
             RestartStrategy::ExponentialDelay(ExponentialDelay::default())
         } else {
             RestartStrategy::None
+        }
+    }
+
+    /// The `identical_failures` setting (0 for `none`, which never restarts anyway).
+    fn identical_failures(&self) -> u32 {
+        match self {
+            RestartStrategy::None => 0,
+            RestartStrategy::FixedDelay(f) => f.identical_failures,
+            RestartStrategy::ExponentialDelay(e) => e.identical_failures,
         }
     }
 
@@ -285,6 +312,11 @@ pub struct Restarts {
     total: u32,
     /// Set by the first `Fail`: a job that failed for good stays failed.
     failed: bool,
+    /// The last failure of guest code and the checkpoint its run started from, with how many
+    /// times in a row it happened.
+    last: Option<(String, Option<u64>, u32)>,
+    /// Set when that streak reached `identical_failures`.
+    deterministic: bool,
 }
 
 impl Restarts {
@@ -296,7 +328,31 @@ impl Restarts {
             consecutive: 0,
             total: 0,
             failed: false,
+            last: None,
+            deterministic: false,
         }
+    }
+
+    /// Notes a failure of guest code described by `cause` (equal descriptions for equal
+    /// failures) in a run that started from checkpoint `restored_from`. Returns whether it
+    /// repeated identically `identical_failures` times in a row, so is deterministic: the job
+    /// must then fail for good ([`Restarts::exhausted`] says why). A failure of anything else
+    /// (a connection, a disk) breaks the streak; call [`Restarts::on_failure`] for every
+    /// failure either way.
+    pub fn is_deterministic(&mut self, cause: Option<&str>, restored_from: Option<u64>) -> bool {
+        let limit = self.strategy.identical_failures();
+        let Some(cause) = cause else {
+            self.last = None;
+            return false;
+        };
+        let count = match &self.last {
+            Some((last, from, count)) if last == cause && *from == restored_from => count + 1,
+            _ => 1,
+        };
+        self.last = Some((cause.to_owned(), restored_from, count));
+        self.deterministic = limit > 0 && count >= limit;
+        self.failed |= self.deterministic;
+        self.deterministic
     }
 
     /// The strategy being applied.
@@ -370,6 +426,9 @@ impl Restarts {
     /// `cause`, and the `[restart]` setting that ended the restarts.
     pub fn exhausted<E>(&self, cause: E) -> RestartsExhausted<E> {
         let limit = match &self.strategy {
+            _ if self.deterministic => Limit::Identical {
+                identical_failures: self.strategy.identical_failures(),
+            },
             RestartStrategy::None => Limit::NoRestarts,
             RestartStrategy::FixedDelay(fixed) => Limit::FixedDelay {
                 attempts: fixed.attempts,
@@ -404,6 +463,9 @@ pub struct RestartsExhausted<E> {
 #[derive(Debug)]
 enum Limit {
     NoRestarts,
+    Identical {
+        identical_failures: u32,
+    },
     FixedDelay {
         attempts: u32,
     },
@@ -420,6 +482,13 @@ impl fmt::Display for Limit {
                 f,
                 "[restart] strategy = \"none\" never restarts; set strategy = \
                  \"exponential_delay\" or \"fixed_delay\" to restart from the newest checkpoint"
+            ),
+            Limit::Identical { identical_failures } => write!(
+                f,
+                "it failed the same way {identical_failures} times in a row from the same \
+                 checkpoint, so a restart will not get past it (a poison record or a bug); fix \
+                 the operator or its input, or set [restart] identical_failures = 0 to keep \
+                 restarting"
             ),
             Limit::FixedDelay { attempts } => write!(
                 f,
@@ -502,6 +571,7 @@ mod tests {
                 jitter_factor: 0.25,
                 reset_backoff_threshold: Duration::from_secs(30 * 60),
                 attempts: Some(10),
+                identical_failures: 3,
             })
         );
         assert_eq!(strategy.validate(), Ok(()));
@@ -529,6 +599,7 @@ mod tests {
             RestartStrategy::FixedDelay(FixedDelay {
                 attempts: 3,
                 delay: Duration::from_secs(10),
+                ..FixedDelay::default()
             })
         );
     }
@@ -541,6 +612,7 @@ mod tests {
             RestartStrategy::FixedDelay(FixedDelay {
                 attempts: 1,
                 delay: Duration::from_secs(1),
+                ..FixedDelay::default()
             })
         );
         // Only one key given: the other keeps its default.
@@ -550,6 +622,7 @@ mod tests {
             RestartStrategy::FixedDelay(FixedDelay {
                 attempts: 5,
                 delay: Duration::from_secs(1),
+                ..FixedDelay::default()
             })
         );
     }
@@ -604,8 +677,54 @@ mod tests {
         assert!(message.contains("exponential_delay"), "{message}");
         // Flink's kebab-case spelling is not ours.
         assert!(parse("[restart]\nstrategy = \"fixed-delay\"").is_err());
+        // The job spec fills in the default strategy (see `job::spec`); the type alone needs it.
         let message = parse("[restart]\nattempts = 3").unwrap_err();
         assert!(message.contains("missing field `strategy`"), "{message}");
+    }
+
+    #[test]
+    fn identical_guest_failures_from_one_checkpoint_are_deterministic() {
+        let mut restarts = Restarts::new(RestartStrategy::default_for(true));
+        assert!(!restarts.is_deterministic(Some("trap on x"), Some(4)));
+        assert!(!restarts.is_deterministic(Some("trap on x"), Some(4)));
+        assert!(
+            restarts.is_deterministic(Some("trap on x"), Some(4)),
+            "the third identical failure"
+        );
+        let message = restarts.exhausted("trap on x").to_string();
+        assert!(message.contains("3 times in a row"), "{message}");
+        assert!(message.contains("identical_failures = 0"), "{message}");
+        assert_eq!(fail_quickly(&mut restarts, 10), RestartDecision::Fail);
+
+        // Progress (another checkpoint), another cause, or a failure outside guest code
+        // starts the count over.
+        let mut restarts = Restarts::new(RestartStrategy::default_for(true));
+        for (cause, from) in [
+            (Some("a"), Some(1)),
+            (Some("a"), Some(1)),
+            (Some("a"), Some(2)),
+            (Some("a"), Some(2)),
+            (Some("b"), Some(2)),
+            (Some("b"), Some(2)),
+            (None, Some(2)),
+            (Some("b"), Some(2)),
+            (Some("b"), Some(2)),
+        ] {
+            assert!(
+                !restarts.is_deterministic(cause, from),
+                "{cause:?} {from:?}"
+            );
+        }
+
+        let mut restarts = Restarts::new(
+            parse("[restart]\nstrategy = \"fixed_delay\"\nidentical_failures = 0").unwrap(),
+        );
+        for _ in 0..10 {
+            assert!(
+                !restarts.is_deterministic(Some("a"), None),
+                "0 turns it off"
+            );
+        }
     }
 
     #[test]
@@ -648,6 +767,7 @@ mod tests {
             RestartStrategy::FixedDelay(FixedDelay {
                 attempts: 0,
                 delay: Duration::ZERO,
+                ..FixedDelay::default()
             }),
             RestartStrategy::default_for(true),
             // A multiplier of exactly 1 is a constant delay; jitter may span 0..=1.
@@ -893,6 +1013,7 @@ mod tests {
         let mut restarts = Restarts::new(RestartStrategy::FixedDelay(FixedDelay {
             attempts: 3,
             delay: Duration::from_secs(10),
+            ..FixedDelay::default()
         }));
         for attempt in 1..=3 {
             assert_eq!(

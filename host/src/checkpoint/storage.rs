@@ -5,6 +5,8 @@
 //! <dir>/<job>/chk-<n>/_metadata           JSON, written last and atomically
 //! <dir>/<job>/history.json                the last checkpoints' id, duration, size, ...
 //! <dir>/<job>/shared/                     SST files of incremental RocksDB checkpoints
+//! <dir>/<job>/finished.json               the job ran to its end (then no chk-<n> is left)
+//! <dir>/<job>/.lock                       held by the process running the job
 //! ```
 //!
 //! An incremental checkpoint's keyed-state file is a manifest naming the files of `shared/`
@@ -30,6 +32,7 @@ use crate::state::{Uploads, rocks};
 pub(crate) const FORMAT_VERSION: u32 = 1;
 const METADATA: &str = "_metadata";
 const HISTORY: &str = "history.json";
+const FINISHED: &str = "finished.json";
 pub(crate) const SHARED: &str = "shared";
 /// Entries kept in `history.json`.
 const HISTORY_LEN: usize = 100;
@@ -167,6 +170,16 @@ pub struct CheckpointHistory {
     pub checkpoints: Vec<HistoryEntry>,
 }
 
+/// The record that a job ran to the end of its input and committed all its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub job: String,
+    /// Unix time in milliseconds when it was recorded.
+    pub finished_ms: u64,
+    /// The last checkpoint, which recorded every task finished.
+    pub checkpoint: u64,
+}
+
 /// The checkpoints of one job: `<dir>/<job>/`.
 #[derive(Debug, Clone)]
 pub(crate) struct CheckpointStore {
@@ -199,9 +212,45 @@ impl CheckpointStore {
         })
     }
 
-    #[cfg(test)]
-    fn root(&self) -> &Path {
+    /// `<dir>/<job>`.
+    pub(crate) fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The record that the job finished, if an earlier run wrote one.
+    pub(crate) fn completion(&self) -> Result<Option<Completion>, CheckpointError> {
+        let path = self.root.join(FINISHED);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| CheckpointError::Corrupt {
+                        path,
+                        reason: format!(
+                            "it is not a valid completion record ({e}); delete it, or run with \
+                         --fresh"
+                        ),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("read", &path, e)),
+        }
+    }
+
+    /// Records durably that the job finished: a later run finds it so, instead of starting
+    /// over.
+    pub(crate) fn write_completion(&self, completion: &Completion) -> Result<(), CheckpointError> {
+        let json = serde_json::to_vec_pretty(completion).expect("a completion serializes");
+        write_atomically(&self.root.join(FINISHED), &json, true)
+    }
+
+    /// Forgets that the job finished (a fresh start).
+    pub(crate) fn remove_completion(&self) -> Result<(), CheckpointError> {
+        let path = self.root.join(FINISHED);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("delete", &path, e)),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn dir_of(&self, id: u64) -> PathBuf {
@@ -345,8 +394,11 @@ impl CheckpointStore {
 
     /// Deletes every checkpoint of the job (its history stays).
     pub(crate) fn discard_all(&self) -> Result<(), CheckpointError> {
-        for id in self.ids()? {
+        for (i, id) in self.ids()?.into_iter().enumerate() {
             self.discard(id);
+            if i == 0 {
+                crate::failpoint::hit("finish.during-discard");
+            }
         }
         self.collect_shared()
     }

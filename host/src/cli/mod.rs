@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use crossbeam_channel::RecvTimeoutError;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::checkpoint::RestoreFrom;
 use crate::job::spec::VertexKind;
-use crate::{CheckpointStatus, EngineOptions, Job, JobSpec, JobSummary, RunningJob, WasmEngine};
+use crate::{
+    CheckpointStatus, EngineOptions, Job, JobControl, JobEnd, JobError, JobEvent, JobSpec,
+    JobSummary, RunningJob, VertexSummary, WasmEngine,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,7 +41,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run a job locally until its input is exhausted.
+    /// Run a job locally until its input is exhausted, or until Ctrl-C (or SIGTERM) stops it
+    /// at a last checkpoint, from which the next run resumes. Exit codes: 0 finished, 1 failed,
+    /// 3 stopped, 130 cancelled (a second Ctrl-C).
     Run {
         /// The job spec (TOML).
         job: PathBuf,
@@ -54,19 +60,25 @@ enum Command {
         #[arg(long)]
         fresh: bool,
     },
-    /// Check a job spec and load its components without running it.
+    /// Check a job spec without running it: load its components, open each operator with its
+    /// config, and check that each sink can write where it is told to.
     Validate {
         /// The job spec (TOML).
         job: PathBuf,
     },
 }
 
+/// Exit codes of `weir run` besides 0 (finished) and 1 (failed); clap uses 2 for bad usage.
+const EXIT_STOPPED: u8 = 3;
+/// As a process ended by SIGINT would report it.
+const EXIT_CANCELLED: u8 = 130;
+
 /// Entry point of the `weir` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match dispatch(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -85,7 +97,24 @@ fn init_logging() {
         .try_init();
 }
 
-fn dispatch(cli: Cli) -> anyhow::Result<()> {
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Before anything slow (the engine, compiling components), so that Ctrl-C or SIGTERM at
+    // almost any moment stops the job rather than killing the process. First: stop at a last
+    // checkpoint; second: cancel.
+    let control = JobControl::new();
+    if let Command::Run { .. } = cli.command {
+        let handler = control.clone();
+        ctrlc::set_handler(move || {
+            if handler.is_stopping() {
+                eprintln!("weir: cancelling");
+                handler.cancel();
+            } else {
+                eprintln!("weir: stopping (Ctrl-C again to cancel)");
+                handler.stop();
+            }
+        })
+        .context("cannot install the Ctrl-C handler")?;
+    }
     let cache_dir = if cli.no_cache {
         None
     } else {
@@ -100,50 +129,56 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Validate { job } => {
             let job = load(&job, &engine)?;
+            job.check()?;
             let spec = job.spec();
             println!(
-                "{}: job \"{}\" is valid ({} vertices, max_parallelism {})",
+                "{}: job \"{}\" is valid ({} vertices, max_parallelism {}); every operator \
+                 opened with its config and every sink can write",
                 spec.base_dir.display(),
                 spec.name,
                 spec.vertices.len(),
                 spec.max_parallelism
             );
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Run {
-            job,
+            job: path,
             no_progress,
             summary_json,
             from_checkpoint,
             fresh,
         } => {
-            let job = load(&job, &engine)?;
+            let job = load(&path, &engine)?;
             let from = match (from_checkpoint, fresh) {
-                (Some(path), _) => RestoreFrom::Path(path),
+                (Some(dir), _) => RestoreFrom::Path(dir),
                 (None, true) => RestoreFrom::Fresh,
                 (None, false) => RestoreFrom::Latest,
             };
-            let running = job.start_from(from)?;
-            // First Ctrl-C: stop the sources and let the job drain (sinks flush, summary
-            // prints). Second: cancel.
-            let control = running.control();
-            ctrlc::set_handler(move || {
-                if control.is_stopping() {
-                    eprintln!("cancelling");
-                    control.cancel();
-                } else {
-                    eprintln!("stopping: draining what is in flight (Ctrl-C again to cancel)");
-                    control.stop();
-                }
-            })
-            .context("cannot install the Ctrl-C handler")?;
+            let running = job.start_controlled(from, control)?;
             let progress = !no_progress && std::io::stderr().is_terminal();
-            let summary = watch(running, progress)?;
-            print_summary(&job, &summary);
-            if let Some(path) = summary_json {
-                write_summary_json(&path, &job, &summary)?;
+            let (vertices, result) = watch(running, job.spec(), progress)?;
+            if let Some(out) = &summary_json {
+                write_summary_json(out, &job, &vertices, &result)?;
             }
-            Ok(())
+            match result {
+                Ok(summary) => {
+                    print_summary(&job, &path, &summary);
+                    Ok(ExitCode::from(match summary.end {
+                        JobEnd::Stopped { .. } => EXIT_STOPPED,
+                        JobEnd::Finished | JobEnd::AlreadyFinished(_) => 0,
+                    }))
+                }
+                Err(JobError::Cancelled) => {
+                    eprintln!(
+                        "weir: job \"{}\" cancelled; output after its last checkpoint is not \
+                         committed, and `weir run {}` resumes from that checkpoint",
+                        job.spec().name,
+                        path.display()
+                    );
+                    Ok(ExitCode::from(EXIT_CANCELLED))
+                }
+                Err(e) => Err(e.into()),
+            }
         }
     }
 }
@@ -153,57 +188,125 @@ fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {
     Ok(Job::new(spec, engine)?)
 }
 
-/// Waits for the job, drawing one progress line per vertex on a terminal.
-fn watch(running: RunningJob, progress: bool) -> anyhow::Result<JobSummary> {
-    if progress {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
-        let style = ProgressStyle::with_template("{prefix:>12} {msg}").context("progress style")?;
-        let bars: Vec<ProgressBar> = running
-            .metrics()
-            .vertices
-            .iter()
-            .map(|v| {
-                let bar = multi.add(ProgressBar::new_spinner());
-                bar.set_style(style.clone());
-                bar.set_prefix(v.name.clone());
-                bar
-            })
-            .collect();
-        let checkpoints = running.metrics().checkpoint_status();
-        let checkpoint_bar =
-            (running.checkpointing() || checkpoints.restored_from.is_some()).then(|| {
-                let bar = multi.add(ProgressBar::new_spinner());
-                bar.set_style(style.clone());
-                bar.set_prefix("checkpoints");
-                bar
-            });
-        let mut last: Vec<(u64, u64)> = vec![(0, 0); bars.len()];
-        let mut at = Instant::now();
-        while !running.is_finished() {
-            std::thread::sleep(Duration::from_millis(250));
-            let dt = at.elapsed().as_secs_f64().max(1e-3);
-            at = Instant::now();
-            for ((bar, v), prev) in bars.iter().zip(&running.metrics().vertices).zip(&mut last) {
-                let (i, o) = (
-                    v.records_in.load(Ordering::Relaxed),
-                    v.records_out.load(Ordering::Relaxed),
-                );
-                bar.set_message(format!(
-                    "in {:>12} ({:>9}/s)  out {:>12} ({:>9}/s)",
-                    i,
-                    human((i - prev.0) as f64 / dt),
-                    o,
-                    human((o - prev.1) as f64 / dt)
-                ));
-                *prev = (i, o);
+/// Waits for the job, printing what happens in its life and, on a terminal, one progress
+/// line per vertex. Returns the vertices' final counts and how the job ended.
+fn watch(
+    running: RunningJob,
+    spec: &JobSpec,
+    progress: bool,
+) -> anyhow::Result<(Vec<VertexSummary>, Result<JobSummary, JobError>)> {
+    let multi = MultiProgress::with_draw_target(if progress {
+        ProgressDrawTarget::stderr_with_hz(4)
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let style = ProgressStyle::with_template("{prefix:>12} {msg}").context("progress style")?;
+    let bar = |prefix: &str| {
+        let bar = multi.add(ProgressBar::new_spinner());
+        bar.set_style(style.clone());
+        bar.set_prefix(prefix.to_owned());
+        bar
+    };
+    let bars: Vec<ProgressBar> = running
+        .metrics()
+        .vertices
+        .iter()
+        .map(|v| bar(&v.name))
+        .collect();
+    let checkpoint_bar = running.checkpointing().then(|| bar("checkpoints"));
+    let events = running.events();
+    let mut last: Vec<(u64, u64)> = vec![(0, 0); bars.len()];
+    let mut at = Instant::now();
+    loop {
+        match events.recv_timeout(Duration::from_millis(250)) {
+            Ok(event) => {
+                let line = describe_event(spec, &event);
+                if progress {
+                    multi.println(line).ok();
+                } else {
+                    eprintln!("{line}");
+                }
             }
-            if let Some(bar) = &checkpoint_bar {
-                bar.set_message(describe(&running.metrics().checkpoint_status()));
-            }
+            // The job has ended: its supervisor dropped the sending side.
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {}
         }
-        multi.clear().ok();
+        if !progress || at.elapsed() < Duration::from_millis(250) {
+            continue;
+        }
+        let dt = at.elapsed().as_secs_f64().max(1e-3);
+        at = Instant::now();
+        for ((bar, v), prev) in bars.iter().zip(&running.metrics().vertices).zip(&mut last) {
+            let (i, o) = (
+                v.records_in.load(Ordering::Relaxed),
+                v.records_out.load(Ordering::Relaxed),
+            );
+            bar.set_message(format!(
+                "in {:>12} ({:>9}/s)  out {:>12} ({:>9}/s)",
+                i,
+                human((i - prev.0) as f64 / dt),
+                o,
+                human((o - prev.1) as f64 / dt)
+            ));
+            *prev = (i, o);
+        }
+        if let Some(bar) = &checkpoint_bar {
+            bar.set_message(describe(&running.metrics().checkpoint_status()));
+        }
     }
-    Ok(running.wait()?)
+    multi.clear().ok();
+    let vertices = running.metrics().summaries();
+    Ok((vertices, running.wait()))
+}
+
+/// One line about an event of the job's life, for stderr.
+fn describe_event(spec: &JobSpec, event: &JobEvent) -> String {
+    let job = &spec.name;
+    match event {
+        JobEvent::Starting {
+            restored_from: None,
+            restart: 0,
+        } => format!("weir: job \"{job}\" starts from the beginning of its input"),
+        JobEvent::Starting {
+            restored_from: Some((id, dir)),
+            restart: 0,
+        } => format!(
+            "weir: job \"{job}\" resumes from checkpoint {id} ({})",
+            dir.display()
+        ),
+        JobEvent::Starting {
+            restored_from,
+            restart,
+        } => match restored_from {
+            Some((id, _)) => {
+                format!("weir: job \"{job}\" restart {restart}: resumes from checkpoint {id}")
+            }
+            None => format!(
+                "weir: job \"{job}\" restart {restart}: starts from the beginning of its input \
+                 (no checkpoint had completed)"
+            ),
+        },
+        JobEvent::Stopping {
+            checkpoint: Some(id),
+        } => format!(
+            "weir: job \"{job}\" stops at checkpoint {id}: its sources stopped reading, and \
+             the checkpoint commits what they read"
+        ),
+        JobEvent::Stopping { checkpoint: None } if spec.checkpoint.is_some() => format!(
+            "weir: job \"{job}\" stops: its input is already read to the end, so it finishes"
+        ),
+        JobEvent::Stopping { checkpoint: None } => format!(
+            "weir: job \"{job}\" stops: without [checkpoint] its sources end their input early \
+             and it processes what they read"
+        ),
+        JobEvent::Restarting {
+            cause,
+            delay,
+            restart,
+        } => format!(
+            "weir: job \"{job}\" failed: {cause}; restarting in {delay:.1?} (restart {restart})"
+        ),
+    }
 }
 
 /// One line about checkpoints and restarts.
@@ -235,30 +338,77 @@ fn human(rate: f64) -> String {
     }
 }
 
-/// Prints the summary table; a closed stdout (`weir run ... | head`) is not an error.
-fn print_summary(job: &Job, summary: &JobSummary) {
+/// Prints how the job ended and the summary table; a closed stdout (`weir run ... | head`)
+/// is not an error.
+fn print_summary(job: &Job, path: &Path, summary: &JobSummary) {
     use std::fmt::Write as _;
     let mut s = String::new();
+    let spec = job.spec();
+    let name = &spec.name;
     let secs = summary.duration.as_secs_f64();
-    let _ = writeln!(s, "job \"{}\" finished in {secs:.2} s", job.spec().name);
-    let _ = writeln!(
-        s,
-        "  {:<16} {:>8} {:>14} {:>14}",
-        "vertex", "role", "records in", "records out"
-    );
-    for v in &summary.vertices {
+    let resume = format!("`weir run {}` resumes it", path.display());
+    let _ = match &summary.end {
+        JobEnd::Finished => writeln!(s, "job \"{name}\" finished in {secs:.2} s"),
+        JobEnd::AlreadyFinished(c) => writeln!(
+            s,
+            "job \"{name}\" finished earlier, at {} (checkpoint {}); nothing to do (`weir run \
+             --fresh {}` runs it again from the beginning)",
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(c.finished_ms)
+            ),
+            c.checkpoint,
+            path.display()
+        ),
+        JobEnd::Stopped {
+            checkpoint: Some(id),
+            problem: None,
+        } => writeln!(
+            s,
+            "job \"{name}\" stopped at checkpoint {id} after {secs:.2} s; {resume}"
+        ),
+        JobEnd::Stopped {
+            checkpoint,
+            problem: Some(problem),
+        } => {
+            let at = match checkpoint {
+                Some(id) => format!("at its last checkpoint, {id}"),
+                None => "before its first checkpoint".to_owned(),
+            };
+            writeln!(
+                s,
+                "job \"{name}\" stopped {at}, after {secs:.2} s, as it could not take a checkpoint \
+                 to stop at ({problem}); output after that checkpoint is not committed; {resume}"
+            )
+        }
+        JobEnd::Stopped {
+            checkpoint: None,
+            problem: None,
+        } => writeln!(
+            s,
+            "job \"{name}\" stopped after {secs:.2} s: its sources ended their input early and \
+             what they read was processed (without [checkpoint] a stopped job cannot resume)"
+        ),
+    };
+    if !matches!(summary.end, JobEnd::AlreadyFinished(_)) {
         let _ = writeln!(
             s,
             "  {:<16} {:>8} {:>14} {:>14}",
-            v.name, v.role, v.records_in, v.records_out
+            "vertex", "role", "records in", "records out"
         );
+        for v in &summary.vertices {
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>8} {:>14} {:>14}",
+                v.name, v.role, v.records_in, v.records_out
+            );
+        }
+        if spec.checkpoint.is_some() || summary.checkpoints.restored_from.is_some() {
+            let _ = writeln!(s, "  checkpoints: {}", describe(&summary.checkpoints));
+        }
     }
-    if job.spec().checkpoint.is_some() || summary.checkpoints.restored_from.is_some() {
-        let _ = writeln!(s, "  checkpoints: {}", describe(&summary.checkpoints));
-    }
-    for v in &job.spec().vertices {
+    for v in &spec.vertices {
         if let VertexKind::Sink(config) = &v.kind
-            && let Some(location) = config.location(&job.spec().base_dir)
+            && let Some(location) = config.location(&spec.base_dir)
         {
             let _ = writeln!(s, "  output of sink \"{}\": {}", v.name, location.display());
         }
@@ -266,9 +416,14 @@ fn print_summary(job: &Job, summary: &JobSummary) {
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), s.as_bytes());
 }
 
-fn write_summary_json(path: &Path, job: &Job, summary: &JobSummary) -> anyhow::Result<()> {
-    let vertices: Vec<_> = summary
-        .vertices
+/// The run's summary as JSON: `status` is `finished`, `stopped`, `failed` or `cancelled`.
+fn write_summary_json(
+    path: &Path,
+    job: &Job,
+    vertices: &[VertexSummary],
+    result: &Result<JobSummary, JobError>,
+) -> anyhow::Result<()> {
+    let vertices: Vec<_> = vertices
         .iter()
         .map(|v| {
             serde_json::json!({
@@ -277,16 +432,42 @@ fn write_summary_json(path: &Path, job: &Job, summary: &JobSummary) -> anyhow::R
             })
         })
         .collect();
-    let c = &summary.checkpoints;
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "job": job.spec().name,
-        "duration_seconds": summary.duration.as_secs_f64(),
         "vertices": vertices,
-        "checkpoints": {
-            "completed": c.completed, "failed": c.failed,
-            "restored_from": c.restored_from, "restarts": c.restarts,
-        },
     });
+    match result {
+        Ok(summary) => {
+            let c = &summary.checkpoints;
+            json["duration_seconds"] = summary.duration.as_secs_f64().into();
+            json["checkpoints"] = serde_json::json!({
+                "completed": c.completed, "failed": c.failed,
+                "restored_from": c.restored_from, "restarts": c.restarts,
+            });
+            match &summary.end {
+                JobEnd::Finished => json["status"] = "finished".into(),
+                JobEnd::AlreadyFinished(c) => {
+                    json["status"] = "finished".into();
+                    json["finished_earlier"] = serde_json::to_value(c)?;
+                }
+                JobEnd::Stopped {
+                    checkpoint,
+                    problem,
+                } => {
+                    json["status"] = "stopped".into();
+                    json["stopped_at_checkpoint"] = (*checkpoint).into();
+                    if let Some(p) = problem {
+                        json["problem"] = p.as_str().into();
+                    }
+                }
+            }
+        }
+        Err(JobError::Cancelled) => json["status"] = "cancelled".into(),
+        Err(e) => {
+            json["status"] = "failed".into();
+            json["error"] = e.to_string().into();
+        }
+    }
     std::fs::write(path, serde_json::to_vec_pretty(&json)?)
         .with_context(|| format!("cannot write the summary to {}", path.display()))
 }

@@ -86,9 +86,37 @@ pub enum ConnectorError {
     /// A configuration or a restored position that the connector cannot work with.
     #[error("{0}")]
     Invalid(String),
+    /// An external system (a database) refused or failed an operation.
+    #[error("{message}")]
+    External {
+        message: String,
+        /// Whether trying again cannot help (a missing table, bad credentials), unlike a
+        /// dropped connection.
+        permanent: bool,
+    },
 }
 
 impl ConnectorError {
+    /// Whether the same operation would fail again after a restart: a bad setting, a missing
+    /// permission, a path in the way. Such a failure fails the job at once instead of
+    /// restarting it.
+    pub fn is_permanent(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match self {
+            ConnectorError::Io { source, .. } | ConnectorError::File { source, .. } => matches!(
+                source.kind(),
+                PermissionDenied
+                    | ReadOnlyFilesystem
+                    | NotADirectory
+                    | IsADirectory
+                    | InvalidFilename
+                    | InvalidInput
+            ),
+            ConnectorError::Invalid(_) => true,
+            ConnectorError::External { permanent, .. } => *permanent,
+        }
+    }
+
     /// `action` (a verb phrase such as "read") on `path` failed with `source`.
     pub(crate) fn file(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         ConnectorError::File {
@@ -231,6 +259,18 @@ impl SinkConfig {
             SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
             SinkConfig::File(c) => c.validate(base_dir),
             SinkConfig::Postgres(c) => c.validate(),
+        }
+    }
+
+    /// Checks, writing nothing, that the sink can write where it is told to: a file sink that
+    /// it can create and write into its directory, the PostgreSQL sink that it can connect, its
+    /// table has the columns it writes and (when it commits in two phases, in a job with
+    /// `checkpointing`) the server allows prepared transactions.
+    pub fn check(&self, base_dir: &Path, checkpointing: bool) -> Result<(), ConnectorError> {
+        match self {
+            SinkConfig::File(c) => c.check(base_dir),
+            SinkConfig::Postgres(c) => c.check(checkpointing),
+            SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
         }
     }
 

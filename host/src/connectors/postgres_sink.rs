@@ -179,6 +179,36 @@ impl PostgresSinkConfig {
         }
     }
 
+    /// Connects and checks, writing nothing, that the table has the columns the sink writes,
+    /// and that the server allows the prepared transactions two-phase commit needs.
+    pub(super) fn check(&self, checkpointing: bool) -> Result<(), ConnectorError> {
+        let mut client = self.connect("weir/validate")?;
+        let statements = Statements::new(self);
+        client
+            .batch_execute(&format!(
+                "SELECT {} FROM {} LIMIT 0",
+                statements.columns, statements.table
+            ))
+            .map_err(|e| pg_error("read the columns it writes", e))?;
+        if checkpointing && self.delivery == Delivery::ExactlyOnce {
+            let max: String = client
+                .query_one("SHOW max_prepared_transactions", &[])
+                .map_err(|e| pg_error("read max_prepared_transactions", e))?
+                .get(0);
+            if max == "0" {
+                return Err(ConnectorError::External {
+                    message: "PostgreSQL sink: the server allows no prepared transactions \
+                              (max_prepared_transactions = 0), which exactly-once delivery \
+                              needs: ALTER SYSTEM SET max_prepared_transactions = 64 and restart \
+                              the server, or set delivery = \"at_least_once\""
+                        .into(),
+                    permanent: true,
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn build(
         &self,
         ctx: &SinkContext<'_>,
@@ -284,7 +314,20 @@ fn pg_error(action: &str, e: postgres::Error) -> ConnectorError {
     } else {
         ""
     };
-    ConnectorError::Invalid(format!("PostgreSQL sink: cannot {action}: {detail}{hint}"))
+    // SQLSTATE classes that another attempt cannot fix: data exceptions (22), integrity
+    // violations (23), bad credentials (28), a missing database (3D), syntax errors and
+    // undefined tables or columns (42), and a server without prepared transactions (55000).
+    let permanent = e.as_db_error().is_some_and(|db| {
+        let code = db.code().code();
+        ["22", "23", "28", "3D", "42"]
+            .iter()
+            .any(|class| code.starts_with(class))
+            || code == "55000"
+    });
+    ConnectorError::External {
+        message: format!("PostgreSQL sink: cannot {action}: {detail}{hint}"),
+        permanent,
+    }
 }
 
 /// The subtask's names in PostgreSQL.
@@ -334,9 +377,13 @@ fn end_zombies(client: &mut Client, application: &str) -> Result<(), ConnectorEr
             return Ok(());
         }
         if std::time::Instant::now() > deadline {
-            return Err(ConnectorError::Invalid(format!(
-                "PostgreSQL sink: {left} connection(s) of an earlier run named {application} do                  not end"
-            )));
+            return Err(ConnectorError::External {
+                message: format!(
+                    "PostgreSQL sink: {left} connection(s) of an earlier run named \
+                     {application} do not end"
+                ),
+                permanent: false,
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -391,6 +438,10 @@ impl Handle {
 struct Statements {
     insert: String,
     delete: Option<String>,
+    /// The table, quoted.
+    table: String,
+    /// The columns written, quoted, comma-separated.
+    columns: String,
 }
 
 impl Statements {
@@ -425,7 +476,12 @@ impl Statements {
                 ))
             }
         };
-        Statements { insert, delete }
+        Statements {
+            insert,
+            delete,
+            table,
+            columns: list,
+        }
     }
 }
 

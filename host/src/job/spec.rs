@@ -152,7 +152,7 @@ struct RawFile {
     #[serde(default)]
     sink: Vec<toml::Table>,
     checkpoint: Option<CheckpointConfig>,
-    restart: Option<RestartStrategy>,
+    restart: Option<toml::Table>,
     state: Option<StateConfig>,
     /// Limits of every WebAssembly operator (see [`Limits`]).
     limits: Option<toml::Table>,
@@ -313,9 +313,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     }
     let state = raw.state.clone().unwrap_or_default();
     state.validate().map_err(|e| format!("[state]: {e}"))?;
-    let restart = raw
-        .restart
-        .unwrap_or_else(|| RestartStrategy::default_for(raw.checkpoint.is_some()));
+    let restart = restart_strategy(raw.restart, raw.checkpoint.is_some())?;
     restart.validate()?;
 
     // Collect every vertex with its unresolved inputs.
@@ -611,6 +609,32 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     })
 }
 
+/// The `[restart]` table; without `strategy` (or without the table), Flink's default for the
+/// checkpoint setting, so that `[restart] attempts = 5` tunes the default strategy.
+fn restart_strategy(
+    table: Option<toml::Table>,
+    checkpointing: bool,
+) -> Result<RestartStrategy, String> {
+    let default = RestartStrategy::default_for(checkpointing);
+    let Some(mut table) = table else {
+        return Ok(default);
+    };
+    if !table.contains_key("strategy") {
+        if !table.is_empty() && default == RestartStrategy::None {
+            return Err(
+                "[restart] has settings but no strategy, and without [checkpoint] the default \
+                 strategy is \"none\", which has none; add a [checkpoint] table (restarts \
+                 resume from the newest checkpoint) or set strategy = \"fixed_delay\" \
+                 (each restart starts the input over)"
+                    .into(),
+            );
+        }
+        table.insert("strategy".into(), default.name().into());
+    }
+    RestartStrategy::deserialize(toml::Value::Table(table))
+        .map_err(|e| format!("[restart]: {}", e.message()))
+}
+
 /// Kahn's algorithm; `Err` holds the vertices left on or behind a cycle.
 fn topological_order(inputs: &[Vec<Input>]) -> Result<Vec<usize>, Vec<usize>> {
     let n = inputs.len();
@@ -755,6 +779,23 @@ mod tests {
                 "{text:?}\n gave: {err}\n wanted: {want}"
             );
         }
+    }
+
+    #[test]
+    fn a_restart_table_without_strategy_tunes_the_default() {
+        let chk = "[checkpoint]\ninterval = \"1s\"\n";
+        let spec = parse(&format!("{chk}[restart]\nattempts = 5\n{GEN}")).unwrap();
+        match &spec.restart {
+            RestartStrategy::ExponentialDelay(e) => assert_eq!(e.attempts, Some(5)),
+            other => panic!("{other:?}"),
+        }
+        let spec = parse(&format!("{chk}[restart]\n{GEN}")).unwrap();
+        assert_eq!(spec.restart, RestartStrategy::default_for(true));
+        // Without checkpoints the default is "none", which has no settings.
+        let err = parse(&format!("[restart]\nattempts = 5\n{GEN}")).unwrap_err();
+        assert!(err.contains("no strategy"), "{err}");
+        let err = parse(&format!("{chk}[restart]\nattempt = 5\n{GEN}")).unwrap_err();
+        assert!(err.contains("attempt"), "{err}");
     }
 
     #[test]

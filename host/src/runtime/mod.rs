@@ -8,19 +8,24 @@
 pub(crate) mod barrier;
 pub mod clock;
 pub(crate) mod key_group;
+mod lock;
 pub(crate) mod native;
 pub(crate) mod operator;
 pub(crate) mod output;
 mod supervisor;
 mod task;
+mod validate;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::storage::CheckpointStore;
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::checkpoint::storage::{CheckpointStore, Completion};
 use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, RestoreFrom, Restored};
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
@@ -48,11 +53,31 @@ pub enum JobError {
         subtask: u32,
         parallelism: u32,
         message: String,
+        /// Whether a restart cannot heal it (the operator's `open` refused its config, a
+        /// permission error): the job then fails at once instead of restarting.
+        permanent: bool,
     },
     #[error("cannot start a task thread: {0}")]
     Spawn(std::io::Error),
     #[error("the job was cancelled")]
     Cancelled,
+    /// Another process runs the job.
+    #[error(
+        "job \"{job}\" is already running{holder} (it holds the lock {path}); stop that run first \
+         (Ctrl-C, or kill -INT <pid>), or give this run another [checkpoint] dir",
+        holder = pid.map(|p| format!(" in process {p}")).unwrap_or_default(),
+        path = path.display()
+    )]
+    AlreadyRunning {
+        job: String,
+        pid: Option<u32>,
+        path: PathBuf,
+    },
+    #[error("cannot take the lock {path} of the job: {cause}", path = path.display())]
+    Lock {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     /// Too many checkpoints failed in a row.
@@ -61,6 +86,87 @@ pub enum JobError {
     /// The job failed and its restart strategy allows no more restarts.
     #[error(transparent)]
     Restarts(Box<RestartsExhausted<JobError>>),
+}
+
+impl JobError {
+    /// Whether restarting the job cannot heal this failure: it then fails at once.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            JobError::Task { permanent, .. } => *permanent,
+            JobError::Component { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// For a failure of guest code: a description that is equal for equal failures (which
+    /// operator, subtask, kind and message), to tell a deterministic failure from a transient
+    /// one. `None` for any other failure.
+    pub(crate) fn guest_failure(&self) -> Option<String> {
+        match self {
+            JobError::Task {
+                kind: FailureKind::Other,
+                ..
+            } => None,
+            JobError::Task {
+                kind,
+                name,
+                subtask,
+                message,
+                ..
+            } => Some(format!("{name}/{subtask}/{kind:?}: {message}")),
+            _ => None,
+        }
+    }
+}
+
+/// How a job ended without failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// Its input was exhausted, everything was processed and the sinks committed it all.
+    Finished,
+    /// An earlier run finished the job (see [`Completion`]); nothing ran. A fresh start
+    /// ([`RestoreFrom::Fresh`]) runs it again.
+    AlreadyFinished(Completion),
+    /// Stopped on request ([`JobControl::stop`]). With checkpoints, at `checkpoint`, the newest
+    /// complete one (`None`: none had completed), from which the next start resumes; sinks have
+    /// committed everything up to it. `problem` says why that is not the stop's own checkpoint
+    /// (it failed, or the job was failing). Without checkpoints, the sources ended their input
+    /// early and what they had read was processed to the end (drained).
+    Stopped {
+        checkpoint: Option<u64>,
+        problem: Option<String>,
+    },
+}
+
+/// What happens in a job's life, as it happens: for a user to read and for a service to
+/// record. See [`RunningJob::events`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    /// An attempt starts, from the beginning of the input or from a checkpoint (its id and
+    /// directory). `restart` counts the restarts before it.
+    Starting {
+        restored_from: Option<(u64, PathBuf)>,
+        restart: u32,
+    },
+    /// A stop was asked for: the job stops at checkpoint `checkpoint` once it completes
+    /// (`None`: without checkpoints, the sources end their input and the job drains).
+    Stopping { checkpoint: Option<u64> },
+    /// The job failed with `cause` and restarts (restart number `restart`) after `delay`.
+    Restarting {
+        cause: String,
+        delay: Duration,
+        restart: u32,
+    },
+}
+
+/// The sending side of a job's events; events nobody reads are dropped beyond a bound.
+#[derive(Debug, Clone)]
+pub(crate) struct Events(Sender<JobEvent>);
+
+impl Events {
+    pub(crate) fn send(&self, event: JobEvent) {
+        let _ = self.0.try_send(event);
+    }
 }
 
 /// Counters of one vertex, summed over its subtasks.
@@ -95,6 +201,19 @@ pub struct CheckpointStatus {
 }
 
 impl Metrics {
+    /// The counters of every vertex now.
+    pub fn summaries(&self) -> Vec<VertexSummary> {
+        self.vertices
+            .iter()
+            .map(|v| VertexSummary {
+                name: v.name.clone(),
+                role: v.role,
+                records_in: v.records_in.load(Ordering::Relaxed),
+                records_out: v.records_out.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
     /// A copy of the checkpoint counters.
     pub fn checkpoint_status(&self) -> CheckpointStatus {
         self.checkpoints().clone()
@@ -115,6 +234,30 @@ pub(crate) struct JobParts {
     components: HashMap<usize, OperatorComponent>,
     /// Processing time for every task.
     clock: Clock,
+}
+
+/// A failure of subtask `subtask` of vertex `vertex`.
+pub(crate) fn vertex_failure(
+    spec: &JobSpec,
+    vertex: usize,
+    subtask: u32,
+    kind: FailureKind,
+    message: String,
+) -> JobError {
+    let v = &spec.vertices[vertex];
+    JobError::Task {
+        kind,
+        role: role(&v.kind),
+        name: v.name.clone(),
+        uid: match &v.kind {
+            VertexKind::Operator { uid, .. } => Some(uid.clone()),
+            _ => None,
+        },
+        subtask,
+        parallelism: v.parallelism,
+        message,
+        permanent: false,
+    }
 }
 
 fn role(kind: &VertexKind) -> &'static str {
@@ -175,8 +318,21 @@ impl Job {
 
     /// Starts every task of the job, restored from a checkpoint as `from` says. With
     /// checkpointing on, a failed task restarts the job from its newest checkpoint under the
-    /// spec's restart strategy.
+    /// spec's restart strategy. A job an earlier run finished does not run again unless `from`
+    /// is [`RestoreFrom::Fresh`] ([`JobEnd::AlreadyFinished`]); one another process runs does
+    /// not start ([`JobError::AlreadyRunning`]).
     pub fn start_from(&self, from: RestoreFrom) -> Result<RunningJob, JobError> {
+        self.start_controlled(from, JobControl::new())
+    }
+
+    /// [`Job::start_from`] under `control`, which may have been handed to a signal handler
+    /// (and even used) before the job started: a stop asked for before the start stops the job
+    /// at its first checkpoint.
+    pub fn start_controlled(
+        &self,
+        from: RestoreFrom,
+        control: JobControl,
+    ) -> Result<RunningJob, JobError> {
         let spec = &self.parts.spec;
         let store = match &spec.checkpoint {
             Some(c) => Some(CheckpointStore::open(
@@ -185,7 +341,29 @@ impl Job {
             )?),
             None => None,
         };
-        if spec.state.backend == BackendKind::RocksDb {
+        let rocks = spec.state.backend == BackendKind::RocksDb;
+        let lock = match lock::lock_path(
+            store.as_ref().map(CheckpointStore::root),
+            rocks.then(|| spec.state_root()).as_deref(),
+        ) {
+            Some(path) => Some(lock::JobLock::acquire(&path, &spec.name)?),
+            None => None,
+        };
+        let (event_tx, events) = crossbeam_channel::bounded(1024);
+        let events_out = Events(event_tx);
+        let mut done = None;
+        if let Some(store) = &store {
+            if from == RestoreFrom::Latest {
+                if let Some(completion) = store.completion()? {
+                    // A crash may have come while its checkpoints were being deleted.
+                    store.discard_all()?;
+                    done = Some(JobEnd::AlreadyFinished(completion));
+                }
+            } else {
+                store.remove_completion()?;
+            }
+        }
+        if done.is_none() && rocks {
             // Working directories of an earlier process of this job that did not end cleanly
             // (killed): their state is in the checkpoints, if anywhere.
             let root = spec.state_root();
@@ -196,6 +374,7 @@ impl Job {
             }
         }
         let restore = match (from, &store) {
+            _ if done.is_some() => None,
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
             (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec)?,
             (RestoreFrom::Path(dir), _) => Some(Restored::load(&dir, spec)?),
@@ -214,7 +393,7 @@ impl Job {
                 .collect(),
             checkpoints: Mutex::new(CheckpointStatus::default()),
         });
-        let flags = Arc::new(Shared::default());
+        let flags = control.shared;
         let supervisor = {
             let (parts, metrics, flags) = (
                 Arc::clone(&self.parts),
@@ -224,7 +403,19 @@ impl Job {
             std::thread::Builder::new()
                 .name("supervisor".into())
                 .spawn(move || {
-                    supervisor::supervise(parts, metrics, flags, store, restore.map(Arc::new))
+                    // Held until the job has ended.
+                    let _lock = lock;
+                    match done {
+                        Some(end) => Ok(end),
+                        None => supervisor::supervise(
+                            parts,
+                            metrics,
+                            flags,
+                            store,
+                            restore.map(Arc::new),
+                            events_out,
+                        ),
+                    }
                 })
                 .map_err(JobError::Spawn)?
         };
@@ -232,6 +423,7 @@ impl Job {
             metrics,
             supervisor,
             shared: flags,
+            events,
             started: Instant::now(),
             checkpointing: spec.checkpoint.is_some(),
         })
@@ -285,19 +477,25 @@ impl Shared {
 #[derive(Debug)]
 pub struct RunningJob {
     metrics: Arc<Metrics>,
-    supervisor: JoinHandle<Result<(), JobError>>,
+    supervisor: JoinHandle<Result<JobEnd, JobError>>,
     shared: Arc<Shared>,
+    events: Receiver<JobEvent>,
     started: Instant,
     checkpointing: bool,
 }
 
 /// Stops or cancels a running job from anywhere; see [`RunningJob::control`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JobControl {
     shared: Arc<Shared>,
 }
 
 impl JobControl {
+    /// A control for a job not started yet: see [`Job::start_controlled`].
+    pub fn new() -> JobControl {
+        JobControl::default()
+    }
+
     /// See [`RunningJob::stop`].
     pub fn stop(&self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
@@ -322,9 +520,11 @@ pub struct VertexSummary {
     pub records_out: u64,
 }
 
-/// How a finished job went.
+/// How a job that did not fail went.
 #[derive(Debug, Clone)]
 pub struct JobSummary {
+    /// How it ended.
+    pub end: JobEnd,
     pub duration: Duration,
     pub vertices: Vec<VertexSummary>,
     pub checkpoints: CheckpointStatus,
@@ -345,16 +545,27 @@ impl RunningJob {
         self.supervisor.is_finished()
     }
 
-    /// Asks every task to stop; [`RunningJob::wait`] then returns [`JobError::Cancelled`].
+    /// Asks every task to end now, without a checkpoint; [`RunningJob::wait`] then returns
+    /// [`JobError::Cancelled`]. Output after the last checkpoint stays uncommitted.
     pub fn cancel(&self) {
         self.control().cancel();
     }
 
-    /// Ends the input of every source as if it were exhausted: what is in flight is processed,
-    /// operators are closed and sinks flushed, and [`RunningJob::wait`] returns the summary
-    /// (Flink's "stop" with drain). The way to end a job over unbounded input.
+    /// Stops the job (Flink's stop-with-savepoint, without drain), the way to end a job over
+    /// unbounded input. With checkpoints: sources stop reading where they are, one more
+    /// checkpoint is taken, and once it completes (sinks commit everything up to it) every task
+    /// ends without closing its operators, so end-of-input timers do not fire; the next start
+    /// resumes from that checkpoint. Without checkpoints the sources end their input early and
+    /// the job drains: what was read is processed, operators are closed and sinks flushed.
+    /// [`RunningJob::wait`] returns a summary whose end is [`JobEnd::Stopped`].
     pub fn stop(&self) {
         self.control().stop();
+    }
+
+    /// The job's events so far and to come (a bounded number are kept for a reader that comes
+    /// late). The channel disconnects once the job has ended.
+    pub fn events(&self) -> Receiver<JobEvent> {
+        self.events.clone()
     }
 
     /// A handle that can call [`RunningJob::stop`] or [`RunningJob::cancel`] from another
@@ -367,7 +578,7 @@ impl RunningJob {
 
     /// Waits for the job to end; the error is the failure that ended it, naming its operator.
     pub fn wait(self) -> Result<JobSummary, JobError> {
-        match self.supervisor.join() {
+        let end = match self.supervisor.join() {
             Ok(result) => result?,
             Err(_) => {
                 return Err(JobError::Task {
@@ -378,22 +589,14 @@ impl RunningJob {
                     subtask: 0,
                     parallelism: 1,
                     message: "internal error (please report): the supervisor panicked".into(),
+                    permanent: false,
                 });
             }
-        }
+        };
         Ok(JobSummary {
+            end,
             duration: self.started.elapsed(),
-            vertices: self
-                .metrics
-                .vertices
-                .iter()
-                .map(|v| VertexSummary {
-                    name: v.name.clone(),
-                    role: v.role,
-                    records_in: v.records_in.load(Ordering::Relaxed),
-                    records_out: v.records_out.load(Ordering::Relaxed),
-                })
-                .collect(),
+            vertices: self.metrics.summaries(),
             checkpoints: self.metrics.checkpoint_status(),
         })
     }

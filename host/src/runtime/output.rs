@@ -8,14 +8,15 @@ use crossbeam_channel::Sender;
 
 use super::key_group::{key_group, subtask_for_key_group};
 use crate::batch::Batch;
+use crate::checkpoint::Barrier;
 use crate::job::spec::EdgeKind;
 
 /// What travels on a channel.
 #[derive(Debug)]
 pub enum Message {
     Data(Batch),
-    /// Checkpoint barrier `n`: every record sent before it belongs to checkpoint `n`.
-    Barrier(u64),
+    /// A checkpoint barrier: every record sent before it belongs to its checkpoint.
+    Barrier(Barrier),
     /// The sender has no more records.
     End,
 }
@@ -151,9 +152,9 @@ impl Output {
         Ok(())
     }
 
-    /// Flushes and sends barrier `n` to every downstream subtask, after the records before it.
-    pub(crate) fn barrier(&mut self, n: u64) -> Result<(), Disconnected> {
-        self.broadcast(|| Message::Barrier(n))
+    /// Flushes and sends `barrier` to every downstream subtask, after the records before it.
+    pub(crate) fn barrier(&mut self, barrier: Barrier) -> Result<(), Disconnected> {
+        self.broadcast(|| Message::Barrier(barrier))
     }
 
     /// Flushes and tells every downstream subtask that this one is done.
@@ -183,7 +184,7 @@ mod tests {
         while let Ok(m) = rx.try_recv() {
             match m {
                 Message::Data(b) => out.extend(b.iter().map(|r| r.value.to_vec())),
-                Message::Barrier(n) => out.push(format!("<barrier {n}>").into_bytes()),
+                Message::Barrier(b) => out.push(format!("<barrier {}>", b.id).into_bytes()),
                 Message::End => out.push(b"<end>".to_vec()),
             }
         }

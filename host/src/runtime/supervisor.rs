@@ -18,20 +18,23 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::operator::FailureKind;
 use super::output::{Message, Target};
 use super::task::{self, Control, PartState, TaskEnd, TaskSetup, TaskSnapshot};
-use super::{CheckpointStatus, JobError, JobParts, Metrics, Shared, role};
+use super::{
+    CheckpointStatus, Events, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared, role,
+};
 use crate::checkpoint::coordinator::{Completed, Coordinator, Decision, TaskId, TaskState};
 use crate::checkpoint::restart::{RestartDecision, Restarts};
 use crate::checkpoint::storage::{
-    CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats, SubtaskState,
-    VertexMeta, millis, unix_ms,
+    CheckpointStore, Completion, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats,
+    SubtaskState, VertexMeta, millis, unix_ms,
 };
-use crate::checkpoint::{RestartStrategy, Restored};
+use crate::checkpoint::{Barrier, BarrierKind, RestartStrategy, Restored};
+use crate::failpoint;
 use crate::job::spec::{EdgeKind, JobSpec, VertexKind};
 
 /// Batches a channel holds before its sender blocks.
 const CHANNEL_CAPACITY: usize = 8;
 /// How often the supervisor looks at the job's stop and cancel flags.
-const TICK: Duration = Duration::from_millis(100);
+const TICK: Duration = Duration::from_millis(20);
 
 /// What a task contributed to a completed checkpoint.
 #[derive(Debug)]
@@ -70,18 +73,22 @@ type Finals = BTreeMap<(usize, u32), serde_json::Value>;
 enum Outcome {
     /// Every task finished; the final pre-commits of its sinks are still to commit.
     Finished(Finals),
+    /// Every task stopped at the stop checkpoint `n` (or had finished before), and `n` is
+    /// complete.
+    Stopped(u64),
     Failed(JobError),
     Cancelled,
 }
 
-/// Runs the job to its end: the summary, or the failure that ended it.
+/// Runs the job to its end: how it ended, or the failure that ended it.
 pub(crate) fn supervise(
     parts: Arc<JobParts>,
     metrics: Arc<Metrics>,
     flags: Arc<Shared>,
     store: Option<CheckpointStore>,
     mut restore: Option<Arc<Restored>>,
-) -> Result<(), JobError> {
+    events: Events,
+) -> Result<JobEnd, JobError> {
     let origin = Instant::now();
     let spec = &parts.spec;
     let mut restarts = Restarts::new(spec.restart.clone());
@@ -93,43 +100,47 @@ pub(crate) fn supervise(
             // may have come first.
             commit_recorded(spec, &r.meta)?;
         }
+        let restored_from = restore.as_ref().map(|r| r.id());
+        events.send(JobEvent::Starting {
+            restored_from: restore.as_ref().map(|r| (r.id(), r.dir.clone())),
+            restart: restarts.attempts(),
+        });
         let started = origin.elapsed();
         let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
-        let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt);
+        let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt, &events);
         let error = match outcome {
             Outcome::Finished(finals) => {
-                match &store {
-                    None => commit_finals(spec, &finals)?,
-                    Some(store) if !flags.is_stopping() => {
-                        // The input is exhausted. First a last checkpoint records the job's
-                        // end with the sinks' final pre-commits, so that a crash from here on
-                        // restores it and commits again rather than replaying input whose
-                        // output is committed; then the commit; then nothing is left to
-                        // resume (Flink discards the checkpoints of a finished job too).
-                        if !finals.is_empty() {
-                            let done = Completed {
-                                id: store.next_id()?,
-                                triggered: origin.elapsed(),
-                                completed: origin.elapsed(),
-                                tasks: all_tasks(parts.as_ref())
-                                    .map(|t| (t, TaskState::Finished))
-                                    .collect(),
-                            };
-                            let (meta, _) = summarize(&parts, &done, unix_ms(), &finals);
-                            store.write_metadata(&meta)?;
-                            commit_recorded(spec, &meta)?;
+                return finish_job(&parts, store.as_ref(), &finals, origin).map(|()| {
+                    // Without checkpoints a stop ends the input: the job drained.
+                    if store.is_none() && flags.is_stopping() {
+                        JobEnd::Stopped {
+                            checkpoint: None,
+                            problem: None,
                         }
-                        store.discard_all()?;
+                    } else {
+                        JobEnd::Finished
                     }
-                    // Stopped by the user: the job resumes from its last checkpoint, and the
-                    // sinks' output after it, left pending, is written again then.
-                    Some(_) => {}
-                }
-                return Ok(());
+                });
+            }
+            Outcome::Stopped(n) => {
+                return Ok(JobEnd::Stopped {
+                    checkpoint: Some(n),
+                    problem: None,
+                });
             }
             Outcome::Cancelled => return Err(JobError::Cancelled),
             Outcome::Failed(e) => e,
         };
+        if flags.is_stopping() {
+            return stopped_at_newest(spec, store.as_ref(), format!("{error}"));
+        }
+        if error.is_permanent() {
+            tracing::warn!("not restarting the job: a restart cannot heal {error}");
+            return Err(error);
+        }
+        if restarts.is_deterministic(error.guest_failure().as_deref(), restored_from) {
+            return Err(JobError::Restarts(Box::new(restarts.exhausted(error))));
+        }
         match restarts.on_failure(started, origin.elapsed(), fastrand::f64()) {
             RestartDecision::Fail => {
                 if restarts.attempts() == 0 && spec.restart == RestartStrategy::None {
@@ -138,16 +149,29 @@ pub(crate) fn supervise(
                 return Err(JobError::Restarts(Box::new(restarts.exhausted(error))));
             }
             RestartDecision::Restart { attempt, delay } => {
-                tracing::warn!(
-                    "job \"{}\" failed: {error}; restarting in {delay:.1?} (restart {attempt}, strategy {})",
+                // The event carries it to the user; this is for the debug log.
+                tracing::debug!(
+                    "job \"{}\" failed: {error}; restart {attempt} (strategy {}) after {delay:.1?}",
                     spec.name,
                     spec.restart.name()
                 );
+                events.send(JobEvent::Restarting {
+                    cause: error.to_string(),
+                    delay,
+                    restart: restarts.attempts(),
+                });
                 metrics.checkpoints().restarts += 1;
                 let until = Instant::now() + delay;
                 while Instant::now() < until {
                     if flags.is_user_cancelled() {
                         return Err(JobError::Cancelled);
+                    }
+                    if flags.is_stopping() {
+                        return stopped_at_newest(
+                            spec,
+                            store.as_ref(),
+                            format!("it was waiting to restart after: {error}"),
+                        );
                     }
                     std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
                 }
@@ -157,6 +181,64 @@ pub(crate) fn supervise(
             }
         }
     }
+}
+
+/// A stop that could not take a checkpoint of its own, because the job failed (with `problem`)
+/// or was waiting to restart: the job stops at its newest complete checkpoint, where the next
+/// start resumes. Sinks committed everything up to it; what came after is not committed.
+fn stopped_at_newest(
+    spec: &JobSpec,
+    store: Option<&CheckpointStore>,
+    problem: String,
+) -> Result<JobEnd, JobError> {
+    let checkpoint = match store {
+        Some(store) => Restored::latest(store, spec)?.map(|r| r.id()),
+        None => None,
+    };
+    Ok(JobEnd::Stopped {
+        checkpoint,
+        problem: Some(problem),
+    })
+}
+
+/// The input is exhausted and every task finished: commits the sinks' final output and
+/// records the job's end.
+///
+/// With checkpoints, first a last checkpoint records every task finished, with the sinks'
+/// final pre-commits: a crash from here on restores it and commits again, rather than replaying
+/// input whose output is committed. Then the commit; then a completion record, so that a later
+/// run finds the job finished instead of running it again; then the checkpoints go (Flink
+/// discards the checkpoints of a finished job too). A crash between any two of these steps
+/// leaves a state the next run completes without writing anything twice.
+fn finish_job(
+    parts: &JobParts,
+    store: Option<&CheckpointStore>,
+    finals: &Finals,
+    origin: Instant,
+) -> Result<(), JobError> {
+    let spec = &parts.spec;
+    let Some(store) = store else {
+        return commit_finals(spec, finals);
+    };
+    let done = Completed {
+        id: store.next_id()?,
+        triggered: origin.elapsed(),
+        completed: origin.elapsed(),
+        tasks: all_tasks(parts).map(|t| (t, TaskState::Finished)).collect(),
+    };
+    let (meta, _) = summarize(parts, &done, unix_ms(), finals);
+    store.write_metadata(&meta)?;
+    failpoint::hit("finish.after-final-checkpoint");
+    commit_recorded(spec, &meta)?;
+    failpoint::hit("finish.after-commit");
+    store.write_completion(&Completion {
+        job: spec.name.clone(),
+        finished_ms: unix_ms(),
+        checkpoint: done.id,
+    })?;
+    failpoint::hit("finish.after-completion-record");
+    store.discard_all()?;
+    Ok(())
 }
 
 /// Starts every task of an attempt, restored from `restore` when given.
@@ -288,6 +370,7 @@ fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
         subtask: 0,
         parallelism: 1,
         message: format!("internal error (please report): {message}"),
+        permanent: false,
     }
 }
 
@@ -298,6 +381,7 @@ fn run(
     flags: &Shared,
     store: Option<&CheckpointStore>,
     attempt: Attempt,
+    events: &Events,
 ) -> Outcome {
     let spec = &parts.spec;
     let started = Instant::now();
@@ -316,9 +400,12 @@ fn run(
     };
     let mut triggered_at: HashMap<u64, u64> = HashMap::new();
     let mut finals = Finals::new();
-    let (mut ended, mut finished) = (0, 0);
+    let (mut ended, mut finished, mut suspended) = (0, 0, 0);
     let mut failure: Option<JobError> = None;
     let mut cancelled = false;
+    let mut stop_requested = false;
+    // The stop checkpoint, once complete.
+    let mut stopped_at = None;
     // What the coordinator decided on the last event, carried out with the next poll.
     let mut decisions = Vec::new();
     let tasks = attempt.controls.len();
@@ -331,9 +418,24 @@ fn run(
             // Wind down: no more triggers, nothing more to complete.
             decisions.clear();
         } else if let Some(c) = &mut coordinator {
+            if !stop_requested && flags.is_stopping() {
+                stop_requested = true;
+                decisions.extend(c.stop(now()));
+                events.send(JobEvent::Stopping {
+                    checkpoint: c.stop_id(),
+                });
+            }
             decisions.extend(c.poll(now()));
+        } else if !stop_requested && flags.is_stopping() {
+            stop_requested = true;
+            events.send(JobEvent::Stopping { checkpoint: None });
         }
+        let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
         for d in decisions.drain(..) {
+            let completes = match &d {
+                Decision::Complete(done) => Some(done.id),
+                _ => None,
+            };
             if let Some(e) = apply(
                 d,
                 parts,
@@ -342,9 +444,12 @@ fn run(
                 &attempt,
                 &mut triggered_at,
                 &finals,
+                stop_id,
             ) {
                 failure.get_or_insert(e);
                 attempt.shared.cancel();
+            } else if completes.is_some() && completes == stop_id {
+                stopped_at = stop_id;
             }
         }
         let wait = coordinator
@@ -375,11 +480,15 @@ fn run(
                             .map(|c| c.finished(task, last, now()))
                             .unwrap_or_default()
                     }
+                    TaskEnd::Suspended => {
+                        suspended += 1;
+                        Vec::new()
+                    }
                     TaskEnd::Failed(e) => {
                         failure.get_or_insert(e);
                         Vec::new()
                     }
-                    TaskEnd::Stopped => Vec::new(),
+                    TaskEnd::Cancelled => Vec::new(),
                 }
             }
             Event::Ack { id, task, acked } => coordinator
@@ -394,6 +503,7 @@ fn run(
     }
     // The last task's end may have completed a checkpoint.
     if failure.is_none() && !cancelled {
+        let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
         for d in decisions {
             if let Some(e) = apply(
                 d,
@@ -403,6 +513,7 @@ fn run(
                 &attempt,
                 &mut triggered_at,
                 &finals,
+                stop_id,
             ) {
                 failure.get_or_insert(e);
             }
@@ -412,6 +523,9 @@ fn run(
         (_, true) => Outcome::Cancelled,
         (Some(e), false) => Outcome::Failed(e),
         (None, false) if finished == tasks => Outcome::Finished(finals),
+        (None, false) if stopped_at.is_some() && finished + suspended == tasks => {
+            Outcome::Stopped(stopped_at.expect("checked"))
+        }
         (None, false) => Outcome::Failed(JobError::Task {
             kind: FailureKind::Other,
             role: "task",
@@ -420,6 +534,7 @@ fn run(
             subtask: 0,
             parallelism: 1,
             message: "a task stopped without reporting why (please report)".into(),
+            permanent: false,
         }),
     };
     // Checkpoints triggered in this attempt that did not complete.
@@ -449,7 +564,9 @@ fn finish(
     outcome
 }
 
-/// Carries out one coordinator decision; `Some` is a failure of the job.
+/// Carries out one coordinator decision; `Some` is a failure of the job. `stop` is the
+/// checkpoint the job stops at, if a stop was triggered.
+#[allow(clippy::too_many_arguments)]
 fn apply(
     decision: Decision<Acked>,
     parts: &JobParts,
@@ -459,6 +576,7 @@ fn apply(
     // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
     triggered_at: &mut HashMap<u64, u64>,
     finals: &Finals,
+    stop: Option<u64>,
 ) -> Option<JobError> {
     let spec = &parts.spec;
     let store = store?;
@@ -466,9 +584,14 @@ fn apply(
         Decision::Trigger(id) => {
             tracing::debug!("triggering checkpoint {id}");
             triggered_at.insert(id, unix_ms());
+            let kind = if stop == Some(id) {
+                BarrierKind::Stop
+            } else {
+                BarrierKind::Checkpoint
+            };
             for task in &attempt.sources {
                 // A source that has finished is gone; the coordinator knows it.
-                let _ = attempt.controls[task].send(Control::Trigger(id));
+                let _ = attempt.controls[task].send(Control::Trigger(Barrier { id, kind }));
             }
             None
         }
@@ -523,7 +646,10 @@ fn apply(
                 metrics.checkpoints().failed += 1;
             }
             record(store, spec, metrics, entry);
-            None
+            // The tasks wait at the stop barrier for a completion that will not come.
+            (stop == Some(id)).then(|| {
+                JobError::CheckpointFailed(format!("the stop checkpoint {id} failed: {reason}"))
+            })
         }
         Decision::Fail(message) => Some(JobError::CheckpointFailed(message)),
     }
@@ -585,6 +711,7 @@ fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
                 subtask: s,
                 parallelism: vertex.parallelism,
                 message: format!("the commit of its pre-committed output failed: {e}"),
+                permanent: false,
             })?;
     }
     Ok(())

@@ -9,6 +9,10 @@
 //! the barriers of its inputs (see [`super::barrier`]). Either then forwards the barrier,
 //! snapshots the chain (source position, operator state, sink pre-commit) and hands the
 //! bytes to the snapshot writer, which writes them off this thread.
+//!
+//! Stop: after the barrier of the checkpoint the job stops at, a task processes nothing more
+//! (a source reads no further, operators are not closed, so end-of-input timers do not fire)
+//! and ends once that checkpoint is complete.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -16,17 +20,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use super::barrier::{Aligner, Alignment, Progress};
 use super::clock::Clock;
 use super::native;
 use super::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use super::output::{Disconnected, Message, Output, PushError, Target};
-use super::{JobError, Metrics, Shared, key_group::key_group_range, role};
+use super::{JobError, Metrics, Shared, key_group::key_group_range, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
-use crate::checkpoint::{CheckpointMode, Restored};
+use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode, Restored};
 use crate::connectors::{Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::state::{StateSetup, Uploads};
@@ -53,8 +57,8 @@ pub(crate) struct TaskSetup {
 /// What the supervisor tells a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Control {
-    /// Take checkpoint `n` (sent to source tasks).
-    Trigger(u64),
+    /// Take the barrier's checkpoint (sent to source tasks).
+    Trigger(Barrier),
     /// Checkpoint `n` is complete (sinks commit).
     Complete(u64),
 }
@@ -138,19 +142,30 @@ pub(crate) enum TaskEnd {
     /// Its input ended and everything was processed: the last checkpoint it snapshotted, and
     /// the final pre-commit of each of its sinks that has one, by vertex.
     Finished(Option<u64>, Vec<(usize, serde_json::Value)>),
+    /// It stopped at the barrier of the stop checkpoint, which then completed.
+    Suspended,
     /// It failed.
     Failed(JobError),
     /// It stopped because the attempt was cancelled or a peer went away.
-    Stopped,
+    Cancelled,
 }
 
 /// Runs the task to its end.
 pub(crate) fn run(setup: TaskSetup) -> TaskEnd {
     match run_inner(setup) {
-        Ok((last, commits)) => TaskEnd::Finished(last, commits),
+        Ok(Ended::Input((last, commits))) => TaskEnd::Finished(last, commits),
+        Ok(Ended::Stopped) => TaskEnd::Suspended,
         Err(Stop::Failed(e)) => TaskEnd::Failed(e),
-        Err(Stop::Disconnected) => TaskEnd::Stopped,
+        Err(Stop::Disconnected) => TaskEnd::Cancelled,
     }
+}
+
+/// How the loop of a task ended without failing.
+enum Ended {
+    /// At the end of its input.
+    Input(Finish),
+    /// At the barrier of the stop checkpoint, which completed.
+    Stopped,
 }
 
 fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
@@ -162,6 +177,20 @@ fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError)
     failure(spec, vertex, subtask, e.kind(), e.to_string())
 }
 
+/// `stop`, marked as a failure that a restart cannot heal (the job then fails at once): the
+/// same code, configuration and checkpoint would fail the same way again.
+fn permanent(mut stop: Stop) -> Stop {
+    if let Stop::Failed(JobError::Task { permanent, .. }) = &mut stop {
+        *permanent = true;
+    }
+    stop
+}
+
+/// `stop` marked [`permanent`] when `is` holds.
+fn permanent_if(is: bool, stop: Stop) -> Stop {
+    if is { permanent(stop) } else { stop }
+}
+
 fn failure(
     spec: &JobSpec,
     vertex: usize,
@@ -169,22 +198,10 @@ fn failure(
     kind: FailureKind,
     message: String,
 ) -> Stop {
-    let v = &spec.vertices[vertex];
-    Stop::Failed(JobError::Task {
-        kind,
-        role: role(&v.kind),
-        name: v.name.clone(),
-        uid: match &v.kind {
-            VertexKind::Operator { uid, .. } => Some(uid.clone()),
-            _ => None,
-        },
-        subtask,
-        parallelism: v.parallelism,
-        message,
-    })
+    Stop::Failed(vertex_failure(spec, vertex, subtask, kind, message))
 }
 
-fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
+fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
     let spec = Arc::clone(&setup.spec);
     let s = setup.task.subtask;
     let head = setup.chain[0];
@@ -198,7 +215,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
         // Finished before the checkpoint: its output is in the downstream state already.
         // Downstream tasks may have finished too and be gone, which is fine.
         let _ = Output::new(std::mem::take(&mut setup.targets)).end();
-        return Ok((None, Vec::new()));
+        return Ok(Ended::Input((None, Vec::new())));
     }
     let source = match &spec.vertices[head].kind {
         VertexKind::Source(config) => {
@@ -206,14 +223,14 @@ fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
             let p = spec.vertices[head].parallelism as usize;
             let mut source = config
                 .build(&spec.base_dir, s as usize, p)
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| permanent_if(e.is_permanent(), fail(e.to_string())))?;
             if let Some(position) = restore
                 .as_ref()
                 .and_then(|r| r.source_position(&spec.vertices[head].name, s))
             {
-                source
-                    .restore(position)
-                    .map_err(|e| fail(format!("cannot resume from the checkpoint: {e}")))?;
+                source.restore(position).map_err(|e| {
+                    permanent(fail(format!("cannot resume from the checkpoint: {e}")))
+                })?;
             }
             Some(source)
         }
@@ -248,15 +265,20 @@ fn run_inner(mut setup: TaskSetup) -> Result<Finish, Stop> {
     };
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
+            // `open` sees only the code, its config and the restored state: what fails here
+            // fails again after a restart.
             op.open()
-                .map_err(|e| operator_error(&spec, chain.vertices[i], s, e))?;
+                .map_err(|e| permanent(operator_error(&spec, chain.vertices[i], s, e)))?;
         }
     }
-    match source {
+    let stopped = match source {
         Some(source) => run_source(&setup, head, source, &mut chain)?,
         None => run_inputs(&setup, &mut chain)?,
+    };
+    match stopped {
+        Some(_) => Ok(Ended::Stopped),
+        None => chain.finish().map(Ended::Input),
     }
-    chain.finish()
 }
 
 /// Where subtask `s` of sink `v` runs.
@@ -272,6 +294,39 @@ pub(crate) fn sink_context(spec: &JobSpec, v: usize, s: u32) -> SinkContext<'_> 
     }
 }
 
+/// A new instance of operator `v` for subtask `s`, keeping its keyed state as `state` says.
+/// (A `Job` holds the component of every WebAssembly operator.)
+pub(super) fn new_operator(
+    spec: &JobSpec,
+    v: usize,
+    s: u32,
+    component: Option<&OperatorComponent>,
+    state: StateSetup,
+) -> Result<Box<dyn Operator>, OperatorError> {
+    let vertex = &spec.vertices[v];
+    let VertexKind::Operator { uid, code, config } = &vertex.kind else {
+        unreachable!("vertex {v} is an operator");
+    };
+    let ctx = OperatorContext {
+        job: spec.name.clone(),
+        uid: uid.clone(),
+        subtask: s,
+        parallelism: vertex.parallelism,
+        max_parallelism: spec.max_parallelism,
+        key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
+        config: config.clone(),
+        state,
+    };
+    match code {
+        OperatorCode::Native(name) => native::build(name, &ctx),
+        OperatorCode::Wasm { limits, grants, .. } => {
+            let component = component.expect("Job::new loads every wasm operator");
+            WasmOperator::new(component, ctx, *limits, grants)
+                .map(|o| Box::new(o) as Box<dyn Operator>)
+        }
+    }
+}
+
 fn build_stage(
     spec: &JobSpec,
     v: usize,
@@ -282,35 +337,20 @@ fn build_stage(
 ) -> Result<Stage, Stop> {
     let vertex = &spec.vertices[v];
     match &vertex.kind {
-        VertexKind::Operator { uid, code, config } => {
-            let ctx = OperatorContext {
-                job: spec.name.clone(),
-                uid: uid.clone(),
-                subtask: s,
-                parallelism: vertex.parallelism,
-                max_parallelism: spec.max_parallelism,
-                key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
-                config: config.clone(),
-                state: StateSetup {
-                    config: spec.state.clone(),
-                    root: spec.state_root(),
-                    clock: clock.clone(),
-                },
+        VertexKind::Operator { uid, .. } => {
+            let state = StateSetup {
+                config: spec.state.clone(),
+                root: spec.state_root(),
+                clock: clock.clone(),
             };
-            let groups = ctx.key_groups.clone();
-            let mut op: Box<dyn Operator> = match code {
-                OperatorCode::Native(name) => native::build(name, &ctx),
-                OperatorCode::Wasm { limits, grants, .. } => {
-                    let component = components
-                        .remove(&v)
-                        .expect("Job::new loads every wasm operator");
-                    WasmOperator::new(&component, ctx, *limits, grants)
-                        .map(|o| Box::new(o) as Box<dyn Operator>)
-                }
-            }
-            .map_err(|e| operator_error(spec, v, s, e))?;
+            let groups = key_group_range(spec.max_parallelism, vertex.parallelism, s);
+            let component = components.remove(&v);
+            let mut op = new_operator(spec, v, s, component.as_ref(), state)
+                .map_err(|e| permanent(operator_error(spec, v, s, e)))?;
             if let Some(r) = restore {
-                let fail = |e: String| error(spec, v, s, format!("cannot restore its state: {e}"));
+                let fail = |e: String| {
+                    permanent(error(spec, v, s, format!("cannot restore its state: {e}")))
+                };
                 for bytes in r
                     .keyed_state(uid, &groups)
                     .map_err(|e| fail(e.to_string()))?
@@ -330,33 +370,43 @@ fn build_stage(
             config
                 .restore(&sink_context(spec, v, s), state)
                 .map(Stage::Sink)
-                .map_err(|e| error(spec, v, s, e.to_string()))
+                .map_err(|e| permanent_if(e.is_permanent(), error(spec, v, s, e.to_string())))
         }
         VertexKind::Source(_) => unreachable!("a source only heads a chain"),
     }
 }
 
+/// Reads the source into the chain until its input ends (`None`) or the job stops at a
+/// checkpoint (its id).
 fn run_source(
     setup: &TaskSetup,
     vertex: usize,
     mut source: Box<dyn Source>,
     chain: &mut Chain,
-) -> Result<(), Stop> {
+) -> Result<Option<u64>, Stop> {
     let mut batch = Batch::default();
     let counter = &setup.metrics.vertices[vertex].records_out;
+    // `Some(n)`: the job stops at checkpoint n, whose barrier has just been sent.
     let control = |chain: &mut Chain, source: &dyn Source, c: Control| match c {
-        Control::Trigger(n) => chain.checkpoint(n, Some((vertex, source)), Duration::ZERO),
-        Control::Complete(n) => chain.notify_complete(n),
+        Control::Trigger(barrier) => {
+            chain.checkpoint(barrier, Some((vertex, source)), Duration::ZERO)?;
+            Ok((barrier.kind == BarrierKind::Stop).then_some(barrier.id))
+        }
+        Control::Complete(n) => chain.notify_complete(n).map(|()| None),
     };
+    // Without checkpoints there is nothing to stop at: a stop ends the input (drains).
+    let drain_on_stop = setup.spec.checkpoint.is_none();
     loop {
         if setup.shared.is_cancelled() {
             return Err(Stop::Disconnected);
         }
-        if setup.shared.is_stopping() {
-            return Ok(());
+        if drain_on_stop && setup.shared.is_stopping() {
+            return Ok(None);
         }
         while let Ok(c) = setup.control.try_recv() {
-            control(chain, source.as_ref(), c)?;
+            if let Some(n) = control(chain, source.as_ref(), c)? {
+                return chain.park(n, setup).map(|()| Some(n));
+            }
         }
         let status = source
             .poll(&mut batch, BATCH_RECORDS)
@@ -371,16 +421,20 @@ fn run_source(
             Poll::Idle(d) => {
                 chain.output.flush()?;
                 // Wake up for a checkpoint trigger at once.
-                if let Ok(c) = setup.control.recv_timeout(d.min(MAX_IDLE)) {
-                    control(chain, source.as_ref(), c)?;
+                if let Ok(c) = setup.control.recv_timeout(d.min(MAX_IDLE))
+                    && let Some(n) = control(chain, source.as_ref(), c)?
+                {
+                    return chain.park(n, setup).map(|()| Some(n));
                 }
             }
-            Poll::Finished => return Ok(()),
+            Poll::Finished => return Ok(None),
         }
     }
 }
 
-fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
+/// Reads the task's inputs into the chain until they all end (`None`) or the job stops at a
+/// checkpoint (its id).
+fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop> {
     let inputs = &setup.inputs;
     let mode = setup.spec.checkpoint.as_ref().map(|c| c.mode);
     let alignment = match mode {
@@ -390,6 +444,8 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
     let mut aligner = Aligner::new(alignment, inputs.len());
     let origin = Instant::now();
     let mut ended = vec![false; inputs.len()];
+    // The checkpoint the job stops at, once its barrier has come on any input.
+    let mut stop_at = None;
     while aligner.open_inputs() > 0 {
         // The inputs readable now; rebuilt whenever a barrier or an end changes that.
         let readable: Vec<usize> = (0..inputs.len())
@@ -421,9 +477,14 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
                     }
                     continue;
                 }
-                Ok(Message::Barrier(n)) => aligner
-                    .on_barrier(i, n, origin.elapsed())
-                    .map_err(|e| chain.fail_task(format!("checkpoint barrier protocol: {e}")))?,
+                Ok(Message::Barrier(barrier)) => {
+                    if barrier.kind == BarrierKind::Stop {
+                        stop_at = Some(barrier.id);
+                    }
+                    aligner
+                        .on_barrier(i, barrier.id, origin.elapsed())
+                        .map_err(|e| chain.fail_task(format!("checkpoint barrier protocol: {e}")))?
+                }
                 Ok(Message::End) => {
                     ended[i] = true;
                     aligner.on_end(i, origin.elapsed())
@@ -435,12 +496,20 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<(), Stop> {
                 tracing::debug!(task = ?chain.task, "checkpoint {n} abandoned during alignment");
             }
             if let Some(a) = aligned {
-                chain.checkpoint(a.id, None, a.alignment)?;
+                let kind = if stop_at == Some(a.id) {
+                    BarrierKind::Stop
+                } else {
+                    BarrierKind::Checkpoint
+                };
+                chain.checkpoint(Barrier { id: a.id, kind }, None, a.alignment)?;
+                if kind == BarrierKind::Stop {
+                    return chain.park(a.id, setup).map(|()| Some(a.id));
+                }
             }
             break;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 impl Chain {
@@ -453,16 +522,17 @@ impl Chain {
         error(&self.spec, self.tail, self.subtask, message)
     }
 
-    /// Checkpoint `n`: forwards the barrier (after every record before it), snapshots the
-    /// source position (a source chain), every operator's state and every sink's
-    /// pre-commit, and hands the snapshot to the writer.
+    /// The barrier's checkpoint: forwards the barrier (after every record before it),
+    /// snapshots the source position (a source chain), every operator's state and every
+    /// sink's pre-commit, and hands the snapshot to the writer.
     fn checkpoint(
         &mut self,
-        n: u64,
+        barrier: Barrier,
         source: Option<(usize, &dyn Source)>,
         alignment: Duration,
     ) -> Result<(), Stop> {
-        self.output.barrier(n)?;
+        let n = barrier.id;
+        self.output.barrier(barrier)?;
         let started = Instant::now();
         let mut parts = Vec::with_capacity(self.stages.len() + 1);
         if let Some((vertex, source)) = source {
@@ -509,6 +579,27 @@ impl Chain {
         self.snapshots
             .send(snapshot)
             .map_err(|_| Stop::Disconnected)
+    }
+
+    /// After the barrier of the stop checkpoint `n`: processes nothing more (its upstream
+    /// tasks send nothing after that barrier either) and waits until `n` is complete, or the
+    /// attempt is cancelled.
+    fn park(&mut self, n: u64, setup: &TaskSetup) -> Result<(), Stop> {
+        loop {
+            match setup.control.recv_timeout(MAX_IDLE) {
+                Ok(Control::Complete(id)) => {
+                    self.notify_complete(id)?;
+                    if id >= n {
+                        return Ok(());
+                    }
+                }
+                Ok(Control::Trigger(_)) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(Stop::Disconnected),
+            }
+            if setup.shared.is_cancelled() {
+                return Err(Stop::Disconnected);
+            }
+        }
     }
 
     /// Checkpoint `n` completed: sinks forget what they pre-committed for it, operators

@@ -165,7 +165,6 @@ pub struct StateSetup {
 
 impl StateSetup {
     /// In memory, on the system clock.
-    #[cfg(test)]
     pub fn memory() -> Self {
         StateSetup {
             config: StateConfig::default(),

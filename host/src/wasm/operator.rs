@@ -138,11 +138,11 @@ impl WasmOperator {
                 ),
             }
         };
-        if let Some(logged) = data.last_error.take() {
-            message = format!("{logged} ({message})");
-        }
-        if let Some(input) = input {
-            message.push_str(&describe_batch(input));
+        match (data.last_error.take(), input) {
+            // The guest's own account (weir-sdk's panic message names the record).
+            (Some(logged), _) => message = format!("{logged} ({message})"),
+            (None, Some(input)) => message.push_str(&describe_batch(input)),
+            (None, None) => {}
         }
         Err(OperatorError::Guest { kind, message })
     }
@@ -324,8 +324,8 @@ impl Operator for WasmOperator {
     }
 }
 
-/// Which records a failed `process` call was handling: the host cannot see which record of
-/// the batch the guest was at (a panic message from weir-sdk names it).
+/// Which records a failed `process` call was handling, when the guest did not say: the host
+/// cannot see which record of the batch the guest was at.
 fn describe_batch(input: &Batch) -> String {
     let Some(first) = input.iter().next() else {
         return String::new();
@@ -341,7 +341,7 @@ fn describe_batch(input: &Batch) -> String {
     match input.len() {
         1 => format!("; the record: {}", record(&first)),
         n => format!(
-            "; the batch of {n} records being processed starts with: {}",
+            "; it was processing a batch of {n} records, the first: {}",
             record(&first)
         ),
     }
