@@ -98,3 +98,32 @@ input = "b"
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].2, first[0].2, "the entry was rewritten whole");
 }
+
+#[test]
+fn a_file_that_is_no_weir_operator_is_refused_before_it_is_compiled() {
+    let ws = Workspace::new();
+    let cache = ws.path("cache");
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            "[[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\n\n\
+             [[operator]]\nname = \"other\"\nuid = \"other\"\n{}\ninput = \"gen\"\n\n\
+             [[sink]]\nname = \"out\"\ntype = \"discard\"\ninput = \"other\"\n",
+            wasm("weir_test_other_world")
+        ),
+    );
+    let out = Command::new(weir_bin())
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg("validate")
+        .arg(&spec)
+        .output()
+        .expect("cannot start the weir binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("weir:stream/operator"), "{stderr}");
+    let cached: Vec<_> = std::fs::read_dir(&cache)
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(cached.is_empty(), "it was compiled and cached: {cached:?}");
+}

@@ -180,6 +180,37 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
         matches!(e, WasmError::TooLarge { .. }) && e.to_string().contains("limits.wasm_size"),
         "{e}"
     );
+    // One byte over: both sizes in bytes, not rounded to the same figure.
+    let size = std::fs::metadata(&hostile).unwrap().len();
+    let e = refused(run(
+        &engine,
+        &spec(
+            &ws,
+            "one-byte-too-big",
+            &hostile,
+            "a\n",
+            &format!("limits = {{ wasm_size = {} }}", size - 1),
+        ),
+    ));
+    assert!(
+        e.to_string().contains(&format!(
+            "is {size} bytes, over the limit of {} bytes",
+            size - 1
+        )),
+        "{e}"
+    );
+    // A component too large for its memory limit from the start does not instantiate.
+    let e = failure(run(
+        &engine,
+        &spec(
+            &ws,
+            "small-memory",
+            &hostile,
+            "a\n",
+            r#"limits = { memory = "1 MiB" }"#,
+        ),
+    ));
+    assert_eq!(e.0, FailureKind::Limit(Limit::Memory), "{}", e.1);
     // A new engine without a cache has to compile, which takes longer than 1 ms.
     let fresh = WasmEngine::new(None).unwrap();
     let e = refused(run(
@@ -287,7 +318,78 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
             FailureKind::Trap,
             &["wasi:keyvalue/store@0.2.0-draft#get", "does not provide"],
         ),
+        // Waiting in a host call counts against the deadline like running does.
+        (
+            "sleep",
+            "a\nsleep 3600000\n",
+            fast_deadline,
+            FailureKind::Deadline,
+            &["process ran longer than 500ms"],
+        ),
+        (
+            "sleep-open",
+            "a\n",
+            "limits = { call_deadline = \"500ms\" }\nconfig = { sleep_in_open = true }",
+            FailureKind::Deadline,
+            &["open ran longer than 500ms"],
+        ),
+        // What the host holds or does for a guest is bounded.
+        (
+            "side-names",
+            "side-names 200000\n",
+            "",
+            FailureKind::Limit(Limit::SideOutputs),
+            &["more than 100 side outputs", "limits.side_outputs"],
+        ),
+        (
+            "side-flood",
+            "side-flood 2000000\n",
+            "",
+            FailureKind::Limit(Limit::OutputRecords),
+            &["more than 1000000 records in one call"],
+        ),
+        (
+            "keyed-states",
+            "k states 1000000\n",
+            "",
+            FailureKind::Limit(Limit::States),
+            &["declared more than 1000 states", "limits.states"],
+        ),
+        (
+            "keyed-timers",
+            "k timers 2000000\n",
+            "",
+            FailureKind::Limit(Limit::Timers),
+            &["more than 1000000 timers pending", "limits.timers"],
+        ),
+        (
+            "keyed-fill",
+            "k fill 30000\n",
+            "limits = { host_memory = \"16 MiB\" }",
+            FailureKind::Limit(Limit::HostMemory),
+            &[
+                "over the limit of 16 MiB",
+                "keyed state in memory",
+                "limits.host_memory",
+            ],
+        ),
+        // Text from a guest reaches weir's messages escaped and cut.
+        (
+            "forge",
+            "forge\n",
+            "",
+            FailureKind::Error,
+            &["ok\\n2026-01-01", "\\u{1b}[31m", "\\u{202e}"],
+        ),
+        (
+            "err-big",
+            "err-big 16777216\n",
+            "",
+            FailureKind::Error,
+            &["more bytes cut"],
+        ),
     ];
+    let before_limits = rss_bytes();
     for &(name, lines, extra, kind, needles) in cases {
         let (found, message) = failure(run(&engine, &spec(&ws, name, &hostile, lines, extra)));
         assert_eq!(found, kind, "{name}: {message}");
@@ -303,7 +405,24 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
                 "the panic names its own record, not the batch's first: {message}"
             );
         }
+        assert!(
+            !message.contains(['\n', '\u{1b}', '\u{202e}']) && message.len() < 16 << 10,
+            "{name}: a message with raw control characters, or {} bytes long",
+            message.len()
+        );
     }
+    // Without the limits, the states, timers and state above would have made the host hold
+    // gigabytes.
+    let grown = rss_bytes().saturating_sub(before_limits);
+    assert!(
+        grown < 1 << 30,
+        "the limited guests grew the process by {grown} bytes"
+    );
+
+    // A timer that registers itself again fires once more at the end of input, not for ever.
+    let rearm = spec(&ws, "keyed-rearm", &hostile, "k rearm\n", "");
+    run(&engine, &rearm).expect("the job ends");
+    assert_eq!(output(&ws, "keyed-rearm"), ["ok", "fired 0", "fired 0"]);
 
     // Reaching outside the sandbox: denied inside the guest, which carries on.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -569,3 +569,67 @@ fn one_run_of_a_job_at_a_time() {
     assert_eq!(out.status.code(), Some(STOPPED), "{}", log(&ws, "next"));
     assert!(log(&ws, "next").contains("resumes from checkpoint"));
 }
+
+/// A checkpointed job whose operator sleeps in `process` (a WASI clock subscription, which
+/// no guest code runs during) within a call deadline of `deadline`.
+fn blocked_job(ws: &Workspace, deadline: &str) -> PathBuf {
+    let input = ws.write("input.txt", "a\nb\nsleep 3600000\nc\n");
+    failing_job(
+        ws,
+        &format!(
+            "[[source]]\nname = \"lines\"\ntype = \"file\"\npath = {}\nparallelism = 1\n\n\
+             [[operator]]\nname = \"op\"\nuid = \"op\"\n{}\ninput = \"lines\"\nparallelism = 1\n\
+             limits = {{ call_deadline = \"{deadline}\" }}\n\n\
+             [[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"op\"\npath = {}\nparallelism = 1\n",
+            toml_path(&input),
+            wasm("weir_test_hostile"),
+            toml_path(&ws.path("out")),
+        ),
+    )
+}
+
+/// Starts `spec` and waits until its one sleeping operator is inside the sleep (a checkpoint
+/// completes no more).
+fn start_blocked(ws: &Workspace, spec: &Path) -> Child {
+    let child = start(ws, spec, "blocked", &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log(ws, "blocked").contains("starts from") {
+        assert!(Instant::now() < deadline, "{}", log(ws, "blocked"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+#[test]
+fn a_stop_ends_a_job_whose_guest_blocks_at_the_guests_call_deadline() {
+    let ws = Workspace::new();
+    let spec = blocked_job(&ws, "2s");
+    let child = start_blocked(&ws, &spec);
+    interrupt(&child);
+    // The stop cannot take its checkpoint past the blocked guest; the guest's deadline ends
+    // its call, and the job stops at its last checkpoint instead of restarting.
+    let out = finish(child, Duration::from_secs(30));
+    let report = format!("{}\n{}", out.status, log(&ws, "blocked"));
+    assert_eq!(out.status.code(), Some(STOPPED), "{report}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("process ran longer than 2s"),
+        "{stdout}\n{report}"
+    );
+}
+
+#[test]
+fn a_second_ctrl_c_cancels_a_job_whose_guest_blocks() {
+    let ws = Workspace::new();
+    let spec = blocked_job(&ws, "1h");
+    let child = start_blocked(&ws, &spec);
+    interrupt(&child);
+    std::thread::sleep(Duration::from_millis(200));
+    interrupt(&child);
+    // Far less than the hour the guest's call may take.
+    let out = finish(child, Duration::from_secs(30));
+    let report = format!("{}\n{}", out.status, log(&ws, "blocked"));
+    assert_eq!(out.status.code(), Some(130), "{report}");
+    assert_eq!(summary(&ws)["status"], "cancelled", "{report}");
+}

@@ -278,3 +278,58 @@ fn guest_stdout_and_stderr_go_to_the_log_tagged_with_the_operator_and_rate_limit
     let out = part_text(&ws.path("out"), 0);
     assert_eq!(out, lines);
 }
+
+/// Asserts that `stderr` holds no control character a terminal would act on (a newline only
+/// ends a line), no bidirectional override, and no line that pretends to be one of weir's.
+fn assert_no_forged_text(stderr: &str) {
+    assert!(
+        !stderr.contains(['\u{1b}', '\u{202e}', '\r']),
+        "raw control characters on stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("2026-01-01")),
+        "a guest started a line of its own on stderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn what_guests_write_reaches_stderr_escaped_and_bounded() {
+    // Printed and logged text with a terminal escape and a bidirectional override, then an
+    // error text that would forge a line of weir's log.
+    let ws = Workspace::new();
+    let run = ws.run(&hostile_job(
+        &ws,
+        "print \u{1b}[31mred\u{202e}desrever\nforge\n",
+    ));
+    run.assert_clean_failure();
+    let stderr = run.stderr();
+    assert!(stderr.contains("\\u{1b}[31mred\\u{202e}"), "{run}");
+    assert!(stderr.contains("ok\\n2026-01-01"), "{run}");
+    assert_no_forged_text(&stderr);
+
+    // A 16 MiB error text is cut.
+    let ws = Workspace::new();
+    let run = ws.run(&hostile_job(&ws, "err-big 16777216\n"));
+    run.assert_clean_failure();
+    assert!(run.stderr().contains("more bytes cut"), "{run}");
+    assert!(
+        run.stderr().len() < 64 << 10,
+        "{} bytes",
+        run.stderr().len()
+    );
+
+    // Records to 100 side outputs that nothing reads: one warning, naming a few.
+    let ws = Workspace::new();
+    let run = ws.run_ok(&hostile_job(&ws, "side-names 100\n"));
+    let stderr = run.stderr();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("side outputs no vertex reads"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{run}");
+    assert!(
+        warnings[0].contains("100 records") && warnings[0].contains("95 more"),
+        "{}",
+        warnings[0]
+    );
+}

@@ -19,6 +19,9 @@ const SPLIT_SIZE: u64 = 4 << 20;
 pub struct Options {
     words: u64,
     runs: u32,
+    /// Another `weir` binary (an earlier build) to run the WASM and native word counts with
+    /// too, interleaved with this one's, for a before/after comparison in one invocation.
+    compare: Option<PathBuf>,
 }
 
 impl Options {
@@ -26,6 +29,7 @@ impl Options {
         let mut options = Options {
             words: 5_000_000,
             runs: 3,
+            compare: None,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -33,7 +37,13 @@ impl Options {
             match arg.as_str() {
                 "--words" => options.words = value("--words")?,
                 "--runs" => options.runs = u32::try_from(value("--runs")?)?,
-                other => bail!("unknown bench option `{other}`; use --words N and --runs R"),
+                "--compare" => {
+                    let bin = args.next().context("--compare needs a weir binary")?;
+                    options.compare = Some(PathBuf::from(bin));
+                }
+                other => bail!(
+                    "unknown bench option `{other}`; use --words N, --runs R and --compare BIN"
+                ),
             }
         }
         ensure!(
@@ -56,7 +66,9 @@ pub(crate) fn number<'a>(args: &mut impl Iterator<Item = &'a String>, name: &str
 
 /// One way of running the word count.
 struct Variant {
-    name: &'static str,
+    name: String,
+    /// The `weir` binary; `None`: the one just built.
+    weir: Option<PathBuf>,
     split: String,
     count: String,
     /// Extra arguments of `weir`.
@@ -81,41 +93,46 @@ pub fn run(options: Options) -> Result<()> {
 
     let operators = guests::operators_dir();
     let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
-    let variants = [
+    let variant = |name: &str, split: String, count: String| Variant {
+        name: name.into(),
+        weir: None,
+        split,
+        count,
+        flags: &[],
+        tables: String::new(),
+    };
+    let (wasm_split, wasm_count) = (wasm("wordcount_split.wasm"), wasm("wordcount_count.wasm"));
+    let (native_split, native_count) = (
+        "native = \"split_words\"".to_owned(),
+        "native = \"count_words\"".to_owned(),
+    );
+    let mut variants = vec![
+        variant("wasm", wasm_split.clone(), wasm_count.clone()),
+        variant("native", native_split.clone(), native_count.clone()),
         Variant {
-            name: "wasm",
-            split: wasm("wordcount_split.wasm"),
-            count: wasm("wordcount_count.wasm"),
-            flags: &[],
-            tables: String::new(),
-        },
-        Variant {
-            name: "native",
-            split: "native = \"split_words\"".into(),
-            count: "native = \"count_words\"".into(),
-            flags: &[],
-            tables: String::new(),
-        },
-        Variant {
-            name: "wasm-no-epoch",
-            split: wasm("wordcount_split.wasm"),
-            count: wasm("wordcount_count.wasm"),
             flags: &["--no-epoch-interruption"],
-            tables: String::new(),
+            ..variant("wasm-no-epoch", wasm_split.clone(), wasm_count.clone())
         },
         Variant {
-            name: "wasm-rocksdb",
-            split: wasm("wordcount_split.wasm"),
-            count: wasm("wordcount_count.wasm"),
-            flags: &[],
             tables: format!(
                 "\n[state]\nbackend = \"rocksdb\"\ndir = {}\n\n\
                  [checkpoint]\ninterval = \"5s\"\ndir = {}\n",
                 toml_str(&dir.join("state")),
                 toml_str(&dir.join("checkpoints"))
             ),
+            ..variant("wasm-rocksdb", wasm_split.clone(), wasm_count.clone())
         },
     ];
+    if let Some(other) = &options.compare {
+        variants.push(Variant {
+            weir: Some(other.clone()),
+            ..variant("wasm-compare", wasm_split, wasm_count)
+        });
+        variants.push(Variant {
+            weir: Some(other.clone()),
+            ..variant("native-compare", native_split, native_count)
+        });
+    }
     let mut best = vec![f64::INFINITY; variants.len()];
     for run in 1..=options.runs {
         // Interleaved, so that drift of the machine's speed affects both variants alike.
@@ -123,9 +140,10 @@ pub fn run(options: Options) -> Result<()> {
             let spec = dir.join(format!("wordcount-{}.toml", variant.name));
             std::fs::write(&spec, job_spec(variant, &input))
                 .with_context(|| format!("cannot write {}", spec.display()))?;
-            let secs = run_job(&weir, &spec, &dir.join("summary.json"), variant.flags)?;
+            let bin = variant.weir.as_ref().unwrap_or(&weir);
+            let secs = run_job(bin, &spec, &dir.join("summary.json"), variant.flags)?;
             println!(
-                "run {run}/{}: {:<13} {secs:.3} s",
+                "run {run}/{}: {:<14} {secs:.3} s",
                 options.runs, variant.name
             );
             *best = best.min(secs);
@@ -138,13 +156,13 @@ pub fn run(options: Options) -> Result<()> {
         options.runs
     );
     println!(
-        "  {:<13} {:>12} {:>10} {:>12}",
+        "  {:<14} {:>12} {:>10} {:>12}",
         "variant", "words", "best s", "M words/s"
     );
     for (variant, secs) in variants.iter().zip(&best) {
         let rate = options.words as f64 / secs / 1e6;
         println!(
-            "  {:<13} {:>12} {:>10.3} {:>12.2}",
+            "  {:<14} {:>12} {:>10.3} {:>12.2}",
             variant.name, options.words, secs, rate
         );
     }
@@ -157,6 +175,14 @@ pub fn run(options: Options) -> Result<()> {
         "  RocksDB with checkpoints every 5 s: {:.2}x the time of memory state",
         best[3] / best[0]
     );
+    if let Some(other) = &options.compare {
+        println!(
+            "  against {}: wasm {:+.1}%, native {:+.1}% (time of this build vs that one)",
+            other.display(),
+            (best[0] / best[4] - 1.0) * 100.0,
+            (best[1] / best[5] - 1.0) * 100.0
+        );
+    }
     Ok(())
 }
 
@@ -224,6 +250,8 @@ pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path, flags: &[&str]) 
         .args(flags)
         .arg("run")
         .arg(spec)
+        // A checkpointed job that finished would otherwise not run again.
+        .arg("--fresh")
         .arg("--no-progress")
         .arg("--summary-json")
         .arg(summary)
@@ -279,7 +307,7 @@ mod tests {
     #[test]
     fn options_have_defaults_and_check_values() {
         let o = Options::parse(&[]).unwrap();
-        assert_eq!((o.words, o.runs), (5_000_000, 3));
+        assert_eq!((o.words, o.runs, o.compare), (5_000_000, 3, None));
         let args = ["--words", "1_000", "--runs", "1"].map(String::from);
         let o = Options::parse(&args).unwrap();
         assert_eq!((o.words, o.runs), (1000, 1));

@@ -5,7 +5,8 @@
 //! - `services`: make the services the tests use ready (PostgreSQL with prepared transactions)
 //! - `test`: everything CI runs, failing fast
 //! - `soak [--iterations N]`: the crash tests over and over, with a tally (not in CI)
-//! - `bench [--words N] [--runs R]`: word count throughput, WASM vs native operators
+//! - `bench [--words N] [--runs R] [--compare BIN]`: word count throughput, WASM vs native
+//!   operators (and against another `weir` binary)
 //! - `bench-checkpoints [--records N] [--runs R] [--keys K]`: throughput with checkpoints off and on,
 //!   checkpoint duration and size at 100k and 1M keys
 //! - `bench-postgres [--rows N] [--runs R]`: rows/s into PostgreSQL per sink mode, and the time
@@ -38,9 +39,11 @@ commands:
                               services, tests)
   soak [--iterations N]       run the SIGKILL crash tests N times (default 3) and
                               print runs, kills, rows compared and mismatches
-  bench [--words N] [--runs R]
+  bench [--words N] [--runs R] [--compare BIN]
                               word count throughput, WASM vs native operators
-                              (default 5000000 words, 3 runs)
+                              (default 5000000 words, 3 runs); with --compare,
+                              also with another weir binary, before/after
+                              a change
   bench-checkpoints [--records N] [--runs R] [--keys K]
                               keyed count with checkpoints off and every second:
                               throughput, checkpoint duration and size at 100k

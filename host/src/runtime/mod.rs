@@ -434,7 +434,7 @@ impl Job {
 /// (set by the user through [`JobControl`]).
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    cancelled: AtomicBool,
+    cancelled: Arc<AtomicBool>,
     /// The job's flags; `None` in the job's own instance.
     job: Option<Arc<Shared>>,
     /// Sources end their input at the next poll, and the job drains and finishes.
@@ -453,6 +453,12 @@ impl Shared {
     /// Makes every task of the attempt (or of the job) stop.
     pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// The attempt's own cancellation flag, for guest calls to watch (the supervisor sets it
+    /// when the user cancels the job).
+    pub(crate) fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancelled)
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {

@@ -194,6 +194,7 @@ mod tests {
             key_groups: 0..128,
             config: "{}".into(),
             state: crate::state::StateSetup::memory(),
+            cancelled: Default::default(),
         }
     }
 

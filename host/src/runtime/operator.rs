@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::batch::Batch;
 use crate::state::Uploads;
@@ -20,6 +22,8 @@ pub struct OperatorContext {
     pub config: String,
     /// Where its keyed state lives, and the job's clock.
     pub state: crate::state::StateSetup,
+    /// Set when the job (attempt) is being cancelled: a guest call in progress then ends.
+    pub cancelled: Arc<AtomicBool>,
 }
 
 /// Why an operator failed. The runtime adds the operator's name and uid.
@@ -34,6 +38,9 @@ pub enum OperatorError {
     /// The operator broke the host contract (bad buffer, foreign key, wrong state kind).
     #[error("{0}")]
     Contract(String),
+    /// A call was stopped because the job is being cancelled.
+    #[error("the job is being cancelled")]
+    Cancelled,
 }
 
 impl OperatorError {
@@ -42,6 +49,7 @@ impl OperatorError {
             OperatorError::Failed(_) => FailureKind::Error,
             OperatorError::Guest { kind, .. } => *kind,
             OperatorError::Contract(_) => FailureKind::Contract,
+            OperatorError::Cancelled => FailureKind::Other,
         }
     }
 }

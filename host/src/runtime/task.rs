@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
@@ -172,9 +172,13 @@ fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
     failure(spec, vertex, subtask, FailureKind::Other, message)
 }
 
-/// The failure of operator `vertex`, of the kind the operator reported.
+/// The failure of operator `vertex`, of the kind the operator reported; a call that the
+/// job's cancellation stopped is no failure of its own.
 fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError) -> Stop {
-    failure(spec, vertex, subtask, e.kind(), e.to_string())
+    match e {
+        OperatorError::Cancelled => Stop::Disconnected,
+        e => failure(spec, vertex, subtask, e.kind(), e.to_string()),
+    }
 }
 
 /// `stop`, marked as a failure that a restart cannot heal (the job then fails at once): the
@@ -246,6 +250,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
             &mut setup.components,
             restore.as_deref(),
             &setup.clock,
+            setup.shared.cancel_flag(),
         )?);
     }
     let mut chain = Chain {
@@ -302,6 +307,7 @@ pub(super) fn new_operator(
     s: u32,
     component: Option<&OperatorComponent>,
     state: StateSetup,
+    cancelled: Arc<AtomicBool>,
 ) -> Result<Box<dyn Operator>, OperatorError> {
     let vertex = &spec.vertices[v];
     let VertexKind::Operator { uid, code, config } = &vertex.kind else {
@@ -316,6 +322,7 @@ pub(super) fn new_operator(
         key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
         config: config.clone(),
         state,
+        cancelled,
     };
     match code {
         OperatorCode::Native(name) => native::build(name, &ctx),
@@ -334,6 +341,7 @@ fn build_stage(
     components: &mut HashMap<usize, OperatorComponent>,
     restore: Option<&Restored>,
     clock: &Clock,
+    cancelled: Arc<AtomicBool>,
 ) -> Result<Stage, Stop> {
     let vertex = &spec.vertices[v];
     match &vertex.kind {
@@ -345,7 +353,7 @@ fn build_stage(
             };
             let groups = key_group_range(spec.max_parallelism, vertex.parallelism, s);
             let component = components.remove(&v);
-            let mut op = new_operator(spec, v, s, component.as_ref(), state)
+            let mut op = new_operator(spec, v, s, component.as_ref(), state, cancelled)
                 .map_err(|e| permanent(operator_error(spec, v, s, e)))?;
             if let Some(r) = restore {
                 let fail = |e: String| {
@@ -618,6 +626,34 @@ impl Chain {
         Ok(())
     }
 
+    /// One warning per vertex about the records it emitted to side outputs that nothing
+    /// reads, naming a few of them (a guest chooses the names and how many there are).
+    fn warn_side_dropped(&self) {
+        const SHOWN: usize = 5;
+        let mut by_vertex: std::collections::BTreeMap<usize, Vec<(&str, u64)>> = Default::default();
+        for ((v, name), n) in &self.side_dropped {
+            by_vertex.entry(*v).or_default().push((name, *n));
+        }
+        for (v, outputs) in by_vertex {
+            let vertex = &self.spec.vertices[v].name;
+            let total: u64 = outputs.iter().map(|(_, n)| n).sum();
+            let mut names: Vec<String> = outputs
+                .iter()
+                .take(SHOWN)
+                .map(|(name, n)| format!("{} ({n})", crate::wasm::describe_bytes(name.as_bytes())))
+                .collect();
+            if outputs.len() > SHOWN {
+                names.push(format!("{} more", outputs.len() - SHOWN));
+            }
+            tracing::warn!(
+                subtask = self.subtask,
+                "{total} records that \"{vertex}\" emitted to side outputs no vertex reads were \
+                 dropped: {}; read one with input = \"{vertex}.<name>\"",
+                names.join(", ")
+            );
+        }
+    }
+
     /// Sends a batch of the chain's last vertex to the targets that read that output.
     fn send(&mut self, side_output: Option<&str>, batch: &Batch) -> Result<bool, Stop> {
         self.output.push(side_output, batch).map_err(|e| match e {
@@ -716,14 +752,7 @@ impl Chain {
                 },
             }
         }
-        for ((v, name), n) in &self.side_dropped {
-            let vertex = &self.spec.vertices[*v].name;
-            tracing::warn!(
-                subtask = self.subtask,
-                "{n} records emitted to side output \"{name}\" of \"{vertex}\" were dropped: no vertex \
-                 reads it (read it with input = \"{vertex}.{name}\")"
-            );
-        }
+        self.warn_side_dropped();
         self.output.end()?;
         Ok((self.last_snapshot, commits))
     }

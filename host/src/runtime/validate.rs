@@ -22,8 +22,15 @@ impl Job {
                     let fail = |e: super::operator::OperatorError| {
                         vertex_failure(spec, v, 0, e.kind(), e.to_string())
                     };
-                    let mut op =
-                        new_operator(spec, v, 0, component, StateSetup::memory()).map_err(fail)?;
+                    let mut op = new_operator(
+                        spec,
+                        v,
+                        0,
+                        component,
+                        StateSetup::memory(),
+                        Default::default(),
+                    )
+                    .map_err(fail)?;
                     op.open().map_err(fail)?;
                 }
                 VertexKind::Sink(config) => config

@@ -13,6 +13,13 @@ use super::{FastMap, Key, Row, Slots, StateKind, Ttl};
 /// The entries of one key's map state, in key order.
 type MapEntries = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// What an entry (a value, a list element or a map entry) costs besides its bytes: the
+/// table's bucket or the vector's or tree's share, roughly. The count is meant to bound what
+/// a guest can make the host hold, not to account for every byte.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// The tables of one state, one per key group of the subtask; empty until the state is first
+/// written, so that a state declared and never used costs next to nothing.
 #[derive(Debug)]
 enum Table {
     Value(Vec<ValueTable>),
@@ -28,6 +35,16 @@ pub(crate) struct Memory {
     /// By state id: where the last `read_values` found each slot's value, so that the write
     /// that usually follows needs no second lookup (a checked hint: see [`ValueTable`]).
     positions: Vec<Vec<Option<ValuePos>>>,
+    /// What every entry holds, keys, values and [`ENTRY_OVERHEAD`].
+    bytes: usize,
+}
+
+/// `tables`, with one table per key group once it is written.
+fn filled<T: Default>(tables: &mut Vec<T>, groups: usize) -> &mut Vec<T> {
+    if tables.is_empty() {
+        tables.resize_with(groups, T::default);
+    }
+    tables
 }
 
 impl Memory {
@@ -36,17 +53,22 @@ impl Memory {
             groups,
             tables: Vec::new(),
             positions: Vec::new(),
+            bytes: 0,
         }
     }
 
     pub(crate) fn declare(&mut self, _st: usize, _name: &str, kind: StateKind, _ttl: Option<Ttl>) {
-        let n = self.groups.len();
         self.tables.push(match kind {
-            StateKind::Value => Table::Value((0..n).map(|_| ValueTable::default()).collect()),
-            StateKind::List => Table::List((0..n).map(|_| FastMap::default()).collect()),
-            StateKind::Map => Table::Map((0..n).map(|_| FastMap::default()).collect()),
+            StateKind::Value => Table::Value(Vec::new()),
+            StateKind::List => Table::List(Vec::new()),
+            StateKind::Map => Table::Map(Vec::new()),
         });
         self.positions.push(Vec::new());
+    }
+
+    /// The bytes the state holds, roughly (see [`ENTRY_OVERHEAD`]).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Nothing to do: every change is applied at once.
@@ -59,10 +81,11 @@ impl Memory {
         (group - self.groups.start) as usize
     }
 
+    /// The value table of state `st` and key group `group`, made if need be.
     fn values(&mut self, st: usize, group: u32) -> &mut ValueTable {
-        let g = self.index(group);
+        let (g, n) = (self.index(group), self.groups.len());
         match &mut self.tables[st] {
-            Table::Value(t) => &mut t[g],
+            Table::Value(t) => &mut filled(t, n)[g],
             _ => unreachable!("the front checks the state's kind"),
         }
     }
@@ -76,9 +99,21 @@ impl Memory {
         let mut positions = std::mem::take(&mut self.positions[st]);
         positions.clear();
         for slot in 0..slots.len() {
-            let t = self.values(st, slots.group(slot));
-            let pos = t.find(slots.key(slot));
-            f(slot, pos.and_then(|p| t.get(p)));
+            let g = self.index(slots.group(slot));
+            let Table::Value(tables) = &self.tables[st] else {
+                unreachable!("the front checks the state's kind");
+            };
+            let pos = match tables.get(g) {
+                Some(t) => {
+                    let pos = t.find(slots.key(slot));
+                    f(slot, pos.and_then(|p| t.get(p)));
+                    pos
+                }
+                None => {
+                    f(slot, None);
+                    None
+                }
+            };
             positions.push(pos);
         }
         self.positions[st] = positions;
@@ -89,25 +124,34 @@ impl Memory {
         let pos = self.positions[st].get(slot).copied().flatten();
         let key = slots.key(slot);
         let t = self.values(st, slots.group(slot));
-        match (v, pos) {
-            (Some(v), Some(pos)) => t.set_at(pos, key, v),
-            (Some(v), None) => t.set(key, v),
+        let (added, removed) = match (v, pos) {
+            (Some(v), Some(pos)) => (v.len(), t.set_at(pos, key, v)),
+            (Some(v), None) => (v.len(), t.set(key, v)),
             (None, _) => {
-                t.remove(key);
+                let removed = t.remove(key);
                 if let Some(p) = self.positions[st].get_mut(slot) {
                     *p = None;
                 }
+                self.bytes -= removed.map_or(0, |len| key.len() + len + ENTRY_OVERHEAD);
+                return;
             }
+        };
+        match removed {
+            Some(old) => self.bytes = self.bytes + added - old,
+            None => self.bytes += key.len() + added + ENTRY_OVERHEAD,
         }
     }
 
     pub(crate) fn put_value(&mut self, st: usize, group: u32, key: &[u8], v: &[u8]) {
-        self.values(st, group).set(key, v);
+        match self.values(st, group).set(key, v) {
+            Some(old) => self.bytes = self.bytes + v.len() - old,
+            None => self.bytes += key.len() + v.len() + ENTRY_OVERHEAD,
+        }
     }
 
     pub(crate) fn read_list(&self, st: usize, group: u32, key: &[u8], mut f: impl FnMut(&[u8])) {
         if let Table::List(t) = &self.tables[st]
-            && let Some(list) = t[self.index(group)].get(key)
+            && let Some(list) = t.get(self.index(group)).and_then(|t| t.get(key))
         {
             list.iter().for_each(|e| f(e));
         }
@@ -122,20 +166,29 @@ impl Memory {
         clear: bool,
         append: impl IntoIterator<Item = &'a [u8]>,
     ) {
-        let g = self.index(group);
+        let (g, n) = (self.index(group), self.groups.len());
         let Table::List(t) = &mut self.tables[st] else {
             return;
         };
-        let list = match t[g].get_mut(key) {
+        let t = &mut filled(t, n)[g];
+        let list = match t.get_mut(key) {
             Some(l) => l,
-            None => t[g].entry(key.into()).or_default(),
+            None => {
+                self.bytes += key.len() + ENTRY_OVERHEAD;
+                t.entry(key.into()).or_default()
+            }
         };
         if clear {
+            self.bytes -= list.iter().map(|e| e.len() + ENTRY_OVERHEAD).sum::<usize>();
             list.clear();
         }
-        list.extend(append.into_iter().map(<[u8]>::to_vec));
+        for e in append {
+            self.bytes += e.len() + ENTRY_OVERHEAD;
+            list.push(e.to_vec());
+        }
         if list.is_empty() {
-            t[g].remove(key);
+            t.remove(key);
+            self.bytes -= key.len() + ENTRY_OVERHEAD;
         }
     }
 
@@ -147,7 +200,7 @@ impl Memory {
         mut f: impl FnMut(&[u8], &[u8]),
     ) {
         if let Table::Map(t) = &self.tables[st]
-            && let Some(map) = t[self.index(group)].get(key)
+            && let Some(map) = t.get(self.index(group)).and_then(|t| t.get(key))
         {
             map.iter().for_each(|(k, v)| f(k, v));
         }
@@ -163,29 +216,38 @@ impl Memory {
         clear: bool,
         changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
     ) {
-        let g = self.index(group);
+        let (g, n) = (self.index(group), self.groups.len());
         let Table::Map(t) = &mut self.tables[st] else {
             return;
         };
-        let map = match t[g].get_mut(key) {
+        let t = &mut filled(t, n)[g];
+        let map = match t.get_mut(key) {
             Some(m) => m,
-            None => t[g].entry(key.into()).or_default(),
+            None => {
+                self.bytes += key.len() + ENTRY_OVERHEAD;
+                t.entry(key.into()).or_default()
+            }
         };
+        let cost = |k: &[u8], v: &[u8]| k.len() + v.len() + ENTRY_OVERHEAD;
         if clear {
+            self.bytes -= map.iter().map(|(k, v)| cost(k, v)).sum::<usize>();
             map.clear();
         }
         for (k, v) in changes {
-            match v {
+            let old = match v {
                 Some(v) => {
-                    map.insert(k.to_vec(), v.to_vec());
+                    self.bytes += cost(k, v);
+                    map.insert(k.to_vec(), v.to_vec())
                 }
-                None => {
-                    map.remove(k);
-                }
+                None => map.remove(k),
+            };
+            if let Some(old) = old {
+                self.bytes -= cost(k, &old);
             }
         }
         if map.is_empty() {
-            t[g].remove(key);
+            t.remove(key);
+            self.bytes -= key.len() + ENTRY_OVERHEAD;
         }
     }
 
@@ -193,14 +255,18 @@ impl Memory {
     pub(crate) fn scan(&self, st: usize, group: u32, f: &mut impl FnMut(&[u8], Row<'_>)) {
         let g = self.index(group);
         match &self.tables[st] {
-            Table::Value(t) => t[g].iter().for_each(|(k, v)| f(k, Row::Value(v))),
+            Table::Value(t) => t
+                .get(g)
+                .into_iter()
+                .flat_map(ValueTable::iter)
+                .for_each(|(k, v)| f(k, Row::Value(v))),
             Table::List(t) => {
-                for (k, list) in &t[g] {
+                for (k, list) in t.get(g).into_iter().flatten() {
                     list.iter().for_each(|e| f(k, Row::Element(e)));
                 }
             }
             Table::Map(t) => {
-                for (k, map) in &t[g] {
+                for (k, map) in t.get(g).into_iter().flatten() {
                     map.iter().for_each(|(mk, mv)| f(k, Row::Entry(mk, mv)));
                 }
             }
@@ -211,16 +277,88 @@ impl Memory {
     /// that `keep` rejects.
     pub(crate) fn retain(&mut self, st: usize, group: u32, keep: impl Fn(&[u8]) -> bool) {
         let g = self.index(group);
+        let mut freed = 0;
         match &mut self.tables[st] {
-            Table::Value(t) => t[g].retain(|v| keep(v)),
-            Table::List(t) => t[g].retain(|_, list| {
-                list.retain(|e| keep(e));
-                !list.is_empty()
-            }),
-            Table::Map(t) => t[g].retain(|_, map| {
-                map.retain(|_, v| keep(v));
-                !map.is_empty()
-            }),
+            Table::Value(t) => {
+                if let Some(t) = t.get_mut(g) {
+                    t.retain(&keep, |k, v| freed += k.len() + v.len() + ENTRY_OVERHEAD);
+                }
+            }
+            Table::List(t) => {
+                if let Some(t) = t.get_mut(g) {
+                    t.retain(|k, list| {
+                        list.retain(|e| {
+                            let kept = keep(e);
+                            if !kept {
+                                freed += e.len() + ENTRY_OVERHEAD;
+                            }
+                            kept
+                        });
+                        if list.is_empty() {
+                            freed += k.len() + ENTRY_OVERHEAD;
+                        }
+                        !list.is_empty()
+                    });
+                }
+            }
+            Table::Map(t) => {
+                if let Some(t) = t.get_mut(g) {
+                    t.retain(|k, map| {
+                        map.retain(|mk, v| {
+                            let kept = keep(v);
+                            if !kept {
+                                freed += mk.len() + v.len() + ENTRY_OVERHEAD;
+                            }
+                            kept
+                        });
+                        if map.is_empty() {
+                            freed += k.len() + ENTRY_OVERHEAD;
+                        }
+                        !map.is_empty()
+                    });
+                }
+            }
         }
+        self.bytes -= freed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_byte_count_follows_every_change_and_ends_at_zero() {
+        let mut m = Memory::new(0..4);
+        m.declare(0, "v", StateKind::Value, None);
+        m.declare(1, "l", StateKind::List, None);
+        m.declare(2, "m", StateKind::Map, None);
+        assert_eq!(m.bytes(), 0, "declared, never written");
+        m.put_value(0, 1, b"k", b"12345");
+        m.put_value(0, 1, b"k", b"1");
+        assert_eq!(m.bytes(), 1 + 1 + ENTRY_OVERHEAD);
+        m.write_list(1, 2, b"k", false, [&b"ab"[..], b"c"]);
+        m.write_list(1, 2, b"k", true, [&b"abcd"[..]]);
+        m.write_map(
+            2,
+            3,
+            b"k",
+            false,
+            [(&b"x"[..], Some(&b"1"[..])), (b"y", Some(b"22"))],
+        );
+        m.write_map(
+            2,
+            3,
+            b"k",
+            false,
+            [(&b"x"[..], Some(&b"333"[..])), (b"y", None)],
+        );
+        let list = 1 + ENTRY_OVERHEAD + 4 + ENTRY_OVERHEAD;
+        let map = 1 + ENTRY_OVERHEAD + 1 + 3 + ENTRY_OVERHEAD;
+        assert_eq!(m.bytes(), 2 + ENTRY_OVERHEAD + list + map);
+        m.retain(0, 1, |_| false);
+        m.write_list(1, 2, b"k", true, []);
+        m.retain(2, 3, |_| false);
+        assert_eq!(m.bytes(), 0);
     }
 }

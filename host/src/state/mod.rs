@@ -38,11 +38,13 @@ pub(crate) mod bench;
 mod memory;
 pub(crate) mod rocks;
 mod snapshot;
+mod timers;
 pub(crate) mod ttl;
 mod value_table;
 
 pub use rocks::Uploads;
 pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
+pub(crate) use timers::Timers;
 pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 
 use crate::runtime::clock::Clock;
@@ -480,6 +482,15 @@ impl KeyedState {
         });
         self.by_name.insert(name.into(), id);
         Ok(id)
+    }
+
+    /// The bytes the state holds in memory, roughly; state in RocksDB holds its cache only,
+    /// which its settings bound, and counts nothing here.
+    pub fn memory_bytes(&self) -> usize {
+        match &self.backend {
+            Backend::Memory(m) => m.bytes(),
+            Backend::Rocks(_) => 0,
+        }
     }
 
     /// Whether no state has been declared (or restored).

@@ -34,34 +34,36 @@ impl ValueTable {
         self.table.get_bucket(pos.0).map(|(_, v)| &v[..])
     }
 
-    /// Replaces the value of `key`, found at `pos` unless the table changed since.
-    pub(crate) fn set_at(&mut self, pos: ValuePos, key: &[u8], value: &[u8]) {
+    /// Replaces the value of `key`, found at `pos` unless the table changed since. Returns
+    /// the length of the value it replaced (`None`: the key is new).
+    pub(crate) fn set_at(&mut self, pos: ValuePos, key: &[u8], value: &[u8]) -> Option<usize> {
         match self.table.get_bucket_mut(pos.0) {
-            Some((k, v)) if k[..] == *key => overwrite(v, value),
+            Some((k, v)) if k[..] == *key => Some(overwrite(v, value)),
             _ => self.set(key, value),
         }
     }
 
-    /// Inserts or replaces the value of `key`.
-    pub(crate) fn set(&mut self, key: &[u8], value: &[u8]) {
+    /// Inserts or replaces the value of `key`; returns the length of the value it replaced.
+    pub(crate) fn set(&mut self, key: &[u8], value: &[u8]) -> Option<usize> {
         let hasher = &self.hasher;
         let hash = hasher.hash_one(key);
         match self.table.find_mut(hash, |(k, _)| k[..] == *key) {
-            Some((_, v)) => overwrite(v, value),
+            Some((_, v)) => Some(overwrite(v, value)),
             None => {
                 self.table
                     .insert_unique(hash, (key.into(), value.into()), |(k, _)| {
                         hasher.hash_one(&k[..])
                     });
+                None
             }
         }
     }
 
-    pub(crate) fn remove(&mut self, key: &[u8]) {
+    /// Removes the value of `key`; returns its length, if there was one.
+    pub(crate) fn remove(&mut self, key: &[u8]) -> Option<usize> {
         let hash = self.hasher.hash_one(key);
-        if let Ok(entry) = self.table.find_entry(hash, |(k, _)| k[..] == *key) {
-            entry.remove();
-        }
+        let entry = self.table.find_entry(hash, |(k, _)| k[..] == *key).ok()?;
+        Some(entry.remove().0.1.len())
     }
 
     /// Every `(key, value)`, in no particular order.
@@ -69,20 +71,34 @@ impl ValueTable {
         self.table.iter().map(|(k, v)| (&k[..], &v[..]))
     }
 
-    /// Keeps the entries whose value `keep` accepts.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
-        self.table.retain(|(_, v)| keep(v));
+    /// Keeps the entries whose value `keep` accepts; calls `removed` with each other key and
+    /// value.
+    pub(crate) fn retain(
+        &mut self,
+        mut keep: impl FnMut(&[u8]) -> bool,
+        mut removed: impl FnMut(&[u8], &[u8]),
+    ) {
+        self.table.retain(|(k, v)| {
+            let kept = keep(v);
+            if !kept {
+                removed(k, v);
+            }
+            kept
+        });
     }
 }
 
 /// Replaces `v` with `value`; a value of the same length (a counter, mostly) is copied over.
-fn overwrite(v: &mut Value, value: &[u8]) {
-    if v.len() == value.len() {
+/// Returns the length `v` had.
+fn overwrite(v: &mut Value, value: &[u8]) -> usize {
+    let old = v.len();
+    if old == value.len() {
         v.copy_from_slice(value);
     } else {
         v.clear();
         v.extend_from_slice(value);
     }
+    old
 }
 
 #[cfg(test)]

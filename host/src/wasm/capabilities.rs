@@ -30,6 +30,8 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx};
 
+use super::guest_text;
+use super::interrupt::{CallClock, MonotonicClock};
 use crate::runtime::operator::OperatorContext;
 
 /// What a job grants one operator.
@@ -95,10 +97,16 @@ impl Grants {
         Ok(grants)
     }
 
-    /// The WASI context of one operator instance: these grants and nothing else.
-    pub(crate) fn wasi_ctx(&self, log: &GuestLog) -> Result<WasiCtx, String> {
+    /// The WASI context of one operator instance: these grants and nothing else, and the
+    /// monotonic clock of its call clock.
+    pub(crate) fn wasi_ctx(
+        &self,
+        log: &GuestLog,
+        call: &Arc<CallClock>,
+    ) -> Result<WasiCtx, String> {
         let mut builder = WasiCtx::builder();
         builder
+            .monotonic_clock(MonotonicClock(Arc::clone(call)))
             .stdout(log.stream("stdout"))
             .stderr(log.stream("stderr"))
             .allow_tcp(false)
@@ -211,10 +219,7 @@ impl GuestLog {
             return;
         }
         inner.lines += 1;
-        let text = match text.char_indices().nth(MAX_LINE) {
-            Some((cut, _)) => &text[..cut],
-            None => text,
-        };
+        let text = guest_text(text, MAX_LINE);
         let (job, operator, subtask) = (&inner.job, &inner.operator, inner.subtask);
         match level {
             Level::Trace => tracing::trace!(job, operator, subtask, source, "{text}"),

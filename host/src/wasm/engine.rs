@@ -176,6 +176,7 @@ impl WasmEngine {
         }
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| super::interrupt::add_to_linker(&mut linker))
             .map_err(|e| WasmError::Engine(format!("{e:#}")))?;
         Processor::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| WasmError::Engine(format!("{e:#}")))?;
@@ -212,17 +213,24 @@ impl WasmEngine {
             cause,
         };
         let size = std::fs::metadata(path).map_err(read)?.len();
-        if size > limits.wasm_size.as_u64() {
+        let limit = limits.wasm_size.as_u64();
+        if size > limit {
+            // Exact figures where rounding would show the same one twice.
+            let (size, limit) = match (bytes(size), bytes(limit)) {
+                (s, l) if s == l => (format!("{size} bytes"), format!("{limit} bytes")),
+                pair => pair,
+            };
             return Err(WasmError::TooLarge {
                 path: path.to_path_buf(),
-                size: bytes(size),
-                limit: bytes(limits.wasm_size.as_u64()),
+                size,
+                limit,
             });
         }
         let wasm = std::fs::read(path).map_err(read)?;
         check_header(path, &wasm)?;
+        // Before compiling: a file that is no weir operator is not compiled (nor cached).
+        check_world(path, &wasm)?;
         let component = self.compile(path, wasm, limits.compile_time)?;
-        check_world(path, &self.engine, &component)?;
         let link = |e: wasmtime::Error| WasmError::Link {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -386,11 +394,42 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), WasmError> {
     Ok(())
 }
 
-/// Checks that the component exports this host's operator interface and imports nothing
-/// unknown.
-fn check_world(path: &Path, engine: &Engine, component: &Component) -> Result<(), WasmError> {
-    let ty = component.component_type();
-    let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
+/// The names a component imports and exports (its own, not those of components inside it).
+fn component_names(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), WasmError> {
+    let invalid = |e: wasmparser::BinaryReaderError| WasmError::Invalid {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let (mut imports, mut exports) = (Vec::new(), Vec::new());
+    // Modules and components nested in this one, the parser being inside them.
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload.map_err(invalid)? {
+            wasmparser::Payload::ModuleSection { .. }
+            | wasmparser::Payload::ComponentSection { .. } => depth += 1,
+            wasmparser::Payload::End(_) if depth == 0 => break,
+            wasmparser::Payload::End(_) => depth -= 1,
+            wasmparser::Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    imports.push(import.map_err(invalid)?.name.name.to_owned());
+                }
+            }
+            wasmparser::Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    exports.push(export.map_err(invalid)?.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((imports, exports))
+}
+
+/// Checks, before compiling, that the component exports this host's operator interface and
+/// imports nothing unknown.
+fn check_world(path: &Path, wasm: &[u8]) -> Result<(), WasmError> {
+    let (imports, exports) = component_names(path, wasm)?;
+    let exports: Vec<&str> = exports.iter().map(String::as_str).collect();
     if !exports.contains(&OPERATOR_EXPORT) {
         if let Some(other) = exports
             .iter()
@@ -411,7 +450,7 @@ fn check_world(path: &Path, engine: &Engine, component: &Component) -> Result<()
         });
     }
     let mut unknown = Vec::new();
-    for (import, _) in ty.imports(engine) {
+    for import in &imports {
         let ours = import
             .strip_prefix("weir:stream/")
             .is_some_and(|rest| rest.ends_with(&format!("@{WIT_VERSION}")));

@@ -5,25 +5,28 @@
 //! for keys outside the subtask's key groups. Every failure traps the guest call with a
 //! message naming the state or buffer, which the runtime reports with the operator's uid.
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-use weir_wire::{OutputReader, TimeDomain, read_timer_ops};
+use weir_wire::{OutputReader, read_timer_ops};
 
 use super::capabilities::{Grants, GuestLog, Level};
-use super::describe_bytes;
+use super::interrupt::CallClock;
 use super::limits::{Limit, LimitExceeded, Limiter, Limits, bytes};
 use super::weir::stream::{log, output, state, timers, types};
+use super::{describe_bytes, guest_text, is_bidi_control};
 use crate::batch::Batch;
 use crate::runtime::operator::OperatorContext;
 use crate::state::{
-    KeyedState, OperatorStates, Slots, StateError, StateId, StateKind, Ttl, TtlUpdate,
-    TtlVisibility,
+    FastMap, KeyedState, OperatorStates, Slots, StateError, StateId, StateKind, Timers, Ttl,
+    TtlUpdate, TtlVisibility,
 };
 
-/// Event-time timers: `(timestamp, key)` in firing order.
-pub(crate) type TimerSet = BTreeSet<(i64, Box<[u8]>)>;
+/// The longest name of a state or side output, in bytes.
+const MAX_NAME: usize = 1024;
+/// The characters of a guest's error message that go into weir's own messages.
+pub(crate) const MAX_GUEST_ERROR: usize = 2048;
 
 /// The data of one operator instance's wasmtime store.
 pub(crate) struct HostState {
@@ -38,10 +41,12 @@ pub(crate) struct HostState {
     pub(crate) in_call: bool,
     /// Where emitted records go during a call.
     pub(crate) out: Batch,
-    /// Records emitted to side outputs during the current call, by name.
-    pub(crate) side_outputs: Vec<(String, Batch)>,
-    pub(crate) event_timers: TimerSet,
-    pub(crate) processing_timers: TimerSet,
+    /// Every side output the instance emitted to, in order of first use, with the records
+    /// emitted to it during the current call.
+    side_outputs: Vec<(String, Batch)>,
+    /// Index into `side_outputs` by name.
+    side_index: FastMap<Box<[u8]>, usize>,
+    pub(crate) timers: Timers,
     pub(crate) watermark: Option<i64>,
     /// The last error the guest logged (its panic hook logs the panic message there).
     pub(crate) last_error: Option<String>,
@@ -49,6 +54,10 @@ pub(crate) struct HostState {
     pub(crate) operator_state: OperatorStates,
     /// Operator-state names by resource rep.
     operator_names: Vec<String>,
+    /// Resource rep by operator-state name.
+    operator_reps: FastMap<String, u32>,
+    /// The bytes of every operator-state value.
+    operator_bytes: usize,
     pub(crate) limiter: Limiter,
     /// The guest's stdout, stderr and log messages, rate-limited.
     log: GuestLog,
@@ -57,6 +66,8 @@ pub(crate) struct HostState {
     /// Records and bytes emitted by the current call, against the output limits.
     emitted_records: u64,
     emitted_bytes: u64,
+    /// The current call's deadline and the job's cancellation.
+    call: Arc<CallClock>,
 }
 
 impl WasiView for HostState {
@@ -85,8 +96,9 @@ impl HostState {
         )
         .map_err(|e| e.to_string())?;
         let log = GuestLog::new(&ctx);
+        let call = CallClock::new(Arc::clone(&ctx.cancelled));
         Ok(HostState {
-            wasi: grants.wasi_ctx(&log)?,
+            wasi: grants.wasi_ctx(&log, &call)?,
             table: ResourceTable::new(),
             ctx,
             state,
@@ -95,18 +107,31 @@ impl HostState {
             in_call: false,
             out: Batch::default(),
             side_outputs: Vec::new(),
-            event_timers: TimerSet::new(),
-            processing_timers: TimerSet::new(),
+            side_index: FastMap::default(),
+            timers: Timers::default(),
             watermark: None,
             last_error: None,
             operator_state: OperatorStates::new(),
             operator_names: Vec::new(),
+            operator_reps: FastMap::default(),
+            operator_bytes: 0,
             limiter: Limiter { limits },
             log,
             hook: "open",
             emitted_records: 0,
             emitted_bytes: 0,
+            call,
         })
+    }
+
+    /// The instance's call clock (see [`super::interrupt`]).
+    pub(crate) fn call_clock(&self) -> &Arc<CallClock> {
+        &self.call
+    }
+
+    /// The instance's WASI resources.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// Starts a call of `hook`: its output counts from zero.
@@ -141,6 +166,49 @@ impl HostState {
                 bytes(limit)
             ),
         ))
+    }
+
+    /// Refuses to hold more for the instance than `host_memory`: keyed state of the memory
+    /// backend, timers and operator state. `after` says what the guest just did.
+    fn check_host_memory(&self, after: impl FnOnce() -> String) -> wasmtime::Result<()> {
+        let (state, timers) = (self.state.memory_bytes(), self.timers.bytes());
+        let held = (state + timers + self.operator_bytes) as u64;
+        let limit = self.limits().host_memory.as_u64();
+        if held <= limit {
+            return Ok(());
+        }
+        Err(LimitExceeded::error(
+            Limit::HostMemory,
+            format!(
+                "after {} the host held {} for the operator, over the limit of {} (keyed state in \
+                 memory {}, timers {}, operator state {}); keep less state, or use [state] \
+                 backend = \"rocksdb\" for keyed state larger than memory",
+                after(),
+                bytes(held),
+                bytes(limit),
+                bytes(state as u64),
+                bytes(timers as u64),
+                bytes(self.operator_bytes as u64)
+            ),
+        ))
+    }
+
+    /// Refuses another declaration (or handle) of a state beyond the `states` limit, and a
+    /// name that is too long or not printable.
+    fn check_declaration(&self, what: &str, name: &str) -> wasmtime::Result<()> {
+        check_name(what, name.as_bytes())?;
+        let limit = self.limits().states;
+        if (self.declared.len() + self.operator_names.len()) as u64 >= limit {
+            return Err(LimitExceeded::error(
+                Limit::States,
+                format!(
+                    "{} declared more than {limit} states ({what} {})",
+                    self.hook,
+                    quoted(name)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Keyed state `id` of the key in `slot`, for a message.
@@ -184,6 +252,7 @@ impl HostState {
         kind: StateKind,
         ttl: Option<types::Ttl>,
     ) -> wasmtime::Result<u32> {
+        self.check_declaration("state", &name)?;
         let ttl = ttl.map(|t| Ttl {
             ttl_ms: t.ttl_ms,
             update: match t.update {
@@ -242,7 +311,8 @@ impl HostState {
         let limit = self.limits().state_value.as_u64();
         self.state
             .store(id, &self.slots, changes, limit)
-            .map_err(|e| self.state_error(id, e))
+            .map_err(|e| self.state_error(id, e))?;
+        self.check_host_memory(|| format!("writing state {}", quoted(self.state.name(id))))
     }
 }
 
@@ -330,14 +400,17 @@ impl state::HostMapState for HostState {
 
 impl state::HostOperatorState for HostState {
     fn new(&mut self, name: String) -> wasmtime::Result<Resource<state::OperatorState>> {
-        let rep = match self.operator_names.iter().position(|n| *n == name) {
-            Some(rep) => rep,
+        let rep = match self.operator_reps.get(&name) {
+            Some(&rep) => rep,
             None => {
+                self.check_declaration("operator state", &name)?;
+                let rep = self.operator_names.len() as u32;
+                self.operator_reps.insert(name.clone(), rep);
                 self.operator_names.push(name);
-                self.operator_names.len() - 1
+                rep
             }
         };
-        Ok(Resource::new_own(rep as u32))
+        Ok(Resource::new_own(rep))
     }
 
     fn get(&mut self, s: Resource<state::OperatorState>) -> wasmtime::Result<Option<Vec<u8>>> {
@@ -352,13 +425,15 @@ impl state::HostOperatorState for HostState {
     ) -> wasmtime::Result<()> {
         let name = self.operator_name(s.rep())?.to_string();
         if let Some(v) = &value {
-            self.check_value_size(v.len(), || format!("operator state \"{name}\""))?;
+            self.check_value_size(v.len(), || format!("operator state {}", quoted(&name)))?;
+            self.operator_bytes += v.len();
         }
-        match value {
-            Some(v) => self.operator_state.insert(name, v),
+        let old = match value {
+            Some(v) => self.operator_state.insert(name.clone(), v),
             None => self.operator_state.remove(&name),
         };
-        Ok(())
+        self.operator_bytes -= old.map_or(0, |v| v.len());
+        self.check_host_memory(|| format!("writing operator state {}", quoted(&name)))
     }
 
     fn drop(&mut self, _s: Resource<state::OperatorState>) -> wasmtime::Result<()> {
@@ -402,18 +477,25 @@ impl timers::Host for HostState {
                     }
                 ));
             }
-            let key: Box<[u8]> = self.slots.key(slot).into();
-            let set = match op.domain {
-                TimeDomain::EventTime => &mut self.event_timers,
-                TimeDomain::ProcessingTime => &mut self.processing_timers,
-            };
+            let key = self.slots.key(slot);
             if op.register {
-                set.insert((op.timestamp, key));
+                self.timers.register(op.domain, op.timestamp, key);
             } else {
-                set.remove(&(op.timestamp, key));
+                self.timers.delete(op.domain, op.timestamp, key);
             }
         }
-        Ok(())
+        let limit = self.limits().timers;
+        if self.timers.len() as u64 > limit {
+            return Err(LimitExceeded::error(
+                Limit::Timers,
+                format!(
+                    "{} left more than {limit} timers pending; delete timers that are no longer \
+                     needed (one timer per key, replaced when it moves, is the usual pattern)",
+                    self.hook
+                ),
+            ));
+        }
+        self.check_host_memory(|| "registering timers".into())
     }
 }
 
@@ -447,7 +529,7 @@ impl output::Host for HostState {
             .out
             .extend_from_output(&records)
             .map_err(|e| wasmtime::format_err!("{e}"))?;
-        self.emitted_records += (self.out.len() - before) as u64;
+        self.emitted_records += (self.out.len() - before) as u64 + side;
         let limit = self.limits().output_records;
         if self.emitted_records > limit {
             return Err(LimitExceeded::error(
@@ -462,20 +544,67 @@ impl output::Host for HostState {
             // The buffer decoded whole above; now pick out its side-output records.
             for (name, rec) in OutputReader::new(&records).flatten() {
                 let Some(name) = name else { continue };
-                let name = String::from_utf8_lossy(name);
-                let at = match self.side_outputs.iter().position(|(n, _)| *n == name) {
-                    Some(at) => at,
-                    None => {
-                        self.side_outputs
-                            .push((name.into_owned(), Batch::default()));
-                        self.side_outputs.len() - 1
-                    }
+                let at = match self.side_index.get(name) {
+                    Some(&at) => at,
+                    None => self.add_side_output(name)?,
                 };
                 self.side_outputs[at].1.push(&rec);
             }
         }
         Ok(())
     }
+}
+
+impl HostState {
+    /// Starts side output `name`, within the `side_outputs` limit.
+    fn add_side_output(&mut self, name: &[u8]) -> wasmtime::Result<usize> {
+        check_name("side output", name)?;
+        let limit = self.limits().side_outputs;
+        if self.side_outputs.len() as u64 >= limit {
+            return Err(LimitExceeded::error(
+                Limit::SideOutputs,
+                format!(
+                    "{} emitted to more than {limit} side outputs (the next: {})",
+                    self.hook,
+                    quoted(&String::from_utf8_lossy(name))
+                ),
+            ));
+        }
+        let name = std::str::from_utf8(name).expect("check_name checked it");
+        self.side_outputs.push((name.to_owned(), Batch::default()));
+        self.side_index
+            .insert(name.as_bytes().into(), self.side_outputs.len() - 1);
+        Ok(self.side_outputs.len() - 1)
+    }
+
+    /// The records emitted to side outputs by the last call, by side output name.
+    pub(crate) fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
+        self.side_outputs
+            .iter_mut()
+            .filter(|(_, batch)| !batch.is_empty())
+            .map(|(name, batch)| (name.clone(), std::mem::take(batch)))
+            .collect()
+    }
+}
+
+/// Refuses a name of a state or side output that is too long or holds anything but printable
+/// UTF-8 text, which weir's messages could not show as it is.
+fn check_name(what: &str, name: &[u8]) -> wasmtime::Result<()> {
+    let printable = std::str::from_utf8(name)
+        .is_ok_and(|name| !name.chars().any(|c| c.is_control() || is_bidi_control(c)));
+    if name.len() > MAX_NAME || !printable {
+        return Err(wasmtime::format_err!(
+            "the name of a {what} must be printable UTF-8 text of at most {MAX_NAME} bytes, \
+             not {}",
+            describe_bytes(name)
+        ));
+    }
+    Ok(())
+}
+
+/// `name` in quotes, escaped and shortened for a message.
+fn quoted(name: &str) -> String {
+    describe_bytes(name.as_bytes())
 }
 
 impl log::Host for HostState {
@@ -489,7 +618,7 @@ impl log::Host for HostState {
         };
         self.log.line(level, "log", &message);
         if let Level::Error = level {
-            self.last_error = Some(message);
+            self.last_error = Some(guest_text(&message, MAX_GUEST_ERROR));
         }
         Ok(())
     }

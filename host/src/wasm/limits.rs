@@ -11,6 +11,10 @@
 //! | bytes emitted by one call | `output_bytes` | 256 MiB | the call traps |
 //! | one state value, list element or map entry | `state_value` | 64 MiB | the call traps |
 //! | bytes passed to the host in one host call | `host_call_bytes` | 256 MiB | the call traps |
+//! | side outputs one instance emits to | `side_outputs` | 100 | the call traps |
+//! | states one instance declares (keyed and operator state) | `states` | 1,000 | the call traps |
+//! | timers pending in one instance | `timers` | 1,000,000 | the call traps |
+//! | memory the host holds for one instance: keyed state of the memory backend, timers, operator state | `host_memory` | 1 GiB | the call traps |
 //! | size of the `.wasm` file | `wasm_size` | 100 MiB | the job does not start |
 //! | compiling the `.wasm` file | `compile_time` | 120 s | the job does not start |
 //!
@@ -19,8 +23,9 @@
 //! default); a deeper recursion traps as a stack overflow.
 //!
 //! The deadline uses wasmtime's epoch interruption: one ticker thread per engine advances the
-//! epoch every [`EPOCH_TICK`], and every call is armed with the deadline in ticks, so a guest
-//! that loops forever is stopped within a tick of its deadline.
+//! epoch every [`EPOCH_TICK`], and at every tick a running call compares the time with its
+//! deadline (see `interrupt`), so a guest that loops forever, or waits in a host call, is
+//! stopped within a tick of its deadline.
 
 use std::fmt;
 use std::time::Duration;
@@ -48,6 +53,10 @@ pub struct Limits {
     pub output_bytes: ByteSize,
     pub state_value: ByteSize,
     pub host_call_bytes: ByteSize,
+    pub side_outputs: u64,
+    pub states: u64,
+    pub timers: u64,
+    pub host_memory: ByteSize,
     pub wasm_size: ByteSize,
     #[serde(with = "humantime_serde")]
     pub compile_time: Duration,
@@ -64,6 +73,10 @@ impl Default for Limits {
             output_bytes: ByteSize::mib(256),
             state_value: ByteSize::mib(64),
             host_call_bytes: ByteSize::mib(256),
+            side_outputs: 100,
+            states: 1000,
+            timers: 1_000_000,
+            host_memory: ByteSize::gib(1),
             wasm_size: ByteSize::mib(100),
             compile_time: Duration::from_secs(120),
         }
@@ -81,8 +94,8 @@ impl Limits {
         let limits = Limits::deserialize(toml::Value::Table(merged)).map_err(|e| {
             format!(
                 "limits: {}; the keys are memory, table_elements, instances, call_deadline, \
-                 output_records, output_bytes, state_value, host_call_bytes, wasm_size and \
-                 compile_time",
+                 output_records, output_bytes, state_value, host_call_bytes, side_outputs, \
+                 states, timers, host_memory, wasm_size and compile_time",
                 e.message()
             )
         })?;
@@ -111,6 +124,10 @@ impl Limits {
             ("output_bytes", self.output_bytes.as_u64()),
             ("state_value", self.state_value.as_u64()),
             ("host_call_bytes", self.host_call_bytes.as_u64()),
+            ("side_outputs", self.side_outputs),
+            ("states", self.states),
+            ("timers", self.timers),
+            ("host_memory", self.host_memory.as_u64()),
             ("wasm_size", self.wasm_size.as_u64()),
             ("compile_time", self.compile_time.as_millis() as u64),
         ] {
@@ -119,11 +136,6 @@ impl Limits {
             }
         }
         Ok(())
-    }
-
-    /// The call deadline in epoch ticks.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        (self.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
     }
 }
 
@@ -137,6 +149,10 @@ pub enum Limit {
     OutputBytes,
     StateValue,
     HostCallBytes,
+    SideOutputs,
+    States,
+    Timers,
+    HostMemory,
 }
 
 impl Limit {
@@ -150,6 +166,10 @@ impl Limit {
             Limit::OutputBytes => "output_bytes",
             Limit::StateValue => "state_value",
             Limit::HostCallBytes => "host_call_bytes",
+            Limit::SideOutputs => "side_outputs",
+            Limit::States => "states",
+            Limit::Timers => "timers",
+            Limit::HostMemory => "host_memory",
         }
     }
 }
@@ -295,14 +315,6 @@ mod tests {
         assert!(l.table_growing(10, 20, None).unwrap());
         let err = l.table_growing(10, 200_000, None).unwrap_err();
         assert!(err.to_string().contains("limit of 100000"), "{err}");
-    }
-
-    #[test]
-    fn deadlines_round_to_ticks() {
-        let mut l = Limits::default();
-        assert_eq!(l.deadline_ticks(), 500);
-        l.call_deadline = Duration::from_millis(15);
-        assert_eq!(l.deadline_ticks(), 1);
     }
 
     #[test]

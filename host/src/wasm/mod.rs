@@ -6,6 +6,7 @@
 mod capabilities;
 mod engine;
 mod host;
+mod interrupt;
 mod limits;
 mod operator;
 
@@ -13,6 +14,30 @@ pub use capabilities::{DirGrant, Grants};
 pub use engine::{EngineOptions, OperatorComponent, WasmEngine, WasmError};
 pub use limits::{Limit, Limits};
 pub(crate) use operator::WasmOperator;
+
+/// Text that came from a guest (a log line, an error), made safe to print: control
+/// characters (a newline, a terminal escape) and bidirectional overrides are shown escaped,
+/// never interpreted, and the text is cut after `max` characters, saying how much was cut.
+pub(crate) fn guest_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for (i, (at, c)) in text.char_indices().enumerate() {
+        if i == max {
+            out.push_str(&format!("… ({} more bytes cut)", text.len() - at));
+            break;
+        }
+        if c.is_control() || is_bidi_control(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The characters that reorder how text around them is shown.
+pub(crate) fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
 
 /// Bytes of a key or value for an error message: quoted text if UTF-8, else hex; shortened.
 pub(crate) fn describe_bytes(bytes: &[u8]) -> String {

@@ -8,7 +8,9 @@ use super::Processor;
 use super::capabilities::Grants;
 use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
-use super::host::HostState;
+use super::guest_text;
+use super::host::{HostState, MAX_GUEST_ERROR};
+use super::interrupt;
 use super::limits::{Limit, LimitExceeded, Limits, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::runtime::operator::{FailureKind, Operator, OperatorContext, OperatorError};
@@ -41,7 +43,11 @@ impl WasmOperator {
             usize::try_from(limits.host_call_bytes.as_u64()).unwrap_or(usize::MAX),
         );
         if component.deadlines {
-            store.set_epoch_deadline(limits.deadline_ticks());
+            // Every tick while guest code runs, `on_epoch` looks at the call's deadline and
+            // at the job's cancellation.
+            store.epoch_deadline_callback(|ctx| interrupt::on_epoch(ctx.data().call_clock()));
+            store.set_epoch_deadline(1);
+            store.data().call_clock().arm(Some(limits.call_deadline));
         }
         let bindings = component.pre.instantiate(&mut store).map_err(|e| {
             let kind = match e.downcast_ref::<LimitExceeded>() {
@@ -65,8 +71,10 @@ impl WasmOperator {
     /// Starts a call of `hook`: arms its execution deadline and zeroes its output counts.
     fn arm(&mut self, hook: &'static str) {
         if self.deadlines {
-            let ticks = self.store.data().limiter.limits.deadline_ticks();
-            self.store.set_epoch_deadline(ticks);
+            let data = self.store.data();
+            data.call_clock()
+                .arm(Some(data.limiter.limits.call_deadline));
+            self.store.set_epoch_deadline(1);
         }
         let data = self.store.data_mut();
         data.begin_call(hook);
@@ -86,12 +94,16 @@ impl WasmOperator {
         let trap = match result {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(message)) => {
+                let message = guest_text(&message, MAX_GUEST_ERROR);
                 return Err(OperatorError::Failed(format!("{hook} failed: {message}")));
             }
             Err(trap) => trap,
         };
         // The wasm backtrace goes to the debug log; the error keeps the cause.
         tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
+        if trap.downcast_ref::<interrupt::Cancelled>().is_some() {
+            return Err(OperatorError::Cancelled);
+        }
         let (kind, mut message) = if let Some(limit) = trap.downcast_ref::<LimitExceeded>() {
             (FailureKind::Limit(limit.limit), limit.to_string())
         } else if trap
@@ -160,48 +172,72 @@ impl WasmOperator {
         }
     }
 
-    /// Fires every registered event-time timer in timestamp order, as at the end of input
-    /// (the watermark jumps to the end of time), in batches.
+    /// Fires the event-time timers as at the end of input, when the watermark jumps to the
+    /// end of time: in timestamp order and in batches, every timer pending when the input
+    /// ended, then once more as many as are pending after that (those the callbacks
+    /// registered, which the watermark has passed too), and no more, so that a timer that keeps
+    /// registering itself cannot keep the job from ending. The job's cancellation ends the
+    /// firing between batches.
     fn fire_all_event_timers(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
         self.store.data_mut().watermark = Some(i64::MAX);
-        loop {
-            let data = self.store.data_mut();
-            if data.event_timers.is_empty() {
-                return Ok(());
-            }
-            let mut fired = Vec::with_capacity(BATCH_RECORDS.min(data.event_timers.len()));
-            while fired.len() < BATCH_RECORDS {
-                match data.event_timers.pop_first() {
-                    Some(t) => fired.push(t),
-                    None => break,
+        for _round in 0..2 {
+            let mut due = self.store.data().timers.event_len();
+            while due > 0 {
+                if self.store.data().call_clock().is_cancelled() {
+                    return Err(OperatorError::Cancelled);
                 }
+                let n = due.min(BATCH_RECORDS);
+                due -= n;
+                self.fire_event_timers(n, out)?;
             }
-            data.slots.clear();
-            let mut slots: FastMap<&[u8], u32> = FastMap::default();
-            let mut keys: Vec<&[u8]> = Vec::new();
-            let mut entries = Vec::with_capacity(fired.len());
-            for (ts, key) in &fired {
-                let slot = *slots.entry(&key[..]).or_insert_with(|| {
-                    keys.push(&key[..]);
-                    (keys.len() - 1) as u32
-                });
-                entries.push((TimeDomain::EventTime, slot, *ts));
-            }
-            for k in &keys {
-                data.push_slot(k);
-            }
-            for &(_, slot, ts) in &entries {
-                data.slots.note_time(slot, ts);
-            }
-            write_fired_timers(&mut self.buf, &keys, entries.into_iter());
-            self.arm("on-timers");
-            let result = self
-                .bindings
-                .weir_stream_operator()
-                .call_on_timers(&mut self.store, &self.buf);
-            self.check(result, None)?;
-            self.take_output(out);
         }
+        let data = self.store.data();
+        let left = data.timers.event_len();
+        if left > 0 {
+            tracing::warn!(
+                job = data.ctx.job,
+                operator = data.ctx.uid,
+                subtask = data.ctx.subtask,
+                "{left} event-time timer(s) registered by timer callbacks at the end of input \
+                 did not fire: at the end of input, timers registered while timers fire fire \
+                 once more, not again and again"
+            );
+        }
+        Ok(())
+    }
+
+    /// Fires the `n` earliest event-time timers in one call.
+    fn fire_event_timers(&mut self, n: usize, out: &mut Batch) -> Result<(), OperatorError> {
+        let data = self.store.data_mut();
+        let fired: Vec<(i64, Box<[u8]>)> = std::iter::from_fn(|| data.timers.pop_event())
+            .take(n)
+            .collect();
+        data.slots.clear();
+        let mut slots: FastMap<&[u8], u32> = FastMap::default();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut entries = Vec::with_capacity(fired.len());
+        for (ts, key) in &fired {
+            let slot = *slots.entry(&key[..]).or_insert_with(|| {
+                keys.push(&key[..]);
+                (keys.len() - 1) as u32
+            });
+            entries.push((TimeDomain::EventTime, slot, *ts));
+        }
+        for k in &keys {
+            data.push_slot(k);
+        }
+        for &(_, slot, ts) in &entries {
+            data.slots.note_time(slot, ts);
+        }
+        write_fired_timers(&mut self.buf, &keys, entries.into_iter());
+        self.arm("on-timers");
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_on_timers(&mut self.store, &self.buf);
+        self.check(result, None)?;
+        self.take_output(out);
+        Ok(())
     }
 }
 
@@ -270,23 +306,11 @@ impl Operator for WasmOperator {
 
     fn snapshot(&mut self, n: u64, out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
         let data = self.store.data_mut();
-        if data.state.is_empty()
-            && data.event_timers.is_empty()
-            && data.processing_timers.is_empty()
-        {
+        if data.state.is_empty() && data.timers.is_empty() {
             return Ok(None);
         }
-        let timers = (data
-            .event_timers
-            .iter()
-            .map(|(ts, k)| (TimeDomain::EventTime, *ts, &k[..])))
-        .chain(
-            data.processing_timers
-                .iter()
-                .map(|(ts, k)| (TimeDomain::ProcessingTime, *ts, &k[..])),
-        );
         data.state
-            .checkpoint(n, timers, out)
+            .checkpoint(n, data.timers.iter(), out)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))
     }
 
@@ -296,14 +320,10 @@ impl Operator for WasmOperator {
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
-        let (event, processing) = (&mut data.event_timers, &mut data.processing_timers);
+        let timers = &mut data.timers;
         data.state
             .restore_file(snapshot, shared, |(domain, ts, key)| {
-                let set = match domain {
-                    TimeDomain::EventTime => &mut *event,
-                    TimeDomain::ProcessingTime => &mut *processing,
-                };
-                set.insert((ts, key.into()));
+                timers.register(domain, ts, key);
             })
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
@@ -320,7 +340,7 @@ impl Operator for WasmOperator {
     }
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
-        std::mem::take(&mut self.store.data_mut().side_outputs)
+        self.store.data_mut().take_side_outputs()
     }
 }
 

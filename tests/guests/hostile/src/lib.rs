@@ -16,8 +16,23 @@
 //! | `print T` | writes `T` to stdout and to stderr, then passes the record through |
 //! | `kind K V` | emits `V` with changelog kind `K` (`+I`, `-U`, `+U`, `-D`) and the record's key |
 //! | `keyvalue K` | calls `wasi:keyvalue/store`, which the host does not provide |
+//! | `sleep MS` | sleeps `MS` milliseconds (a WASI clock subscription), then passes it through |
+//! | `side-names N` | emits one record to each of `N` side outputs `s0`, `s1`, ... |
+//! | `side-flood N` | emits `N` records to side output `late` |
+//! | `states N` | declares `N` value states `s0`, `s1`, ... and reads each |
+//! | `timers N` | registers `N` event-time timers, at 1, 2, ..., for the record's key |
+//! | `rearm` | registers an event-time timer at 0 whose callback registers it again, forever |
+//! | `fill N` | adds `N` elements of 1 KiB to list state `fill` of the record's key |
+//! | `forge` | logs, prints and fails with text that would forge log lines and terminal colours |
+//! | `err-big N` | fails with an error text of `N` bytes |
 //!
-//! With `config = { spin_in_open = true }` the guest loops forever in `open`.
+//! With `config = { spin_in_open = true }` the guest loops forever in `open`; with
+//! `sleep_in_open = true` it sleeps forever there.
+
+/// Text that, printed raw, would start a line of its own that looks like one of weir's, and
+/// colour the terminal red.
+const FORGED: &str =
+    "ok\n2026-01-01T00:00:00.000000Z ERROR forged line\x1b[31m red \u{202e}desrever";
 
 use std::hint::black_box;
 use std::io::{BufRead, Write};
@@ -45,6 +60,7 @@ struct Hostile;
 #[serde(default)]
 struct Config {
     spin_in_open: bool,
+    sleep_in_open: bool,
 }
 
 fn spin() -> ! {
@@ -72,8 +88,14 @@ fn outcome<T: std::fmt::Display, E: std::fmt::Display>(result: Result<T, E>) -> 
 
 impl Operator for Hostile {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
-        if ctx.config::<Config>()?.spin_in_open {
+        let config = ctx.config::<Config>()?;
+        if config.spin_in_open {
             spin();
+        }
+        if config.sleep_in_open {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
         }
         Ok(())
     }
@@ -142,9 +164,65 @@ impl Operator for Hostile {
                 eprintln!("{arg}");
                 text.to_owned()
             }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_millis(arg.parse()?));
+                text.to_owned()
+            }
+            "side-names" => {
+                for i in 0..arg.parse::<u64>()? {
+                    ctx.emit_to(&format!("s{i}"), None, "x")?;
+                }
+                return Ok(());
+            }
+            "side-flood" => {
+                for i in 0..arg.parse::<u64>()? {
+                    ctx.emit_to("late", None, i.to_string())?;
+                }
+                return Ok(());
+            }
+            "states" => {
+                for i in 0..arg.parse::<u64>()? {
+                    ctx.value_state::<u64>(&format!("s{i}")).get()?;
+                }
+                "ok".to_owned()
+            }
+            "timers" => {
+                for t in 1..=arg.parse::<i64>()? {
+                    ctx.register_event_timer(t)?;
+                }
+                "ok".to_owned()
+            }
+            "rearm" => {
+                ctx.register_event_timer(0)?;
+                "ok".to_owned()
+            }
+            "fill" => {
+                let list = ctx.list_state::<String>("fill");
+                for _ in 0..arg.parse::<u64>()? {
+                    list.add(&"x".repeat(1024))?;
+                }
+                "ok".to_owned()
+            }
+            "forge" => {
+                ctx.log(Level::Warn, FORGED);
+                println!("{FORGED}");
+                return Err(Error::msg(FORGED));
+            }
+            "err-big" => return Err(Error::msg("x".repeat(arg.parse()?))),
             _ => text.to_owned(),
         };
         ctx.emit(rec.key(), reply)
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+        // `rearm`'s timers come back for ever; the others just report.
+        if timer.timestamp() == 0 {
+            ctx.register_event_timer(0)?;
+        }
+        ctx.emit_display(
+            Some(timer.key()),
+            format_args!("fired {}", timer.timestamp()),
+        )
     }
 }
 
