@@ -570,10 +570,11 @@ fn one_run_of_a_job_at_a_time() {
     assert!(log(&ws, "next").contains("resumes from checkpoint"));
 }
 
-/// A checkpointed job whose operator sleeps in `process` (a WASI clock subscription, which
-/// no guest code runs during) within a call deadline of `deadline`.
-fn blocked_job(ws: &Workspace, deadline: &str) -> PathBuf {
-    let input = ws.write("input.txt", "a\nb\nsleep 3600000\nc\n");
+/// A checkpointed job whose operator runs `command` in `process` with a call deadline of
+/// `deadline`: `sleep 3600000` (a WASI clock subscription: no guest code runs meanwhile) or
+/// `spin` (guest code that never ends).
+fn blocked_job(ws: &Workspace, command: &str, deadline: &str) -> PathBuf {
+    let input = ws.write("input.txt", format!("a\nb\n{command}\nc\n"));
     failing_job(
         ws,
         &format!(
@@ -604,7 +605,7 @@ fn start_blocked(ws: &Workspace, spec: &Path) -> Child {
 #[test]
 fn a_stop_ends_a_job_whose_guest_blocks_at_the_guests_call_deadline() {
     let ws = Workspace::new();
-    let spec = blocked_job(&ws, "2s");
+    let spec = blocked_job(&ws, "sleep 3600000", "2s");
     let child = start_blocked(&ws, &spec);
     interrupt(&child);
     // The stop cannot take its checkpoint past the blocked guest; the guest's deadline ends
@@ -620,16 +621,18 @@ fn a_stop_ends_a_job_whose_guest_blocks_at_the_guests_call_deadline() {
 }
 
 #[test]
-fn a_second_ctrl_c_cancels_a_job_whose_guest_blocks() {
-    let ws = Workspace::new();
-    let spec = blocked_job(&ws, "1h");
-    let child = start_blocked(&ws, &spec);
-    interrupt(&child);
-    std::thread::sleep(Duration::from_millis(200));
-    interrupt(&child);
-    // Far less than the hour the guest's call may take.
-    let out = finish(child, Duration::from_secs(30));
-    let report = format!("{}\n{}", out.status, log(&ws, "blocked"));
-    assert_eq!(out.status.code(), Some(130), "{report}");
-    assert_eq!(summary(&ws)["status"], "cancelled", "{report}");
+fn a_second_ctrl_c_cancels_a_job_whose_guest_blocks_or_loops() {
+    for command in ["sleep 3600000", "spin"] {
+        let ws = Workspace::new();
+        let spec = blocked_job(&ws, command, "1h");
+        let child = start_blocked(&ws, &spec);
+        interrupt(&child);
+        std::thread::sleep(Duration::from_millis(200));
+        interrupt(&child);
+        // Far less than the hour the guest's call may take.
+        let out = finish(child, Duration::from_secs(30));
+        let report = format!("{command}: {}\n{}", out.status, log(&ws, "blocked"));
+        assert_eq!(out.status.code(), Some(130), "{report}");
+        assert_eq!(summary(&ws)["status"], "cancelled", "{report}");
+    }
 }
