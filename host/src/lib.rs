@@ -23,20 +23,21 @@
 pub(crate) mod batch;
 /// Benchmarks of internals, for `host/benches` (not a stable interface).
 #[doc(hidden)]
-pub mod bench {
-    pub use crate::state::bench::run as state;
-}
+pub mod bench;
 pub mod checkpoint;
-pub mod cli;
+pub mod clock;
 pub mod connectors;
 mod failpoint;
 pub(crate) mod job;
+pub(crate) mod key_group;
+pub(crate) mod native;
+pub(crate) mod operator;
 pub(crate) mod runtime;
 pub(crate) mod state;
 pub(crate) mod wasm;
 
-pub use job::spec::{EdgeKind, JobSpec, SpecError};
-pub use runtime::clock::Clock;
+pub use clock::Clock;
+pub use job::spec::{EdgeKind, Input, JobSpec, OperatorCode, SpecError, Vertex, VertexKind};
 pub use runtime::{
     CheckpointStatus, FailureKind, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
     Metrics, RunningJob, VertexMetrics, VertexSummary,

@@ -1,3 +1,7 @@
+//! The `weir` command line: `run` a job locally, `validate` a job spec.
+
+mod cli;
+
 fn main() -> std::process::ExitCode {
-    weir::cli::main()
+    cli::main()
 }

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{Uploads, rocks};
+use crate::operator::{SharedFiles, Snapshot};
+use crate::state::{link_or_copy, rocks};
 
 /// The metadata format this host writes and reads.
 pub(crate) const FORMAT_VERSION: u32 = 1;
@@ -306,20 +307,17 @@ impl CheckpointStore {
         &self,
         id: u64,
         file: &str,
-        bytes: &[u8],
-        key_groups: (u32, u32),
-        uploads: Option<Uploads>,
+        snapshot: &Snapshot,
     ) -> Result<(StateFile, (u64, u64)), CheckpointError> {
-        let Some(uploads) = uploads else {
-            return Ok((self.write_state(id, file, bytes, key_groups)?, (0, 0)));
+        let groups = (snapshot.key_groups.start, snapshot.key_groups.end);
+        let Some(files) = &snapshot.shared else {
+            return Ok((self.write_state(id, file, &snapshot.bytes, groups)?, (0, 0)));
         };
         let shared = self.root.join(SHARED);
         let _guard = self.shared_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let uploaded = uploads
-            .upload(&shared)
-            .map_err(|e| io("put files into", &shared, e))?;
-        let state = self.write_state(id, file, bytes, key_groups)?;
-        Ok((state, (uploaded, uploads.full_bytes)))
+        let uploaded = put_shared(files, &shared).map_err(|e| io("put files into", &shared, e))?;
+        let state = self.write_state(id, file, &snapshot.bytes, groups)?;
+        Ok((state, (uploaded, files.full_bytes)))
     }
 
     /// Deletes the files of `shared/` that no checkpoint directory refers to any more,
@@ -439,6 +437,23 @@ impl CheckpointStore {
         let json = serde_json::to_vec_pretty(&history).expect("history serializes");
         write_atomically(&path, &json, false)
     }
+}
+
+/// Puts every file of `files` into `shared` (a hard link where the file system allows, else a
+/// copy) and syncs; returns the bytes put there.
+pub(crate) fn put_shared(files: &SharedFiles, shared: &Path) -> std::io::Result<u64> {
+    std::fs::create_dir_all(shared)?;
+    let mut bytes = 0;
+    for (from, name, size) in &files.files {
+        let to = shared.join(name);
+        bytes += size;
+        if std::fs::metadata(&to).is_ok_and(|m| m.len() == *size) {
+            continue; // an earlier attempt of this checkpoint put it there
+        }
+        link_or_copy(from, &to)?;
+    }
+    File::open(shared)?.sync_all()?;
+    Ok(bytes)
 }
 
 /// Reads the checkpoint in `dir` and verifies every state file it names.

@@ -11,11 +11,10 @@ use clap::{Parser, Subcommand};
 use crossbeam_channel::RecvTimeoutError;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::checkpoint::RestoreFrom;
-use crate::job::spec::VertexKind;
-use crate::{
+use weir::checkpoint::RestoreFrom;
+use weir::{
     CheckpointStatus, EngineOptions, Job, JobControl, JobEnd, JobError, JobEvent, JobSpec,
-    JobSummary, RunningJob, VertexSummary, WasmEngine,
+    JobSummary, RunningJob, VertexKind, VertexSummary, WasmEngine,
 };
 
 #[derive(Parser, Debug)]

@@ -37,7 +37,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
-use crate::runtime::native;
+use crate::native;
 use crate::state::StateConfig;
 use crate::wasm::{Grants, Limits};
 

@@ -6,12 +6,9 @@
 //! the operator that caused it.
 
 pub(crate) mod barrier;
-pub mod clock;
-pub(crate) mod key_group;
 mod lock;
-pub(crate) mod native;
-pub(crate) mod operator;
 pub(crate) mod output;
+pub(crate) mod restore;
 mod supervisor;
 mod task;
 mod validate;
@@ -26,13 +23,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::checkpoint::storage::{CheckpointStore, Completion};
-use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, RestoreFrom, Restored};
+use crate::checkpoint::{CheckpointError, HistoryEntry, RestartsExhausted, RestoreFrom};
+use crate::clock::Clock;
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+pub use crate::operator::FailureKind;
 use crate::state::BackendKind;
 use crate::wasm::{OperatorComponent, WasmEngine, WasmError};
-use clock::Clock;
-pub use operator::FailureKind;
+use restore::Restored;
 
 /// Why a job could not start or did not finish.
 #[derive(Debug, thiserror::Error)]

@@ -6,10 +6,10 @@
 
 use crossbeam_channel::Sender;
 
-use super::key_group::{key_group, subtask_for_key_group};
 use crate::batch::Batch;
 use crate::checkpoint::Barrier;
 use crate::job::spec::EdgeKind;
+use crate::key_group::{key_group, subtask_for_key_group};
 
 /// What travels on a channel.
 #[derive(Debug)]

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::operator::FailureKind;
 use super::output::{Message, Target};
+use super::restore::Restored;
 use super::task::{self, Control, PartState, TaskEnd, TaskSetup, TaskSnapshot};
 use super::{
     CheckpointStatus, Events, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared, role,
@@ -27,9 +27,10 @@ use crate::checkpoint::storage::{
     CheckpointStore, Completion, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats,
     SubtaskState, VertexMeta, millis, unix_ms,
 };
-use crate::checkpoint::{Barrier, BarrierKind, RestartStrategy, Restored};
+use crate::checkpoint::{Barrier, BarrierKind, RestartStrategy};
 use crate::failpoint;
 use crate::job::spec::{EdgeKind, JobSpec, VertexKind};
+use crate::operator::FailureKind;
 
 /// Batches a channel holds before its sender blocks.
 const CHANNEL_CAPACITY: usize = 8;
@@ -843,10 +844,9 @@ fn write_one(
                 );
                 let mut shared = (0, 0);
                 let state = match keyed {
-                    Some((bytes, groups, uploads)) => {
-                        let groups = (groups.start, groups.end);
+                    Some(snapshot) => {
                         let (file, uploaded) =
-                            store.write_keyed_state(snap.id, &name, &bytes, groups, uploads)?;
+                            store.write_keyed_state(snap.id, &name, &snapshot)?;
                         shared = uploaded;
                         Some(file)
                     }

@@ -15,7 +15,6 @@
 //! and ends once that checkpoint is complete.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -23,17 +22,20 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use super::barrier::{Aligner, Alignment, Progress};
-use super::clock::Clock;
-use super::native;
-use super::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use super::output::{Disconnected, Message, Output, PushError, Target};
-use super::{JobError, Metrics, Shared, key_group::key_group_range, vertex_failure};
+use super::restore::Restored;
+use super::{JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
-use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode, Restored};
+use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode};
+use crate::clock::Clock;
 use crate::connectors::{Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
-use crate::state::{StateSetup, Uploads};
+use crate::key_group::key_group_range;
+use crate::native;
+use crate::operator::Snapshot;
+use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError};
+use crate::state::StateSetup;
 use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
@@ -85,9 +87,8 @@ pub(crate) struct Part {
 pub(crate) enum PartState {
     Source(serde_json::Value),
     Operator {
-        /// Keyed state and timers, the key groups they cover, and the files it refers to that
-        /// are still to be uploaded.
-        keyed: Option<(Vec<u8>, Range<u32>, Option<Uploads>)>,
+        /// Keyed state and timers.
+        keyed: Option<Snapshot>,
         /// Non-keyed operator state.
         operator: Option<Vec<u8>>,
     },
@@ -321,14 +322,13 @@ pub(super) fn new_operator(
         max_parallelism: spec.max_parallelism,
         key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
         config: config.clone(),
-        state,
         cancelled,
     };
     match code {
-        OperatorCode::Native(name) => native::build(name, &ctx),
+        OperatorCode::Native(name) => native::build(name, &ctx, &state),
         OperatorCode::Wasm { limits, grants, .. } => {
             let component = component.expect("Job::new loads every wasm operator");
-            WasmOperator::new(component, ctx, *limits, grants)
+            WasmOperator::new(component, ctx, &state, *limits, grants)
                 .map(|o| Box::new(o) as Box<dyn Operator>)
         }
     }
@@ -553,19 +553,21 @@ impl Chain {
             let vertex = self.vertices[i];
             let state = match &mut self.stages[i] {
                 Stage::Operator(op) => {
-                    let mut bytes = Vec::with_capacity(self.snapshot_sizes[i] + 4096);
-                    let uploads = match op.snapshot(n, &mut bytes) {
-                        Ok(uploads) => uploads,
-                        Err(e) => return Err(self.fail(i, format!("snapshot failed: {e}"))),
+                    let mut snapshot = Snapshot {
+                        bytes: Vec::with_capacity(self.snapshot_sizes[i] + 4096),
+                        key_groups: key_group_range(
+                            self.spec.max_parallelism,
+                            self.spec.vertices[vertex].parallelism,
+                            self.subtask,
+                        ),
+                        shared: None,
                     };
-                    self.snapshot_sizes[i] = bytes.len();
-                    let groups = key_group_range(
-                        self.spec.max_parallelism,
-                        self.spec.vertices[vertex].parallelism,
-                        self.subtask,
-                    );
+                    if let Err(e) = op.snapshot(n, &mut snapshot) {
+                        return Err(self.fail(i, format!("snapshot failed: {e}")));
+                    }
+                    self.snapshot_sizes[i] = snapshot.bytes.len();
                     PartState::Operator {
-                        keyed: (!bytes.is_empty()).then_some((bytes, groups, uploads)),
+                        keyed: (!snapshot.bytes.is_empty()).then_some(snapshot),
                         operator: op.snapshot_operator_state(),
                     }
                 }

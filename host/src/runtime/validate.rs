@@ -1,10 +1,10 @@
 //! What `weir validate` checks beyond the spec: that every operator instantiates and its
 //! `open` accepts its config, and that every sink can write where it is told to.
 
-use super::operator::FailureKind;
 use super::task::new_operator;
 use super::{Job, JobError, vertex_failure};
 use crate::job::spec::VertexKind;
+use crate::operator::{FailureKind, OperatorError};
 use crate::state::StateSetup;
 
 impl Job {
@@ -19,9 +19,8 @@ impl Job {
             match &vertex.kind {
                 VertexKind::Operator { .. } => {
                     let component = self.parts.components.get(&v);
-                    let fail = |e: super::operator::OperatorError| {
-                        vertex_failure(spec, v, 0, e.kind(), e.to_string())
-                    };
+                    let fail =
+                        |e: OperatorError| vertex_failure(spec, v, 0, e.kind(), e.to_string());
                     let mut op = new_operator(
                         spec,
                         v,

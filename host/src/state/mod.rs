@@ -34,7 +34,6 @@ macro_rules! on_backend {
     };
 }
 
-pub(crate) mod bench;
 mod memory;
 pub(crate) mod rocks;
 mod snapshot;
@@ -42,13 +41,13 @@ mod timers;
 pub(crate) mod ttl;
 mod value_table;
 
-pub use rocks::Uploads;
+pub(crate) use rocks::link_or_copy;
 pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
 pub(crate) use timers::Timers;
 pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 
-use crate::runtime::clock::Clock;
-use crate::runtime::key_group::key_group;
+use crate::clock::Clock;
+use crate::key_group::key_group;
 use memory::Memory;
 use rocks::Rocks;
 use ttl::{NEVER, NO_TIME, split, stamped};

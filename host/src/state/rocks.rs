@@ -36,7 +36,8 @@ use super::ttl::{NO_TIME, split};
 use super::{
     FastMap, Key, Row, Slots, StateConfig, StateError, StateKind, Ttl, TtlUpdate, TtlVisibility,
 };
-use crate::runtime::clock::Clock;
+use crate::clock::Clock;
+use crate::operator::SharedFiles;
 use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
 /// The first two bytes of every row that is not a key group's.
@@ -582,39 +583,9 @@ pub(crate) struct SharedFile {
     pub size: u64,
 }
 
-/// The files a RocksDB checkpoint still has to put into `shared/`, in a staging directory
-/// that is deleted when this is dropped.
-#[derive(Debug)]
-pub struct Uploads {
-    staging: WorkDir,
-    /// `(local file name, shared file)`.
-    files: Vec<(String, SharedFile)>,
-    /// The bytes of every SST file the checkpoint refers to, new or not.
-    pub full_bytes: u64,
-}
-
-impl Uploads {
-    /// Puts every new file into `shared` (a hard link where the file system allows, else a
-    /// copy) and syncs; returns the bytes put there.
-    pub(crate) fn upload(&self, shared: &Path) -> std::io::Result<u64> {
-        std::fs::create_dir_all(shared)?;
-        let mut bytes = 0;
-        for (local, file) in &self.files {
-            let (from, to) = (self.staging.0.join(local), shared.join(&file.name));
-            bytes += file.size;
-            if std::fs::metadata(&to).is_ok_and(|m| m.len() == file.size) {
-                continue; // an earlier attempt of this checkpoint put it there
-            }
-            link_or_copy(&from, &to)?;
-        }
-        std::fs::File::open(shared)?.sync_all()?;
-        Ok(bytes)
-    }
-}
-
 /// Puts the immutable file `from` at `to`: a hard link where the file system allows, else a
 /// synced copy renamed into place (so `to` is never half written).
-fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
     if std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
@@ -705,7 +676,7 @@ impl Rocks {
         n: u64,
         timers: impl Iterator<Item = (TimeDomain, i64, &'t [u8])>,
         out: &mut Vec<u8>,
-    ) -> Result<Uploads, StateError> {
+    ) -> Result<SharedFiles, StateError> {
         self.flush()?;
         let staging = self.setup.root.join(format!("{}.chk-{n}", self.instance));
         let _ = std::fs::remove_dir_all(&staging);
@@ -714,7 +685,7 @@ impl Rocks {
             .map_err(|e| self.fail("a checkpoint", e))?;
         let staging = WorkDir(staging);
         let fail = |e: std::io::Error| db_error(&staging.0, "a checkpoint", e);
-        let (mut sst, mut inline, mut uploads) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut sst, mut inline, mut new_files) = (Vec::new(), Vec::new(), Vec::new());
         let mut full_bytes = 0;
         for entry in std::fs::read_dir(&staging.0).map_err(fail)? {
             let entry = entry.map_err(fail)?;
@@ -728,7 +699,7 @@ impl Rocks {
                             name: format!("{}-{local}", self.instance),
                             size,
                         };
-                        uploads.push((local.clone(), f.clone()));
+                        new_files.push((staging.0.join(&local), f.name.clone(), size));
                         f
                     }
                 };
@@ -763,10 +734,10 @@ impl Rocks {
         }
         out[at..at + 4].copy_from_slice(&count.to_le_bytes());
         self.pending.insert(n, sst.into_iter().collect());
-        Ok(Uploads {
-            staging,
-            files: uploads,
+        Ok(SharedFiles {
+            files: new_files,
             full_bytes,
+            _keep: Box::new(staging),
         })
     }
 

@@ -21,13 +21,14 @@ use std::path::Path;
 
 use weir_wire::{DecodeError, Reader, TimeDomain, put_bytes, put_i64, put_u8, put_u32};
 
-use super::rocks::{Manifest, Rocks, Uploads};
+use super::rocks::{Manifest, Rocks};
 use super::ttl::split;
 use super::{
     Backend, Declared, KeyedState, Row, StateError, StateId, StateKind, Ttl, TtlUpdate,
     TtlVisibility,
 };
-use crate::runtime::key_group::key_group;
+use crate::key_group::key_group;
+use crate::operator::SharedFiles;
 
 const MAGIC: &[u8; 8] = b"WEIRKS02";
 const OPERATOR_MAGIC: &[u8; 8] = b"WEIROS01";
@@ -150,14 +151,14 @@ impl KeyedState {
     }
 
     /// Writes checkpoint `n` of every state and of `timers` to `out`: with RocksDB and
-    /// `incremental`, a manifest of the database's files and what of them is left to upload;
-    /// else a full snapshot.
+    /// `incremental`, a manifest of the database's files, and returns those the checkpoint
+    /// does not have yet; else a full snapshot.
     pub fn checkpoint<'a>(
         &mut self,
         n: u64,
         timers: impl Iterator<Item = Timer<'a>>,
         out: &mut Vec<u8>,
-    ) -> Result<Option<Uploads>, StateError> {
+    ) -> Result<Option<SharedFiles>, StateError> {
         match &mut self.backend {
             Backend::Rocks(r) if self.incremental => r.checkpoint(n, timers, out).map(Some),
             _ => self.snapshot(timers, out).map(|()| None),

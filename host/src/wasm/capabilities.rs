@@ -32,7 +32,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx};
 
 use super::guest_text;
 use super::interrupt::{CallClock, MonotonicClock};
-use crate::runtime::operator::OperatorContext;
+use crate::operator::OperatorContext;
 
 /// What a job grants one operator.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

@@ -17,10 +17,11 @@ use super::limits::{Limit, LimitExceeded, Limiter, Limits, bytes};
 use super::weir::stream::{log, output, state, timers, types};
 use super::{describe_bytes, guest_text, is_bidi_control};
 use crate::batch::Batch;
-use crate::runtime::operator::OperatorContext;
+use crate::clock::Clock;
+use crate::operator::OperatorContext;
 use crate::state::{
-    FastMap, KeyedState, OperatorStates, Slots, StateError, StateId, StateKind, Timers, Ttl,
-    TtlUpdate, TtlVisibility,
+    FastMap, KeyedState, OperatorStates, Slots, StateError, StateId, StateKind, StateSetup, Timers,
+    Ttl, TtlUpdate, TtlVisibility,
 };
 
 /// The longest name of a state or side output, in bytes.
@@ -68,6 +69,8 @@ pub(crate) struct HostState {
     emitted_bytes: u64,
     /// The current call's deadline and the job's cancellation.
     call: Arc<CallClock>,
+    /// Processing time.
+    clock: Clock,
 }
 
 impl WasiView for HostState {
@@ -84,11 +87,13 @@ impl HostState {
     /// (see [`super::capabilities`]).
     pub(crate) fn new(
         ctx: OperatorContext,
+        state: &StateSetup,
         limits: Limits,
         grants: &Grants,
     ) -> Result<Self, String> {
+        let clock = state.clock.clone();
         let state = KeyedState::open(
-            &ctx.state,
+            state,
             &ctx.uid,
             ctx.subtask,
             ctx.max_parallelism,
@@ -121,6 +126,7 @@ impl HostState {
             emitted_records: 0,
             emitted_bytes: 0,
             call,
+            clock,
         })
     }
 
@@ -456,7 +462,7 @@ impl timers::Host for HostState {
     }
 
     fn current_processing_time(&mut self) -> wasmtime::Result<i64> {
-        Ok(self.ctx.state.clock.now_ms())
+        Ok(self.clock.now_ms())
     }
 
     fn update(&mut self, changes: Vec<u8>) -> wasmtime::Result<()> {

@@ -34,6 +34,8 @@ use bytesize::ByteSize;
 use serde::Deserialize;
 use wasmtime::{Engine, ResourceLimiter};
 
+pub use crate::operator::Limit;
+
 /// How often the engine's epoch advances: the resolution of the execution deadline.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -136,41 +138,6 @@ impl Limits {
             }
         }
         Ok(())
-    }
-}
-
-/// A limit a guest call can exceed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Memory,
-    TableElements,
-    Instances,
-    OutputRecords,
-    OutputBytes,
-    StateValue,
-    HostCallBytes,
-    SideOutputs,
-    States,
-    Timers,
-    HostMemory,
-}
-
-impl Limit {
-    /// The key of the limit in a `limits` table.
-    pub fn key(self) -> &'static str {
-        match self {
-            Limit::Memory => "memory",
-            Limit::TableElements => "table_elements",
-            Limit::Instances => "instances",
-            Limit::OutputRecords => "output_records",
-            Limit::OutputBytes => "output_bytes",
-            Limit::StateValue => "state_value",
-            Limit::HostCallBytes => "host_call_bytes",
-            Limit::SideOutputs => "side_outputs",
-            Limit::States => "states",
-            Limit::Timers => "timers",
-            Limit::HostMemory => "host_memory",
-        }
     }
 }
 

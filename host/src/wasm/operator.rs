@@ -13,8 +13,8 @@ use super::host::{HostState, MAX_GUEST_ERROR};
 use super::interrupt;
 use super::limits::{Limit, LimitExceeded, Limits, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
-use crate::runtime::operator::{FailureKind, Operator, OperatorContext, OperatorError};
-use crate::state::{FastMap, Uploads, restore_operator_states, snapshot_operator_states};
+use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError, Snapshot};
+use crate::state::{FastMap, StateSetup, restore_operator_states, snapshot_operator_states};
 use std::path::Path;
 
 /// Runs one instance of an operator component for one subtask.
@@ -32,11 +32,12 @@ impl WasmOperator {
     pub(crate) fn new(
         component: &OperatorComponent,
         ctx: OperatorContext,
+        state: &StateSetup,
         limits: Limits,
         grants: &Grants,
     ) -> Result<Self, OperatorError> {
         let engine = component.pre.engine();
-        let data = HostState::new(ctx, limits, grants).map_err(OperatorError::Failed)?;
+        let data = HostState::new(ctx, state, limits, grants).map_err(OperatorError::Failed)?;
         let mut store = Store::new(engine, data);
         store.limiter(|s| &mut s.limiter);
         store.set_hostcall_fuel(
@@ -304,14 +305,16 @@ impl Operator for WasmOperator {
         Ok(())
     }
 
-    fn snapshot(&mut self, n: u64, out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
+    fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
         if data.state.is_empty() && data.timers.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
-        data.state
-            .checkpoint(n, data.timers.iter(), out)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))
+        snapshot.shared = data
+            .state
+            .checkpoint(n, data.timers.iter(), &mut snapshot.bytes)
+            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
+        Ok(())
     }
 
     fn notify_complete(&mut self, n: u64) {

@@ -1,12 +1,14 @@
-//! The operator trait every operator instance implements, WebAssembly or native.
+//! The contract of an operator instance, WebAssembly or native: the [`Operator`] trait, what
+//! an instance knows of itself ([`OperatorContext`]), how it fails ([`OperatorError`],
+//! [`FailureKind`], [`Limit`]) and what it hands to a checkpoint ([`Snapshot`]).
 
+use std::any::Any;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::batch::Batch;
-use crate::state::Uploads;
 
 /// What an operator subtask knows about itself.
 #[derive(Debug, Clone)]
@@ -20,8 +22,6 @@ pub struct OperatorContext {
     pub key_groups: Range<u32>,
     /// The operator's `config` table as JSON.
     pub config: String,
-    /// Where its keyed state lives, and the job's clock.
-    pub state: crate::state::StateSetup,
     /// Set when the job (attempt) is being cancelled: a guest call in progress then ends.
     pub cancelled: Arc<AtomicBool>,
 }
@@ -67,7 +67,7 @@ pub enum FailureKind {
     /// A guest call ran past `limits.call_deadline`.
     Deadline,
     /// A guest call went over one of its limits.
-    Limit(crate::wasm::Limit),
+    Limit(Limit),
     /// The operator broke the host contract.
     Contract,
     /// A source, a sink or the runtime failed.
@@ -89,12 +89,10 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// Writes the snapshot of the operator's keyed state and timers for checkpoint `n` to
-    /// `out` (on a checkpoint barrier), leaving it empty when there is none. Returns the files
-    /// it refers to that are still to be put into the checkpoint's shared directory (RocksDB's
-    /// incremental checkpoints).
-    fn snapshot(&mut self, _n: u64, _out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
-        Ok(None)
+    /// Fills `snapshot` with the operator's keyed state and timers for checkpoint `n` (on a
+    /// checkpoint barrier), leaving its bytes empty when there is none.
+    fn snapshot(&mut self, _n: u64, _snapshot: &mut Snapshot) -> Result<(), OperatorError> {
+        Ok(())
     }
 
     /// Checkpoint `n` completed.
@@ -121,5 +119,76 @@ pub trait Operator: Send {
     /// Records emitted to side outputs by the last `process` or `close`, by side output name.
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         Vec::new()
+    }
+}
+
+/// A limit a guest call can exceed (see `wasm::Limits` for their settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Memory,
+    TableElements,
+    Instances,
+    OutputRecords,
+    OutputBytes,
+    StateValue,
+    HostCallBytes,
+    SideOutputs,
+    States,
+    Timers,
+    HostMemory,
+}
+
+impl Limit {
+    /// The key of the limit in a `limits` table.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::Memory => "memory",
+            Limit::TableElements => "table_elements",
+            Limit::Instances => "instances",
+            Limit::OutputRecords => "output_records",
+            Limit::OutputBytes => "output_bytes",
+            Limit::StateValue => "state_value",
+            Limit::HostCallBytes => "host_call_bytes",
+            Limit::SideOutputs => "side_outputs",
+            Limit::States => "states",
+            Limit::Timers => "timers",
+            Limit::HostMemory => "host_memory",
+        }
+    }
+}
+
+/// What an operator subtask hands to a checkpoint: its keyed state and timers as the bytes of
+/// one state file, which its state backend writes in its own format, and the files those bytes
+/// refer to, which the checkpoint must keep beside it. The checkpoint writer knows nothing of
+/// the backend: it puts the shared files in place, then writes the bytes.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The state file (empty: the operator has no keyed state or timers).
+    pub bytes: Vec<u8>,
+    /// The key groups the state covers.
+    pub key_groups: Range<u32>,
+    /// Files to put into the checkpoint's shared directory (the SST files of an incremental
+    /// RocksDB checkpoint).
+    pub shared: Option<SharedFiles>,
+}
+
+/// Files a snapshot refers to, ready to be put into a checkpoint's shared directory.
+pub struct SharedFiles {
+    /// `(where the file is now, its name in the shared directory, its size)`.
+    pub files: Vec<(PathBuf, String, u64)>,
+    /// The bytes of every shared file the snapshot refers to, new or not (Flink's "full
+    /// checkpoint size" counts them).
+    pub full_bytes: u64,
+    /// Keeps the files where they are until the checkpoint has them (a staging directory
+    /// deleted when this is dropped).
+    pub _keep: Box<dyn Any + Send>,
+}
+
+impl std::fmt::Debug for SharedFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFiles")
+            .field("files", &self.files)
+            .field("full_bytes", &self.full_bytes)
+            .finish()
     }
 }

@@ -5,11 +5,11 @@
 
 use weir_wire::Kind;
 
-use super::operator::{Operator, OperatorContext, OperatorError};
 use crate::batch::Batch;
+use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use std::path::Path;
 
-use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, Uploads};
+use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
 
 /// Names of the built-in operators, for `native = "..."` in a job spec.
 pub const NAMES: &[&str] = &["split_words", "count_words"];
@@ -26,12 +26,16 @@ pub fn emits_keys(name: &str, _inputs: impl Iterator<Item = Option<bool>>) -> Op
     }
 }
 
-pub fn build(name: &str, ctx: &OperatorContext) -> Result<Box<dyn Operator>, OperatorError> {
+pub fn build(
+    name: &str,
+    ctx: &OperatorContext,
+    state: &StateSetup,
+) -> Result<Box<dyn Operator>, OperatorError> {
     match name {
         "split_words" => Ok(Box::new(SplitWords)),
         "count_words" => {
             let mut state = KeyedState::open(
-                &ctx.state,
+                state,
                 &ctx.uid,
                 ctx.subtask,
                 ctx.max_parallelism,
@@ -81,10 +85,12 @@ struct CountWords {
 }
 
 impl Operator for CountWords {
-    fn snapshot(&mut self, n: u64, out: &mut Vec<u8>) -> Result<Option<Uploads>, OperatorError> {
-        self.state
-            .checkpoint(n, std::iter::empty(), out)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))
+    fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
+        snapshot.shared = self
+            .state
+            .checkpoint(n, std::iter::empty(), &mut snapshot.bytes)
+            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
+        Ok(())
     }
 
     fn notify_complete(&mut self, n: u64) {
@@ -193,7 +199,6 @@ mod tests {
             max_parallelism: 128,
             key_groups: 0..128,
             config: "{}".into(),
-            state: crate::state::StateSetup::memory(),
             cancelled: Default::default(),
         }
     }
@@ -205,12 +210,12 @@ mod tests {
             b.extend_from_slice(b" a b  a\t")
         });
         let mut words = Batch::default();
-        build("split_words", &ctx())
+        build("split_words", &ctx(), &StateSetup::memory())
             .unwrap()
             .process(&lines, &mut words)
             .unwrap();
         let mut counts = Batch::default();
-        build("count_words", &ctx())
+        build("count_words", &ctx(), &StateSetup::memory())
             .unwrap()
             .process(&words, &mut counts)
             .unwrap();

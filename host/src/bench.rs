@@ -9,14 +9,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup};
-use crate::runtime::clock::Clock;
+use crate::checkpoint::storage::put_shared;
+use crate::clock::Clock;
+use crate::state::{BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup};
 
 const BATCH: usize = 4096;
 const MAX_PARALLELISM: u32 = 128;
 
 /// Runs the benchmark for each of `keys` in `dir` and prints a table.
-pub fn run(keys: &[u64], dir: &Path) -> Result<(), String> {
+pub fn state(keys: &[u64], dir: &Path) -> Result<(), String> {
     println!(
         "{:>10} {:<8} {:>11} {:>11} | {:<22} {:>9} {:>11} {:>10}",
         "keys",
@@ -164,7 +165,7 @@ fn one(n: u64, backend: BackendKind, root: &Path) -> Result<Vec<Row>, String> {
             .checkpoint(1, std::iter::empty(), &mut manifest)
             .map_err(|e| e.to_string())?
             .ok_or("no incremental checkpoint")?;
-        let written = uploads.upload(&shared).map_err(|e| e.to_string())?;
+        let written = put_shared(&uploads, &shared).map_err(|e| e.to_string())?;
         checkpoint_row(
             "incremental, first",
             started.elapsed(),
@@ -184,7 +185,8 @@ fn one(n: u64, backend: BackendKind, root: &Path) -> Result<Vec<Row>, String> {
             .checkpoint(2, std::iter::empty(), &mut manifest)
             .map_err(|e| e.to_string())?
             .ok_or("no incremental checkpoint")?;
-        let written = uploads.upload(&shared).map_err(|e| e.to_string())? + manifest.len() as u64;
+        let written =
+            put_shared(&uploads, &shared).map_err(|e| e.to_string())? + manifest.len() as u64;
         let took = started.elapsed();
         let restore = restore(backend, root, &manifest, &shared, n)?;
         checkpoint_row("incremental, 1% changed", took, written, restore);

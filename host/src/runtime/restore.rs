@@ -1,0 +1,282 @@
+//! Restoring a checkpoint: finding the newest one that verifies and fits the job, and what
+//! each task reads from it. Whether a checkpoint fits a job is the runtime's question: only it
+//! knows which parts of a job must match (sources and sinks keep their parallelism, keyed state
+//! rescales by key group).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::CheckpointError;
+use crate::checkpoint::storage::{self, Metadata, SubtaskState};
+use crate::job::spec::{JobSpec, VertexKind};
+
+/// A checkpoint being restored.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub dir: PathBuf,
+    pub meta: Metadata,
+}
+
+impl Restored {
+    /// Reads and verifies the checkpoint in `dir` and checks that it fits `spec`.
+    pub(crate) fn load(dir: &Path, spec: &JobSpec) -> Result<Restored, CheckpointError> {
+        let meta = storage::load(dir)?;
+        fits(&meta, spec).map_err(|reason| CheckpointError::Incompatible {
+            path: dir.to_path_buf(),
+            reason,
+        })?;
+        Ok(Restored {
+            dir: dir.to_path_buf(),
+            meta,
+        })
+    }
+
+    /// The newest checkpoint in `store` that verifies and fits `spec`, if any.
+    pub(crate) fn latest(
+        store: &storage::CheckpointStore,
+        spec: &JobSpec,
+    ) -> Result<Option<Restored>, CheckpointError> {
+        Ok(store.latest(|m| fits(m, spec))?.map(|meta| Restored {
+            dir: store.dir_of(meta.checkpoint),
+            meta,
+        }))
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.meta.checkpoint
+    }
+
+    /// Where the files that incremental checkpoints share are: `<job dir>/shared/`.
+    pub(crate) fn shared_dir(&self) -> std::path::PathBuf {
+        self.dir.parent().unwrap_or(&self.dir).join(storage::SHARED)
+    }
+
+    /// What subtask `s` of the vertex named `name` put into the checkpoint.
+    fn subtask(&self, name: &str, s: u32) -> Option<&SubtaskState> {
+        self.meta.vertex(name)?.subtasks.get(s as usize)
+    }
+
+    /// Whether subtask `s` of the vertex named `name` had finished (it then ends at once).
+    pub(crate) fn is_finished(&self, name: &str, s: u32) -> bool {
+        matches!(
+            self.subtask(name, s),
+            Some(SubtaskState::Finished | SubtaskState::FinishedSink { .. })
+        )
+    }
+
+    pub(crate) fn source_position(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
+        match self.subtask(name, s)? {
+            SubtaskState::Source { position } => Some(position),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn sink_state(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
+        match self.subtask(name, s)? {
+            SubtaskState::Sink { state } => Some(state),
+            _ => None,
+        }
+    }
+
+    fn operator(&self, uid: &str) -> Option<&storage::VertexMeta> {
+        self.meta
+            .vertices
+            .iter()
+            .find(|v| v.uid.as_deref() == Some(uid))
+    }
+
+    /// The keyed-state files of operator `uid` that hold any of the key groups `groups`,
+    /// read and verified (they may come from subtasks of another parallelism).
+    pub(crate) fn keyed_state(
+        &self,
+        uid: &str,
+        groups: &Range<u32>,
+    ) -> Result<Vec<Vec<u8>>, CheckpointError> {
+        let Some(vertex) = self.operator(uid) else {
+            return Ok(Vec::new());
+        };
+        vertex
+            .subtasks
+            .iter()
+            .filter_map(|s| match s {
+                SubtaskState::Operator { state: Some(f), .. } => Some(f),
+                _ => None,
+            })
+            .filter(|f| f.key_groups.0 < groups.end && groups.start < f.key_groups.1)
+            .map(|f| storage::read_state(&self.dir, f))
+            .collect()
+    }
+
+    /// The operator state of subtask `s` of operator `uid`, read and verified. [`fits`] has
+    /// checked that the parallelism is the same when there is any.
+    pub(crate) fn operator_state(
+        &self,
+        uid: &str,
+        s: u32,
+    ) -> Result<Option<Vec<u8>>, CheckpointError> {
+        match self.operator(uid).and_then(|v| v.subtasks.get(s as usize)) {
+            Some(SubtaskState::Operator {
+                operator_state: Some(f),
+                ..
+            }) => storage::read_state(&self.dir, f).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Whether checkpoint `meta` can be restored into `spec`: the same job and key groups;
+/// sources and sinks (whose positions are per subtask) at the same parallelism; every
+/// operator with state in the checkpoint still in the job (matched by uid). Operators may
+/// change parallelism: their state is split by key group.
+pub(crate) fn fits(meta: &Metadata, spec: &JobSpec) -> Result<(), String> {
+    if meta.job != spec.name {
+        return Err(format!(
+            "it belongs to job \"{}\", not \"{}\"",
+            meta.job, spec.name
+        ));
+    }
+    if meta.max_parallelism != spec.max_parallelism {
+        return Err(format!(
+            "it was taken with max_parallelism {}, the job has {}; max_parallelism fixes how \
+             keyed state is split and cannot change",
+            meta.max_parallelism, spec.max_parallelism
+        ));
+    }
+    for v in &spec.vertices {
+        let (role, parallelism) = match &v.kind {
+            VertexKind::Operator { .. } => continue,
+            VertexKind::Source(_) => ("source", meta.vertex(&v.name).map(|m| m.parallelism)),
+            VertexKind::Sink(_) => ("sink", meta.vertex(&v.name).map(|m| m.parallelism)),
+        };
+        if let Some(p) = parallelism
+            && p != v.parallelism
+        {
+            return Err(format!(
+                "{role} \"{}\" ran at parallelism {p} and now has {}; a {role}'s position is \
+                 per subtask, so keep its parallelism (or start with --fresh)",
+                v.name, v.parallelism
+            ));
+        }
+    }
+    for m in &meta.vertices {
+        let Some(uid) = &m.uid else { continue };
+        let has = |pick: fn(&SubtaskState) -> bool| m.subtasks.iter().any(pick);
+        let keyed = has(|s| matches!(s, SubtaskState::Operator { state: Some(_), .. }));
+        let operator = has(|s| {
+            matches!(
+                s,
+                SubtaskState::Operator {
+                    operator_state: Some(_),
+                    ..
+                }
+            )
+        });
+        let now = spec
+            .vertices
+            .iter()
+            .find(|v| matches!(&v.kind, VertexKind::Operator { uid: u, .. } if u == uid));
+        match now {
+            None if keyed || operator => {
+                return Err(format!(
+                    "it holds state of operator uid \"{uid}\" (\"{}\"), which the job no longer \
+                     has; restore the operator with that uid or start with --fresh",
+                    m.name
+                ));
+            }
+            Some(v) if operator && v.parallelism != m.parallelism => {
+                return Err(format!(
+                    "operator \"{}\" (uid {uid}) has operator state of {} subtasks, which cannot \
+                     be split across {}; keep its parallelism at {} (or start with --fresh)",
+                    v.name, m.parallelism, v.parallelism, m.parallelism
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job `name` with a generator, a native count at `count_p` and a discard sink.
+    fn spec(name: &str, source_p: u32, count_p: u32) -> JobSpec {
+        let text = format!(
+            "[job]\nname = \"{name}\"\n\
+             [[source]]\nname = \"gen\"\ntype = \"generator\"\nmode = \"keyed_words\"\nparallelism = {source_p}\n\
+             [[operator]]\nname = \"count\"\nuid = \"count\"\nnative = \"count_words\"\ninput = \"gen\"\nedge = \"key_by\"\nparallelism = {count_p}\n\
+             [[sink]]\nname = \"out\"\ntype = \"discard\"\ninput = \"count\"\nedge = \"rebalance\"\n"
+        );
+        match JobSpec::parse(&text, Path::new("."), "job") {
+            Ok(spec) => spec,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    fn meta_of(spec: &JobSpec, operator_state: bool) -> Metadata {
+        let file = |groups| storage::StateFile {
+            file: "f".into(),
+            size: 0,
+            crc32: 0,
+            key_groups: groups,
+        };
+        Metadata {
+            format: storage::FORMAT_VERSION,
+            weir_version: "test".into(),
+            job: spec.name.clone(),
+            checkpoint: 1,
+            timestamp_ms: 0,
+            max_parallelism: spec.max_parallelism,
+            vertices: spec
+                .vertices
+                .iter()
+                .map(|v| storage::VertexMeta {
+                    name: v.name.clone(),
+                    role: "x".into(),
+                    uid: match &v.kind {
+                        VertexKind::Operator { uid, .. } => Some(uid.clone()),
+                        _ => None,
+                    },
+                    parallelism: v.parallelism,
+                    subtasks: (0..v.parallelism)
+                        .map(|_| match &v.kind {
+                            VertexKind::Operator { .. } => SubtaskState::Operator {
+                                state: Some(file((0, 128))),
+                                operator_state: operator_state.then(|| file((0, 0))),
+                            },
+                            _ => SubtaskState::Finished,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn what_a_checkpoint_can_be_restored_into() {
+        let taken = spec("j", 2, 2);
+        let meta = meta_of(&taken, false);
+        assert_eq!(fits(&meta, &taken), Ok(()));
+        assert_eq!(
+            fits(&meta, &spec("j", 2, 4)),
+            Ok(()),
+            "keyed state rescales"
+        );
+        let err = fits(&meta, &spec("other", 2, 2)).unwrap_err();
+        assert!(err.contains("belongs to job \"j\""), "{err}");
+        let err = fits(&meta, &spec("j", 3, 2)).unwrap_err();
+        assert!(err.contains("source \"gen\" ran at parallelism 2"), "{err}");
+        let err = fits(&meta_of(&taken, true), &spec("j", 2, 3)).unwrap_err();
+        assert!(err.contains("operator state of 2 subtasks"), "{err}");
+        let mut renamed = spec("j", 2, 2);
+        if let VertexKind::Operator { uid, .. } = &mut renamed.vertices[1].kind {
+            *uid = "count-v2".into();
+        }
+        let err = fits(&meta, &renamed).unwrap_err();
+        assert!(err.contains("operator uid \"count\""), "{err}");
+        let mut wider = spec("j", 2, 2);
+        wider.max_parallelism = 256;
+        assert!(fits(&meta, &wider).unwrap_err().contains("max_parallelism"));
+    }
+}
