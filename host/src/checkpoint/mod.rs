@@ -19,9 +19,11 @@
 //! num_retained = 1           # completed checkpoints kept
 //! ```
 
+pub(crate) mod committer;
 pub(crate) mod coordinator;
 pub mod restart;
 pub(crate) mod storage;
+pub(crate) mod writer;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -129,6 +129,23 @@ impl Metadata {
     pub(crate) fn vertex(&self, name: &str) -> Option<&VertexMeta> {
         self.vertices.iter().find(|v| v.name == name)
     }
+
+    /// Every sink pre-commit the checkpoint records, of running and of finished sinks:
+    /// `(vertex name, subtask, pre-commit)`.
+    pub(crate) fn pre_commits(&self) -> impl Iterator<Item = (&str, u32, &serde_json::Value)> {
+        self.vertices.iter().flat_map(|v| {
+            v.subtasks
+                .iter()
+                .enumerate()
+                .filter_map(move |(s, sub)| match sub {
+                    SubtaskState::Sink { state: commit }
+                    | SubtaskState::FinishedSink { commit } => {
+                        Some((v.name.as_str(), s as u32, commit))
+                    }
+                    _ => None,
+                })
+        })
+    }
 }
 
 /// One line of the checkpoint history.

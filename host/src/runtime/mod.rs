@@ -5,7 +5,9 @@
 //! can be watched while it runs and whose [`RunningJob::wait`] reports the first failure with
 //! the operator that caused it.
 
+mod attempt;
 pub(crate) mod barrier;
+mod checkpointing;
 mod lock;
 pub(crate) mod output;
 pub(crate) mod restore;

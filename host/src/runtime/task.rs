@@ -27,6 +27,7 @@ use super::restore::Restored;
 use super::{JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
+use crate::checkpoint::writer::{Part, PartState, TaskSnapshot};
 use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode};
 use crate::clock::Clock;
 use crate::connectors::{Poll, Sink, SinkContext, Source};
@@ -63,36 +64,6 @@ pub(crate) enum Control {
     Trigger(Barrier),
     /// Checkpoint `n` is complete (sinks commit).
     Complete(u64),
-}
-
-/// A task's snapshot for checkpoint `id`, on its way to the writer.
-#[derive(Debug)]
-pub(crate) struct TaskSnapshot {
-    pub id: u64,
-    pub task: TaskId,
-    pub alignment: Duration,
-    /// The synchronous part: copying the state (and a sink's pre-commit).
-    pub sync: Duration,
-    pub parts: Vec<Part>,
-}
-
-/// The snapshot of one vertex of the chain.
-#[derive(Debug)]
-pub(crate) struct Part {
-    pub vertex: usize,
-    pub state: PartState,
-}
-
-#[derive(Debug)]
-pub(crate) enum PartState {
-    Source(serde_json::Value),
-    Operator {
-        /// Keyed state and timers.
-        keyed: Option<Snapshot>,
-        /// Non-keyed operator state.
-        operator: Option<Vec<u8>>,
-    },
-    Sink(serde_json::Value),
 }
 
 enum Stage {

@@ -1,0 +1,401 @@
+//! One attempt of a job: its task threads and the channels between them, and the loop that
+//! coordinates its checkpoints until every task has ended. The supervisor starts attempts;
+//! `checkpointing` carries out what the coordinator decides.
+
+use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::checkpointing::apply;
+use super::output::{Message, Target};
+use super::restore::Restored;
+use super::task::{self, Control, TaskEnd, TaskSetup};
+use super::{Events, JobError, JobEvent, JobParts, Metrics, Shared};
+use crate::checkpoint::CheckpointError;
+use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
+use crate::checkpoint::storage::CheckpointStore;
+use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
+use crate::job::spec::{EdgeKind, VertexKind};
+use crate::operator::FailureKind;
+
+/// Batches a channel holds before its sender blocks.
+const CHANNEL_CAPACITY: usize = 8;
+/// How often the supervisor looks at the job's stop and cancel flags.
+pub(super) const TICK: Duration = Duration::from_millis(20);
+
+/// What the tasks and the writer tell the supervisor.
+pub(super) enum Event {
+    End(TaskId, TaskEnd),
+    Ack {
+        id: u64,
+        task: TaskId,
+        acked: Written,
+    },
+    Decline {
+        id: u64,
+        reason: String,
+    },
+}
+
+/// The threads and channels of one attempt.
+pub(super) struct Attempt {
+    threads: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    pub(super) controls: HashMap<TaskId, Sender<Control>>,
+    events: Receiver<Event>,
+    /// The tasks that head a chain with a source: they receive checkpoint triggers.
+    pub(super) sources: Vec<TaskId>,
+}
+
+/// The final pre-commits of finished sinks, by vertex and subtask.
+pub(super) type Finals = BTreeMap<(usize, u32), serde_json::Value>;
+
+/// How an attempt ended.
+pub(super) enum Outcome {
+    /// Every task finished; the final pre-commits of its sinks are still to commit.
+    Finished(Finals),
+    /// Every task stopped at the stop checkpoint `n` (or had finished before), and `n` is
+    /// complete.
+    Stopped(u64),
+    Failed(JobError),
+    Cancelled,
+}
+
+/// Starts every task of an attempt, restored from `restore` when given.
+pub(super) fn spawn(
+    parts: &JobParts,
+    metrics: &Arc<Metrics>,
+    flags: &Arc<Shared>,
+    store: Option<&CheckpointStore>,
+    restore: Option<Arc<Restored>>,
+) -> Result<Attempt, JobError> {
+    let spec = &parts.spec;
+    let chains = &parts.plan.chains;
+    // Channels: inputs[chain][subtask] and targets[chain][subtask].
+    let mut inputs: Vec<Vec<Vec<Receiver<Message>>>> = chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    let mut targets: Vec<Vec<Vec<Target>>> = chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for conn in &parts.plan.connections {
+        let (up, down) = (
+            chains[conn.from_chain].parallelism,
+            chains[conn.to_chain].parallelism,
+        );
+        for u in 0..up {
+            let mut senders = Vec::new();
+            for d in 0..down {
+                if conn.edge == EdgeKind::Forward && d != u {
+                    continue;
+                }
+                let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+                senders.push(tx);
+                inputs[conn.to_chain][d as usize].push(rx);
+            }
+            targets[conn.from_chain][u as usize].push(Target::new(
+                spec.vertices[chains[conn.to_chain].head()].name.clone(),
+                conn.side_output.clone(),
+                conn.edge,
+                senders,
+                spec.max_parallelism,
+            ));
+        }
+    }
+
+    let shared = Arc::new(Shared::attempt(flags));
+    let (event_tx, events) = crossbeam_channel::unbounded();
+    let (snapshot_tx, snapshot_rx) = crossbeam_channel::unbounded::<TaskSnapshot>();
+    let writer = match store {
+        Some(store) => {
+            let (store, events) = (store.clone(), event_tx.clone());
+            let vertices: Vec<String> = spec.vertices.iter().map(|v| v.name.clone()).collect();
+            let done = move |id, task, written: Result<Written, CheckpointError>| {
+                let event = match written {
+                    Ok(acked) => Event::Ack { id, task, acked },
+                    Err(e) => Event::Decline {
+                        id,
+                        reason: e.to_string(),
+                    },
+                };
+                events.send(event).is_ok()
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("checkpoint-writer".into())
+                    .spawn(move || write_snapshots(&store, &vertices, &snapshot_rx, done))
+                    .map_err(JobError::Spawn)?,
+            )
+        }
+        None => None,
+    };
+    let mut attempt = Attempt {
+        threads: Vec::new(),
+        writer,
+        shared: Arc::clone(&shared),
+        controls: HashMap::new(),
+        events,
+        sources: Vec::new(),
+    };
+    for (c, chain) in chains.iter().enumerate() {
+        for s in (0..chain.parallelism).rev() {
+            let task = TaskId {
+                chain: c,
+                subtask: s,
+            };
+            let (control_tx, control) = crossbeam_channel::unbounded();
+            attempt.controls.insert(task, control_tx);
+            if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
+                attempt.sources.push(task);
+            }
+            let setup = TaskSetup {
+                spec: Arc::clone(spec),
+                task,
+                chain: chain.vertices.clone(),
+                inputs: inputs[c].pop().unwrap_or_default(),
+                targets: targets[c].pop().unwrap_or_default(),
+                components: chain
+                    .vertices
+                    .iter()
+                    .filter_map(|v| parts.components.get(v).map(|c| (*v, c.clone())))
+                    .collect(),
+                metrics: Arc::clone(metrics),
+                shared: Arc::clone(&shared),
+                control,
+                snapshots: snapshot_tx.clone(),
+                restore: restore.clone(),
+                clock: parts.clock.clone(),
+            };
+            let name = format!("{}-{s}", spec.vertices[chain.head()].name);
+            let (shared, events) = (Arc::clone(&shared), event_tx.clone());
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    let end = std::panic::catch_unwind(AssertUnwindSafe(|| task::run(setup)))
+                        .unwrap_or_else(|panic| TaskEnd::Failed(internal_error(&*panic)));
+                    if matches!(end, TaskEnd::Failed(_)) {
+                        shared.cancel();
+                    }
+                    let _ = events.send(Event::End(task, end));
+                })
+                .map_err(JobError::Spawn)?;
+            attempt.threads.push(handle);
+        }
+    }
+    Ok(attempt)
+}
+
+fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    JobError::Task {
+        kind: FailureKind::Other,
+        role: "task",
+        name: "runtime".into(),
+        uid: None,
+        subtask: 0,
+        parallelism: 1,
+        message: format!("internal error (please report): {message}"),
+        permanent: false,
+    }
+}
+
+/// Coordinates the attempt's checkpoints until every task has ended.
+pub(super) fn run(
+    parts: &JobParts,
+    metrics: &Metrics,
+    flags: &Shared,
+    store: Option<&CheckpointStore>,
+    attempt: Attempt,
+    events: &Events,
+) -> Outcome {
+    let spec = &parts.spec;
+    let started = Instant::now();
+    let now = || started.elapsed();
+    let mut coordinator = match (store, &spec.checkpoint) {
+        (Some(store), Some(config)) => match store.next_id() {
+            Ok(first) => Some(Coordinator::new(
+                config,
+                attempt.controls.keys().copied(),
+                attempt.sources.iter().copied(),
+                first,
+            )),
+            Err(e) => return finish(attempt, Outcome::Failed(e.into()), None),
+        },
+        _ => None,
+    };
+    let mut triggered_at: HashMap<u64, u64> = HashMap::new();
+    let mut finals = Finals::new();
+    let (mut ended, mut finished, mut suspended) = (0, 0, 0);
+    let mut failure: Option<JobError> = None;
+    let mut cancelled = false;
+    let mut stop_requested = false;
+    // The stop checkpoint, once complete.
+    let mut stopped_at = None;
+    // What the coordinator decided on the last event, carried out with the next poll.
+    let mut decisions = Vec::new();
+    let tasks = attempt.controls.len();
+    while ended < tasks {
+        if !cancelled && flags.is_user_cancelled() {
+            cancelled = true;
+            attempt.shared.cancel();
+        }
+        if failure.is_some() || cancelled {
+            // Wind down: no more triggers, nothing more to complete.
+            decisions.clear();
+        } else if let Some(c) = &mut coordinator {
+            if !stop_requested && flags.is_stopping() {
+                stop_requested = true;
+                decisions.extend(c.stop(now()));
+                events.send(JobEvent::Stopping {
+                    checkpoint: c.stop_id(),
+                });
+            }
+            decisions.extend(c.poll(now()));
+        } else if !stop_requested && flags.is_stopping() {
+            stop_requested = true;
+            events.send(JobEvent::Stopping { checkpoint: None });
+        }
+        let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
+        for d in decisions.drain(..) {
+            let completes = match &d {
+                Decision::Complete(done) => Some(done.id),
+                _ => None,
+            };
+            if let Some(e) = apply(
+                d,
+                parts,
+                metrics,
+                store,
+                &attempt,
+                &mut triggered_at,
+                &finals,
+                stop_id,
+            ) {
+                failure.get_or_insert(e);
+                attempt.shared.cancel();
+            } else if completes.is_some() && completes == stop_id {
+                stopped_at = stop_id;
+            }
+        }
+        let wait = coordinator
+            .as_ref()
+            .and_then(|c| {
+                c.next_trigger_at()
+                    .into_iter()
+                    .chain(c.next_expiry_at())
+                    .min()
+            })
+            .map_or(TICK, |at| at.saturating_sub(now()).min(TICK));
+        let event = match attempt.events.recv_timeout(wait) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        decisions = match event {
+            Event::End(task, end) => {
+                ended += 1;
+                match end {
+                    TaskEnd::Finished(last, commits) => {
+                        finished += 1;
+                        for (v, commit) in commits {
+                            finals.insert((v, task.subtask), commit);
+                        }
+                        coordinator
+                            .as_mut()
+                            .map(|c| c.finished(task, last, now()))
+                            .unwrap_or_default()
+                    }
+                    TaskEnd::Suspended => {
+                        suspended += 1;
+                        Vec::new()
+                    }
+                    TaskEnd::Failed(e) => {
+                        failure.get_or_insert(e);
+                        Vec::new()
+                    }
+                    TaskEnd::Cancelled => Vec::new(),
+                }
+            }
+            Event::Ack { id, task, acked } => coordinator
+                .as_mut()
+                .map(|c| c.ack(id, task, acked, now()))
+                .unwrap_or_default(),
+            Event::Decline { id, reason } => coordinator
+                .as_mut()
+                .map(|c| c.decline(id, reason))
+                .unwrap_or_default(),
+        };
+    }
+    // The last task's end may have completed a checkpoint.
+    if failure.is_none() && !cancelled {
+        let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
+        for d in decisions {
+            if let Some(e) = apply(
+                d,
+                parts,
+                metrics,
+                store,
+                &attempt,
+                &mut triggered_at,
+                &finals,
+                stop_id,
+            ) {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
+        (_, true) => Outcome::Cancelled,
+        (Some(e), false) => Outcome::Failed(e),
+        (None, false) if finished == tasks => Outcome::Finished(finals),
+        (None, false) if stopped_at.is_some() && finished + suspended == tasks => {
+            Outcome::Stopped(stopped_at.expect("checked"))
+        }
+        (None, false) => Outcome::Failed(JobError::Task {
+            kind: FailureKind::Other,
+            role: "task",
+            name: "runtime".into(),
+            uid: None,
+            subtask: 0,
+            parallelism: 1,
+            message: "a task stopped without reporting why (please report)".into(),
+            permanent: false,
+        }),
+    };
+    // Checkpoints triggered in this attempt that did not complete.
+    let pending: Vec<u64> = triggered_at.keys().copied().collect();
+    finish(attempt, outcome, store.map(|s| (s, pending)))
+}
+
+/// Joins the attempt's threads and deletes what its unfinished checkpoints wrote.
+fn finish(
+    attempt: Attempt,
+    outcome: Outcome,
+    pending: Option<(&CheckpointStore, Vec<u64>)>,
+) -> Outcome {
+    attempt.shared.cancel();
+    drop(attempt.controls);
+    for t in attempt.threads {
+        let _ = t.join();
+    }
+    if let Some(w) = attempt.writer {
+        let _ = w.join();
+    }
+    if let Some((store, ids)) = pending {
+        for id in ids {
+            store.discard(id);
+        }
+    }
+    outcome
+}

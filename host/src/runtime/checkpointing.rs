@@ -1,0 +1,275 @@
+//! Carrying out what the checkpoint coordinator decides: triggering a checkpoint through the
+//! sources, completing one (its metadata, the commit of its sinks' pre-commits, retention,
+//! history), aborting one.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::attempt::{Attempt, Finals};
+use super::task::{self, Control};
+use super::{CheckpointStatus, JobError, JobParts, Metrics, role, vertex_failure};
+use crate::checkpoint::committer::{self, PreCommit};
+use crate::checkpoint::coordinator::{Completed, Decision, TaskId, TaskState};
+use crate::checkpoint::storage::{
+    CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats, SubtaskState,
+    VertexMeta, millis, unix_ms,
+};
+use crate::checkpoint::writer::Written;
+use crate::checkpoint::{Barrier, BarrierKind};
+use crate::job::spec::{JobSpec, VertexKind};
+use crate::operator::FailureKind;
+
+/// Carries out one coordinator decision; `Some` is a failure of the job. `stop` is the
+/// checkpoint the job stops at, if a stop was triggered.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn apply(
+    decision: Decision<Written>,
+    parts: &JobParts,
+    metrics: &Metrics,
+    store: Option<&CheckpointStore>,
+    attempt: &Attempt,
+    // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
+    triggered_at: &mut HashMap<u64, u64>,
+    finals: &Finals,
+    stop: Option<u64>,
+) -> Option<JobError> {
+    let spec = &parts.spec;
+    let store = store?;
+    match decision {
+        Decision::Trigger(id) => {
+            tracing::debug!("triggering checkpoint {id}");
+            triggered_at.insert(id, unix_ms());
+            let kind = if stop == Some(id) {
+                BarrierKind::Stop
+            } else {
+                BarrierKind::Checkpoint
+            };
+            for task in &attempt.sources {
+                // A source that has finished is gone; the coordinator knows it.
+                let _ = attempt.controls[task].send(Control::Trigger(Barrier { id, kind }));
+            }
+            None
+        }
+        Decision::Complete(done) => {
+            let id = done.id;
+            let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
+            let (meta, entry) = summarize(parts, &done, triggered_ms, finals);
+            if let Err(e) = store.write_metadata(&meta) {
+                store.discard(id);
+                return Some(JobError::Checkpoint(e));
+            }
+            if let Err(e) = commit_recorded(spec, &meta) {
+                return Some(e);
+            }
+            tracing::info!(
+                "checkpoint {id} complete in {} ms ({} bytes)",
+                entry.duration_ms,
+                entry.size_bytes
+            );
+            if let Err(e) = store.retain(spec.checkpoint.as_ref().map_or(1, |c| c.num_retained)) {
+                tracing::warn!("checkpoint retention failed: {e}");
+            }
+            record(store, spec, metrics, entry);
+            for tx in attempt.controls.values() {
+                let _ = tx.send(Control::Complete(id));
+            }
+            None
+        }
+        Decision::Abort { id, reason } => {
+            // Stays in `triggered_at`: the writer may still write a late snapshot of it,
+            // which the end of the attempt deletes.
+            let triggered_ms = triggered_at.get(&id).copied().unwrap_or_else(unix_ms);
+            store.discard(id);
+            let entry = HistoryEntry {
+                id,
+                status: "aborted".into(),
+                reason: Some(reason.to_string()),
+                triggered_ms,
+                duration_ms: unix_ms().saturating_sub(triggered_ms),
+                size_bytes: 0,
+                full_size_bytes: 0,
+                alignment_ms: 0,
+                operators: Vec::new(),
+            };
+            if matches!(
+                reason,
+                crate::checkpoint::coordinator::AbortReason::Subsumed
+            ) {
+                tracing::debug!("checkpoint {id} aborted: {reason}");
+            } else {
+                tracing::warn!("checkpoint {id} aborted: {reason}");
+                metrics.checkpoints().failed += 1;
+            }
+            record(store, spec, metrics, entry);
+            // The tasks wait at the stop barrier for a completion that will not come.
+            (stop == Some(id)).then(|| {
+                JobError::CheckpointFailed(format!("the stop checkpoint {id} failed: {reason}"))
+            })
+        }
+        Decision::Fail(message) => Some(JobError::CheckpointFailed(message)),
+    }
+}
+
+pub(super) fn record(
+    store: &CheckpointStore,
+    spec: &JobSpec,
+    metrics: &Metrics,
+    entry: HistoryEntry,
+) {
+    if entry.status == "completed" {
+        let mut status = metrics.checkpoints();
+        status.completed += 1;
+        status.last = Some(entry.clone());
+    }
+    if let Err(e) = store.record(&spec.name, entry) {
+        tracing::warn!("cannot write the checkpoint history: {e}");
+    }
+}
+
+/// Every task of the job.
+pub(super) fn all_tasks(parts: &JobParts) -> impl Iterator<Item = TaskId> + '_ {
+    parts.plan.chains.iter().enumerate().flat_map(|(c, chain)| {
+        (0..chain.parallelism).map(move |subtask| TaskId { chain: c, subtask })
+    })
+}
+
+/// Commits every sink pre-commit that checkpoint `meta` records, of running and of finished
+/// sinks (see [`committer`]).
+pub(super) fn commit_recorded(spec: &JobSpec, meta: &Metadata) -> Result<(), JobError> {
+    let index: HashMap<&str, usize> = spec
+        .vertices
+        .iter()
+        .enumerate()
+        .map(|(v, vertex)| (vertex.name.as_str(), v))
+        .collect();
+    commit(
+        spec,
+        meta.pre_commits()
+            .filter_map(|(name, s, state)| Some((*index.get(name)?, s, state))),
+    )
+}
+
+/// Commits each finished sink subtask's final pre-commit.
+pub(super) fn commit_finals(spec: &JobSpec, finals: &Finals) -> Result<(), JobError> {
+    commit(spec, finals.iter().map(|(&(v, s), state)| (v, s, state)))
+}
+
+/// Commits the pre-commits `(vertex, subtask, state)` of sinks of `spec`.
+fn commit<'a>(
+    spec: &'a JobSpec,
+    pre_commits: impl Iterator<Item = (usize, u32, &'a serde_json::Value)>,
+) -> Result<(), JobError> {
+    committer::commit(
+        pre_commits.filter_map(|(v, s, state)| match &spec.vertices[v].kind {
+            VertexKind::Sink(sink) => Some(PreCommit {
+                sink,
+                ctx: task::sink_context(spec, v, s),
+                state,
+            }),
+            _ => None,
+        }),
+    )
+    .map_err(|failed| {
+        let v = spec
+            .vertices
+            .iter()
+            .position(|v| v.name == failed.sink)
+            .expect("a sink of the spec");
+        vertex_failure(
+            spec,
+            v,
+            failed.subtask as u32,
+            FailureKind::Other,
+            format!(
+                "the commit of its pre-committed output failed: {}",
+                failed.cause
+            ),
+        )
+    })
+}
+
+/// The metadata and the history entry of a completed checkpoint.
+pub(super) fn summarize(
+    parts: &JobParts,
+    done: &Completed<Written>,
+    triggered_ms: u64,
+    finals: &Finals,
+) -> (Metadata, HistoryEntry) {
+    let spec = &parts.spec;
+    let mut vertices: Vec<VertexMeta> = spec
+        .vertices
+        .iter()
+        .map(|v| VertexMeta {
+            name: v.name.clone(),
+            role: role(&v.kind).into(),
+            uid: match &v.kind {
+                VertexKind::Operator { uid, .. } => Some(uid.clone()),
+                _ => None,
+            },
+            parallelism: v.parallelism,
+            subtasks: vec![SubtaskState::Finished; v.parallelism as usize],
+        })
+        .collect();
+    let mut stats: Vec<OperatorStats> = spec
+        .vertices
+        .iter()
+        .map(|v| OperatorStats {
+            vertex: v.name.clone(),
+            size_bytes: 0,
+            sync_ms: 0,
+            alignment_ms: 0,
+        })
+        .collect();
+    let (mut size, mut full_size, mut alignment) = (0, 0, Duration::ZERO);
+    for (task, state) in &done.tasks {
+        let TaskState::Snapshot(acked) = state else {
+            // Every vertex of a finished task stays `Finished`, but a sink keeps its final
+            // pre-commit.
+            for &v in &parts.plan.chains[task.chain].vertices {
+                if let Some(commit) = finals.get(&(v, task.subtask)) {
+                    vertices[v].subtasks[task.subtask as usize] = SubtaskState::FinishedSink {
+                        commit: commit.clone(),
+                    };
+                }
+            }
+            continue;
+        };
+        size += acked.bytes;
+        full_size += acked.full_bytes;
+        alignment = alignment.max(acked.alignment);
+        for (v, sub, written) in &acked.parts {
+            stats[*v].size_bytes += written;
+            stats[*v].sync_ms = stats[*v].sync_ms.max(millis(acked.sync));
+            stats[*v].alignment_ms = stats[*v].alignment_ms.max(millis(acked.alignment));
+            vertices[*v].subtasks[task.subtask as usize] = sub.clone();
+        }
+    }
+    let meta = Metadata {
+        format: FORMAT_VERSION,
+        weir_version: env!("CARGO_PKG_VERSION").into(),
+        job: spec.name.clone(),
+        checkpoint: done.id,
+        timestamp_ms: unix_ms(),
+        max_parallelism: spec.max_parallelism,
+        vertices,
+    };
+    let entry = HistoryEntry {
+        id: done.id,
+        status: "completed".into(),
+        reason: None,
+        triggered_ms,
+        duration_ms: millis(done.completed.saturating_sub(done.triggered)),
+        size_bytes: size,
+        full_size_bytes: full_size,
+        alignment_ms: millis(alignment),
+        operators: stats,
+    };
+    (meta, entry)
+}
+
+impl Metrics {
+    /// The checkpoint counters, for updating or reading.
+    pub(crate) fn checkpoints(&self) -> std::sync::MutexGuard<'_, CheckpointStatus> {
+        self.checkpoints.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
