@@ -1,0 +1,491 @@
+//! The RocksDB backend: one embedded database per operator subtask.
+//!
+//! Row keys put the key group first, so that one key group is one contiguous range (a later
+//! rescale can take whole ranges), and give every list element and map entry a row of its
+//! own:
+//!
+//! ```text
+//! u16 key group | u16 state id | u32 key length | key               value state
+//! u16 key group | u16 state id | u32 key length | key | u64 seq     list element, in seq order
+//! u16 key group | u16 state id | u32 key length | key | map key     map entry, in map-key order
+//! 0xFFFF | "state" | u16 id      the declaration of a state (kind, TTL, name)
+//! 0xFFFF | "seq"                 the next list sequence number
+//! ```
+//!
+//! (all big-endian; `0xFFFF` is above every key group, as `max_parallelism` is at most 32,768.)
+//!
+//! Writes go into a `WriteBatch` that the front commits at the end of each call, without a
+//! write-ahead log: a crash loses the memtable, but a restore starts from a checkpoint, which
+//! flushes the memtable into SST files first. Reads of a batch's values are one `MultiGet`.
+//! Entries of states with a TTL are dropped in compaction by a filter that reads the TTL
+//! stamp (see [`super::ttl`]).
+//!
+//! The code is in submodules: the row layout (`layout`), the value cache in front of the
+//! database (`cache`), the files of incremental checkpoints and restores (`files`), and the
+//! database's options and compaction filter (`options`).
+
+mod cache;
+mod files;
+mod layout;
+mod options;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use rocksdb::{ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
+
+use super::ttl::NO_TIME;
+use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl};
+use crate::clock::Clock;
+
+use cache::ValueCache;
+use files::SharedFile;
+pub(crate) use files::{Manifest, is_manifest, link_or_copy, shared_names};
+use layout::{META, prefix_end, put_prefix};
+use options::{options, ttl_filter};
+
+/// The TTL of each state by id, read by the compaction filter on RocksDB's threads.
+pub(super) type TtlTable = Arc<RwLock<Vec<Option<Ttl>>>>;
+
+pub(crate) struct Rocks {
+    db: DB,
+    /// Recently used values of value states, in front of `db`.
+    cache: ValueCache,
+    /// Where and how it was opened, to open a restored database the same way.
+    setup: Setup,
+    /// `<operator uid>-<subtask>-<random id>`: the working directory's name, and the prefix of
+    /// the shared files this instance uploads (unique, so never confused with another's).
+    instance: String,
+    /// The SST files of the last completed checkpoint: local name -> shared file.
+    confirmed: HashMap<String, SharedFile>,
+    /// The SST files of each checkpoint taken and not yet completed.
+    pending: BTreeMap<u64, HashMap<String, SharedFile>>,
+    kinds: Vec<StateKind>,
+    batch: WriteBatch,
+    write: WriteOptions,
+    /// Scratch space for row keys.
+    key: Vec<u8>,
+    next_seq: u64,
+    seq_dirty: bool,
+    ttls: TtlTable,
+    watermark: Arc<AtomicI64>,
+    /// Dropped after `db`: deletes the working directory.
+    dir: WorkDir,
+}
+
+impl std::fmt::Debug for Rocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rocks").field("dir", &self.dir.0).finish()
+    }
+}
+
+/// A working directory, deleted when dropped.
+#[derive(Debug)]
+pub(super) struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("cannot delete RocksDB directory {}: {e}", self.0.display());
+        }
+    }
+}
+
+pub(super) fn db_error(dir: &Path, action: &str, e: impl std::fmt::Display) -> StateError {
+    StateError::Backend(format!(
+        "RocksDB state in {}: {action} failed: {e} (is the disk full or the directory not \
+         writable? [state] dir sets where RocksDB works)",
+        dir.display()
+    ))
+}
+
+impl Rocks {
+    /// Opens a new, empty database in a fresh directory `<root>/<name>-<random>`.
+    pub(crate) fn open(
+        root: &Path,
+        name: &str,
+        config: &StateConfig,
+        groups: Range<u32>,
+        clock: Clock,
+    ) -> Result<Self, StateError> {
+        let setup = Setup {
+            root: root.to_path_buf(),
+            name: name.to_string(),
+            config: config.clone(),
+            groups,
+            clock,
+        };
+        Self::open_with(setup, |_| Ok(()))
+    }
+
+    /// Opens a database in a fresh directory after `fill` put files into it.
+    fn open_with(
+        setup: Setup,
+        fill: impl FnOnce(&Path) -> Result<(), StateError>,
+    ) -> Result<Self, StateError> {
+        let instance = format!("{}-{:016x}", setup.name, fastrand::u64(..));
+        let dir = setup.root.join(&instance);
+        std::fs::create_dir_all(&dir).map_err(|e| db_error(&dir, "creating the directory", e))?;
+        let dir = WorkDir(dir);
+        fill(&dir.0)?;
+        let (config, clock) = (&setup.config, &setup.clock);
+        let ttls: TtlTable = Arc::default();
+        let watermark = Arc::new(AtomicI64::new(NO_TIME));
+        // The options of the database and of its one (default) column family, which holds
+        // the rows and the compaction filter. Opened by name so that `read_values` has a
+        // column family handle for `MultiGet`.
+        let filter = || ttl_filter(Arc::clone(&ttls), clock.clone(), Arc::clone(&watermark));
+        let family = ColumnFamilyDescriptor::new("default", options(config, filter()));
+        let db = DB::open_cf_descriptors(&options(config, filter()), &dir.0, [family])
+            .map_err(|e| db_error(&dir.0, "opening", e))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(Rocks {
+            db,
+            cache: ValueCache::new(setup.config.cache_entries as usize),
+            setup,
+            instance,
+            confirmed: HashMap::new(),
+            pending: BTreeMap::new(),
+            kinds: Vec::new(),
+            batch: WriteBatch::default(),
+            write,
+            key: Vec::new(),
+            next_seq: 0,
+            seq_dirty: false,
+            ttls,
+            watermark,
+            dir,
+        })
+    }
+
+    fn fail(&self, action: &str, e: impl std::fmt::Display) -> StateError {
+        db_error(&self.dir.0, action, e)
+    }
+
+    pub(crate) fn declare(
+        &mut self,
+        st: usize,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<Ttl>,
+    ) -> Result<(), StateError> {
+        if st >= 0xFFFF {
+            return Err(StateError::Backend(format!(
+                "state \"{name}\": an operator can declare at most 65,535 states"
+            )));
+        }
+        self.kinds.push(kind);
+        self.ttls
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ttl.filter(Ttl::active));
+        let mut row = META.to_vec();
+        row.extend_from_slice(b"state");
+        row.extend_from_slice(&(st as u16).to_be_bytes());
+        let mut value = vec![kind as u8];
+        match ttl {
+            None => value.push(0),
+            Some(t) => {
+                value.push(1);
+                value.extend_from_slice(&t.ttl_ms.to_le_bytes());
+                value.extend([t.update as u8, t.visibility as u8, u8::from(t.event_time)]);
+            }
+        }
+        value.extend_from_slice(name.as_bytes());
+        self.batch.put(row, value);
+        self.commit()
+    }
+
+    #[allow(dead_code)] // see KeyedState::set_watermark
+    pub(crate) fn set_watermark(&self, watermark: i64) {
+        self.watermark.store(watermark, Ordering::Relaxed);
+    }
+
+    /// `group | state | key length | key` into the scratch key; returns its length.
+    fn prefix(&mut self, st: usize, group: u32, key: &[u8]) -> usize {
+        self.key.clear();
+        put_prefix(&mut self.key, st, group, key);
+        self.key.len()
+    }
+
+    pub(crate) fn commit(&mut self) -> Result<(), StateError> {
+        self.cache.evict(&mut self.batch);
+        if self.seq_dirty {
+            let mut row = META.to_vec();
+            row.extend_from_slice(b"seq");
+            self.batch.put(row, self.next_seq.to_be_bytes());
+            self.seq_dirty = false;
+        }
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| self.fail("a write", e))
+    }
+
+    /// Calls `f` with the value of every slot, in slot order: from the cache where it has
+    /// the key, the others read with one `MultiGet` (and cached).
+    pub(crate) fn read_values(
+        &mut self,
+        st: usize,
+        slots: &Slots,
+        mut f: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StateError> {
+        let mut rows = Vec::with_capacity(slots.len() * 24);
+        let mut ends = Vec::with_capacity(slots.len());
+        let mut missing = Vec::new();
+        for slot in 0..slots.len() {
+            let start = rows.len();
+            put_prefix(&mut rows, st, slots.group(slot), slots.key(slot));
+            ends.push(rows.len());
+            if !self.cache.promote(&rows[start..]) {
+                missing.push(slot);
+            }
+        }
+        let row = |slot: usize| &rows[if slot == 0 { 0 } else { ends[slot - 1] }..ends[slot]];
+        if !missing.is_empty() {
+            let cf = self
+                .db
+                .cf_handle("default")
+                .expect("the database is opened with its default column family");
+            let values = self
+                .db
+                .batched_multi_get_cf(cf, missing.iter().map(|&s| row(s)), false);
+            for (&slot, v) in missing.iter().zip(values) {
+                let v = v.map_err(|e| db_error(&self.dir.0, "a read", e))?;
+                self.cache.put(row(slot), v.as_deref(), false);
+            }
+        }
+        for slot in 0..slots.len() {
+            f(slot, self.cache.get(row(slot)));
+        }
+        Ok(())
+    }
+
+    /// Sets (or with `None` removes) the value of `slot`'s key: in the cache, from which it
+    /// reaches RocksDB when evicted or at the next checkpoint.
+    pub(crate) fn write_value(
+        &mut self,
+        st: usize,
+        slots: &Slots,
+        slot: usize,
+        v: Option<&[u8]>,
+    ) -> Result<(), StateError> {
+        self.prefix(st, slots.group(slot), slots.key(slot));
+        self.cache.put(&self.key, v, true);
+        Ok(())
+    }
+
+    /// Writes every changed value of the cache to RocksDB.
+    pub(crate) fn flush(&mut self) -> Result<(), StateError> {
+        self.cache.flush(&mut self.batch);
+        self.commit()
+    }
+
+    pub(crate) fn put_value(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        v: &[u8],
+    ) -> Result<(), StateError> {
+        self.prefix(st, group, key);
+        self.cache.forget(&self.key);
+        self.batch.put(&self.key, v);
+        self.flush_large_batch()
+    }
+
+    /// Commits a batch that grew large (a restore writes many rows in one call).
+    fn flush_large_batch(&mut self) -> Result<(), StateError> {
+        if self.batch.size_in_bytes() > 32 << 20 {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the suffix (after the key) and value of every row of `key` in `st`.
+    fn rows(&self, prefix: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+        let mut opts = ReadOptions::default();
+        if let Some(end) = prefix_end(prefix) {
+            opts.set_iterate_upper_bound(end);
+        }
+        let mut it = self.db.raw_iterator_opt(opts);
+        it.seek(prefix);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(&k[prefix.len()..], v);
+            it.next();
+        }
+        it.status().map_err(|e| self.fail("a scan", e))
+    }
+
+    pub(crate) fn read_list(
+        &self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::new();
+        put_prefix(&mut prefix, st, group, key);
+        self.rows(&prefix, |_, v| f(v))
+    }
+
+    /// Deletes every row of `key` in `st` (in the pending batch).
+    fn delete_rows(&mut self, len: usize) -> Result<(), StateError> {
+        let prefix = self.key[..len].to_vec();
+        let mut doomed = Vec::new();
+        self.rows(&prefix, |suffix, _| {
+            doomed.push([&prefix[..], suffix].concat())
+        })?;
+        for row in doomed {
+            self.batch.delete(row);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_list<'a>(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        clear: bool,
+        append: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), StateError> {
+        let len = self.prefix(st, group, key);
+        if clear {
+            self.delete_rows(len)?;
+        }
+        for e in append {
+            self.key.truncate(len);
+            self.key.extend_from_slice(&self.next_seq.to_be_bytes());
+            self.next_seq += 1;
+            self.seq_dirty = true;
+            self.batch.put(&self.key, e);
+        }
+        self.flush_large_batch()
+    }
+
+    pub(crate) fn read_map(
+        &self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        f: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::new();
+        put_prefix(&mut prefix, st, group, key);
+        self.rows(&prefix, f)
+    }
+
+    pub(crate) fn write_map<'a>(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        clear: bool,
+        changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<(), StateError> {
+        let len = self.prefix(st, group, key);
+        if clear {
+            self.delete_rows(len)?;
+        }
+        for (k, v) in changes {
+            self.key.truncate(len);
+            self.key.extend_from_slice(k);
+            match v {
+                Some(v) => self.batch.put(&self.key, v),
+                None => self.batch.delete(&self.key),
+            }
+        }
+        self.flush_large_batch()
+    }
+
+    /// Every row of state `st` in key group `group`, in key order (so the rows of one key
+    /// come one after another).
+    pub(crate) fn scan(
+        &self,
+        st: usize,
+        group: u32,
+        f: &mut impl FnMut(&[u8], Row<'_>),
+    ) -> Result<(), StateError> {
+        let mut prefix = Vec::with_capacity(4);
+        prefix.extend_from_slice(&(group as u16).to_be_bytes());
+        prefix.extend_from_slice(&(st as u16).to_be_bytes());
+        let kind = self.kinds[st];
+        let mut bad = None;
+        self.rows(&prefix, |rest, v| {
+            let Some((len, rest)) = rest.split_first_chunk::<4>() else {
+                bad = Some(rest.len());
+                return;
+            };
+            let len = u32::from_be_bytes(*len) as usize;
+            if rest.len() < len {
+                bad = Some(rest.len());
+                return;
+            }
+            let (key, suffix) = rest.split_at(len);
+            f(
+                key,
+                match kind {
+                    StateKind::Value => Row::Value(v),
+                    StateKind::List => Row::Element(v),
+                    StateKind::Map => Row::Entry(suffix, v),
+                },
+            );
+        })?;
+        match bad {
+            Some(_) => Err(self.fail("a scan", "a row key is damaged")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How a database was opened.
+#[derive(Debug, Clone)]
+pub(super) struct Setup {
+    root: PathBuf,
+    name: String,
+    config: StateConfig,
+    groups: Range<u32>,
+    clock: Clock,
+}
+
+#[cfg(test)]
+impl Rocks {
+    /// Flushes the memtable and compacts every file down to the last level, so that the
+    /// compaction filter sees every row.
+    pub(crate) fn compact(&mut self) -> Result<(), StateError> {
+        self.flush()?;
+        self.db.flush().map_err(|e| self.fail("a flush", e))?;
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        self.db
+            .compact_range_opt(None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
+    }
+
+    /// The rows of key groups in the database, and the bytes of its SST files.
+    pub(crate) fn disk_usage(&self) -> Result<(u64, u64), StateError> {
+        let mut rows = 0;
+        self.rows(&[], |k, _| rows += u64::from(!k.starts_with(&META)))?;
+        let files = self
+            .db
+            .live_files()
+            .map_err(|e| self.fail("listing files", e))?;
+        Ok((rows, files.iter().map(|f| f.size as u64).sum()))
+    }
+}
