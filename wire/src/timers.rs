@@ -7,9 +7,10 @@ use crate::primitives::{DecodeError, Reader, put_bytes, put_i64, put_u8, put_u32
 /// Time domain of a timer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimeDomain {
-    /// Fires once the watermark reaches the timer's time.
+    /// Event time: the timer is due once the watermark reaches its time.
     EventTime = 0,
-    /// Fires once the host's clock reaches the timer's time.
+    /// Processing time: the timer is due once the host's clock reaches its time (the host
+    /// does not fire these yet).
     ProcessingTime = 1,
 }
 

@@ -4,7 +4,9 @@
 //! batch is encoded with the wire format, decoded in place, state goes through the same
 //! per-batch caches and `load`/`store` buffers — with an in-memory store standing in for the
 //! host. It does not enforce state TTL (the host's state backends do) and does not partition
-//! keys between subtasks.
+//! keys between subtasks. It fires timers when a test moves its watermark or its clock, which
+//! the host does not do yet: the host fires event-time timers at the end of input, and
+//! processing-time timers not at all.
 //!
 //! ```
 //! use weir_sdk::prelude::*;
