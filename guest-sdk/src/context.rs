@@ -498,6 +498,11 @@ impl<'a> Context<'a> {
     /// Registers an event-time timer for the current key: [`Operator::on_timer`](crate::Operator::on_timer)
     /// runs once the watermark reaches `timestamp`. Registering the same time twice fires once.
     ///
+    /// weir has no watermarks yet: the host fires event-time timers when the input ends (the
+    /// watermark jumps to the end of time), in timestamp order. The test harness fires them
+    /// when a test advances its watermark
+    /// ([`Harness::fire_event_timers_up_to`](crate::testing::Harness::fire_event_timers_up_to)).
+    ///
     /// ```
     /// # use weir_sdk::prelude::*;
     /// # #[derive(Default)] struct Op;
@@ -547,6 +552,11 @@ impl<'a> Context<'a> {
     /// Registers a processing-time timer for the current key (milliseconds since the Unix
     /// epoch on the host's clock).
     ///
+    /// The host does not fire processing-time timers yet: it keeps them, in checkpoints too,
+    /// but never calls [`Operator::on_timer`](crate::Operator::on_timer) for them. The test
+    /// harness fires them when a test advances its clock
+    /// ([`Harness::set_processing_time`](crate::testing::Harness::set_processing_time)).
+    ///
     /// ```
     /// # use weir_sdk::prelude::*;
     /// # #[derive(Default)] struct Op;
@@ -586,6 +596,9 @@ impl<'a> Context<'a> {
     }
 
     /// The task's current event-time watermark, `None` before the first one arrived.
+    ///
+    /// weir has no watermarks yet: from the host this is `None` while records arrive; it
+    /// becomes the end of time (`i64::MAX`) when the input ends, to fire the event-time timers.
     ///
     /// ```
     /// # use weir_sdk::prelude::*;

@@ -129,6 +129,10 @@ pub trait Operator {
     /// [`Context::register_processing_time_timer`](crate::Context::register_processing_time_timer).
     /// State reached through `ctx` is of the timer's key.
     ///
+    /// What the host fires today: event-time timers, at the end of input (there are no
+    /// watermarks yet); processing-time timers not at all. The test harness fires both when a
+    /// test advances its watermark or its clock.
+    ///
     /// ```
     /// # use weir_sdk::prelude::*;
     /// # #[derive(Default)] struct Op;

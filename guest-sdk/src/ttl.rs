@@ -252,7 +252,8 @@ impl Ttl {
         self.set_ttl_time_characteristic(TtlTimeCharacteristic::ProcessingTime)
     }
 
-    /// Measure the TTL against the task's watermark.
+    /// Measure the TTL against the task's watermark. (weir has no watermarks yet, so
+    /// event-time TTLs do not expire in a running job.)
     ///
     /// ```
     /// # use std::time::Duration;

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_wire::{DecodeError, OP_APPEND, OP_CLEAR, OP_REPLACE, Reader, put_list_op};
+use weir_wire::{DecodeError, ListWrite, Reader, put_list_op};
 
 use super::codec::{Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
@@ -75,13 +75,13 @@ impl ListCache {
             let elems = added.iter().map(|s| s.get(&batch.arena));
             if self.slots[slot as usize].replaced {
                 let op = if added.is_empty() {
-                    OP_CLEAR
+                    ListWrite::Clear
                 } else {
-                    OP_REPLACE
+                    ListWrite::Replace
                 };
                 put_list_op(out, slot, op, elems);
             } else if !added.is_empty() {
-                put_list_op(out, slot, OP_APPEND, elems);
+                put_list_op(out, slot, ListWrite::Append, elems);
             }
         }
     }

@@ -1,8 +1,6 @@
 //! The front over both backends: every state kind, every TTL option, snapshots between them.
 
-use weir_wire::{
-    MapOp, OP_APPEND, OP_CLEAR, OP_REPLACE, Reader, ValueOp, put_list_op, put_map_op, put_value_op,
-};
+use weir_wire::{ListWrite, MapOp, Reader, ValueOp, put_list_op, put_map_op, put_value_op};
 
 use super::*;
 use crate::key_group::key_group_range;
@@ -51,14 +49,14 @@ fn clear(s: &mut KeyedState, id: StateId, key: &str) {
     let mut buf = Vec::new();
     match s.kind(id) {
         StateKind::Value => put_value_op(&mut buf, 0, ValueOp::Clear),
-        StateKind::List => put_list_op(&mut buf, 0, OP_CLEAR, std::iter::empty()),
+        StateKind::List => put_list_op(&mut buf, 0, ListWrite::Clear, std::iter::empty()),
         StateKind::Map => put_map_op(&mut buf, 0, MapOp::Clear),
     }
     let slots = slots(s, &[key]);
     s.store(id, &slots, &buf, u64::MAX).unwrap();
 }
 
-fn add(s: &mut KeyedState, id: StateId, key: &str, op: u8, elems: &[&str]) {
+fn add(s: &mut KeyedState, id: StateId, key: &str, op: ListWrite, elems: &[&str]) {
     let mut buf = Vec::new();
     put_list_op(&mut buf, 0, op, elems.iter().map(|e| e.as_bytes()));
     let slots = slots(s, &[key]);
@@ -106,7 +104,7 @@ fn read(s: &mut KeyedState, id: StateId, key: &str) -> String {
 fn write(s: &mut KeyedState, id: StateId, key: &str, v: &str) {
     match s.kind(id) {
         StateKind::Value => set(s, id, key, v),
-        StateKind::List => add(s, id, key, OP_APPEND, &[v]),
+        StateKind::List => add(s, id, key, ListWrite::Append, &[v]),
         StateKind::Map => put(s, id, key, "k", Some(v)),
     }
 }
@@ -154,12 +152,12 @@ fn value_list_and_map_entries() {
         clear(&mut s, v, "k");
         assert_eq!(read(&mut s, v, "k"), "None");
 
-        add(&mut s, l, "k", OP_APPEND, &["a", "b"]);
-        add(&mut s, l, "k", OP_APPEND, &["c"]);
+        add(&mut s, l, "k", ListWrite::Append, &["a", "b"]);
+        add(&mut s, l, "k", ListWrite::Append, &["c"]);
         assert_eq!(read(&mut s, l, "k"), "[a, b, c]", "{backend:?}");
-        add(&mut s, l, "k", OP_REPLACE, &["z"]);
+        add(&mut s, l, "k", ListWrite::Replace, &["z"]);
         assert_eq!(read(&mut s, l, "k"), "[z]");
-        add(&mut s, l, "k", OP_REPLACE, &[]);
+        add(&mut s, l, "k", ListWrite::Replace, &[]);
         assert_eq!(read(&mut s, l, "k"), "[]");
 
         put(&mut s, m, "k", "x", Some("1"));
@@ -186,12 +184,12 @@ fn changes_to_one_key_in_one_store_apply_in_order() {
         let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
         let l = s.declare("l", StateKind::List, None).unwrap();
         let m = s.declare("m", StateKind::Map, None).unwrap();
-        add(&mut s, l, "k", OP_APPEND, &["old"]);
+        add(&mut s, l, "k", ListWrite::Append, &["old"]);
         let mut buf = Vec::new();
-        put_list_op(&mut buf, 0, OP_APPEND, [&b"a"[..]].into_iter());
-        put_list_op(&mut buf, 1, OP_APPEND, [&b"other"[..]].into_iter());
-        put_list_op(&mut buf, 0, OP_REPLACE, [&b"b"[..]].into_iter());
-        put_list_op(&mut buf, 0, OP_APPEND, [&b"c"[..]].into_iter());
+        put_list_op(&mut buf, 0, ListWrite::Append, [&b"a"[..]].into_iter());
+        put_list_op(&mut buf, 1, ListWrite::Append, [&b"other"[..]].into_iter());
+        put_list_op(&mut buf, 0, ListWrite::Replace, [&b"b"[..]].into_iter());
+        put_list_op(&mut buf, 0, ListWrite::Append, [&b"c"[..]].into_iter());
         let two = slots(&s, &["k", "j"]);
         s.store(l, &two, &buf, u64::MAX).unwrap();
         assert_eq!(read(&mut s, l, "k"), "[b, c]", "{backend:?}");
@@ -308,11 +306,11 @@ fn list_elements_and_map_entries_expire_individually() {
         );
         let l = s.declare("l", StateKind::List, Some(t)).unwrap();
         let m = s.declare("m", StateKind::Map, Some(t)).unwrap();
-        add(&mut s, l, "k", OP_APPEND, &["early"]);
+        add(&mut s, l, "k", ListWrite::Append, &["early"]);
         put(&mut s, m, "k", "early", Some("1"));
         put(&mut s, m, "k", "rewritten", Some("1"));
         clock.set(60);
-        add(&mut s, l, "k", OP_APPEND, &["late"]);
+        add(&mut s, l, "k", ListWrite::Append, &["late"]);
         put(&mut s, m, "k", "late", Some("2"));
         put(&mut s, m, "k", "rewritten", Some("2"));
         clock.set(120);
@@ -392,10 +390,10 @@ fn ttl_sample(backend: BackendKind, clock: &Clock) -> (KeyedState, tempfile::Tem
     let l = s.declare("l", StateKind::List, Some(t)).unwrap();
     clock.set(0);
     set(&mut s, v, "old", "1");
-    add(&mut s, l, "k", OP_APPEND, &["old"]);
+    add(&mut s, l, "k", ListWrite::Append, &["old"]);
     clock.set(50);
     set(&mut s, v, "new", "2");
-    add(&mut s, l, "k", OP_APPEND, &["new"]);
+    add(&mut s, l, "k", ListWrite::Append, &["new"]);
     clock.set(60);
     (s, dir)
 }
@@ -526,7 +524,7 @@ fn snapshots_move_between_backends_and_parallelisms() {
         for i in 0..300 {
             let key = format!("key-{i}");
             set(&mut s, v, &key, &i.to_string());
-            add(&mut s, l, &key, OP_APPEND, &["a", &key]);
+            add(&mut s, l, &key, ListWrite::Append, &["a", &key]);
             put(&mut s, m, &key, "x", Some(&key));
         }
         let timers = [
@@ -593,7 +591,7 @@ fn values_over_the_limit_are_refused_naming_the_slot() {
         let (mut s, _d) = open(backend, 0..128, &Clock::manual(0));
         let l = s.declare("l", StateKind::List, None).unwrap();
         let mut buf = Vec::new();
-        put_list_op(&mut buf, 0, OP_APPEND, [&[0u8; 11][..]].into_iter());
+        put_list_op(&mut buf, 0, ListWrite::Append, [&[0u8; 11][..]].into_iter());
         let err = s.store(l, &slots(&s, &["k"]), &buf, 10).unwrap_err();
         assert!(
             matches!(
@@ -664,7 +662,7 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
         let ops = (0..batch.len()).map(|i| (i, Some(value.as_bytes())));
         s.write_values(v, &batch, ops).unwrap();
     }
-    add(&mut s, l, "key-1", OP_APPEND, &["a", "b"]);
+    add(&mut s, l, "key-1", ListWrite::Append, &["a", "b"]);
     let (_, first) = checkpoint(&mut s, 1, &shared);
     s.notify_complete(1);
 
@@ -696,7 +694,7 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
     assert_eq!(back.dump(), whole);
     assert_eq!(read(&mut back, StateId(1), "key-1"), "[a, b]");
     // The restored database goes on: new list elements after the old ones.
-    add(&mut back, StateId(1), "key-1", OP_APPEND, &["c"]);
+    add(&mut back, StateId(1), "key-1", ListWrite::Append, &["c"]);
     assert_eq!(read(&mut back, StateId(1), "key-1"), "[a, b, c]");
     let (_, third) = checkpoint(&mut back, 3, &shared);
     assert!(

@@ -1,4 +1,6 @@
-//! Test guest: a command interpreter for checking state semantics through the real host.
+//! Test guest: a command interpreter for checking state semantics, through the real host and
+//! through the SDK's test harness: both run the script `tests/conformance/state.txt` (see
+//! `src/conformance.rs` and `tests/e2e/state.rs`).
 //!
 //! Each record's key is the state key and its value a command; the guest emits one record
 //! with the same key whose value is the result. State: `ValueState<String>` "v",
@@ -15,6 +17,7 @@
 //! | `mcontains K`, `misempty` | `true` / `false` |
 //! | `mentries` | `{k1=v1,k2=v2}` sorted by key |
 //! | `mkeys` | `[k1,k2]` sorted |
+//! | `mvalues` | `[v1,v2]` sorted |
 //! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
 //!
 //! An unknown command fails the batch with an error naming it.
@@ -70,6 +73,11 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
             keys.sort();
             Ok(list(&keys))
         }
+        "mvalues" => {
+            let mut values = m.values()?;
+            values.sort();
+            Ok(list(&values))
+        }
         "misempty" => Ok(m.is_empty()?.to_string()),
         "mclear" => m.clear().and_then(|()| ok()),
         "timer" => {
@@ -97,3 +105,6 @@ impl Operator for StateProbe {
 }
 
 weir_sdk::export!(StateProbe);
+
+#[cfg(test)]
+mod conformance;

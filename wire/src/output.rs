@@ -1,0 +1,211 @@
+//! Output (guest to host): records leaving an operator, each with its optional side-output
+//! name, until the end of the buffer.
+
+use crate::primitives::{DecodeError, NONE, Reader, put_bytes, put_i64, put_u8, put_u32};
+use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
+
+/// Accumulates records leaving an operator.
+#[derive(Debug, Default)]
+pub struct OutputWriter {
+    buf: Vec<u8>,
+    records: usize,
+}
+
+impl OutputWriter {
+    /// Adds `rec`, to the side output named `side_output` or (`None`) to the main output.
+    #[inline]
+    pub fn push(&mut self, side_output: Option<&str>, rec: &RecordRef<'_>) {
+        let b = &mut self.buf;
+        put_u8(
+            b,
+            header(
+                rec.kind,
+                rec.key.is_some(),
+                rec.timestamp.is_some(),
+                side_output.is_some(),
+            ),
+        );
+        if let Some(side) = side_output {
+            put_bytes(b, side.as_bytes());
+        }
+        if let Some(key) = rec.key {
+            put_bytes(b, key);
+        }
+        if let Some(ts) = rec.timestamp {
+            put_i64(b, ts);
+        }
+        put_bytes(b, rec.value);
+        self.records += 1;
+    }
+
+    /// Like [`push`](Self::push), but the value is written by `write_value` straight into the
+    /// buffer (no intermediate allocation).
+    #[inline]
+    pub fn push_with(
+        &mut self,
+        side_output: Option<&str>,
+        kind: Kind,
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+        write_value: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let b = &mut self.buf;
+        put_u8(
+            b,
+            header(
+                kind,
+                key.is_some(),
+                timestamp.is_some(),
+                side_output.is_some(),
+            ),
+        );
+        if let Some(side) = side_output {
+            put_bytes(b, side.as_bytes());
+        }
+        if let Some(key) = key {
+            put_bytes(b, key);
+        }
+        if let Some(ts) = timestamp {
+            put_i64(b, ts);
+        }
+        let len_at = b.len();
+        put_u32(b, 0);
+        write_value(b);
+        let len = u32::try_from(b.len() - len_at - 4)
+            .ok()
+            .filter(|&l| l != NONE)
+            .expect("a value must be shorter than 4 GiB");
+        b[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        self.records += 1;
+    }
+
+    /// Bytes buffered so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether nothing is buffered.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Records buffered so far.
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    /// The encoded records; the writer starts over empty.
+    #[inline]
+    pub fn take(&mut self) -> Vec<u8> {
+        self.records = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Empties the writer, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.records = 0;
+        self.buf.clear();
+    }
+
+    /// The encoded records, borrowed.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+/// Iterates the records of an output buffer: `(side output name, record)`.
+#[derive(Debug)]
+pub struct OutputReader<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> OutputReader<'a> {
+    /// Reads the records `buf` holds.
+    pub fn new(buf: &'a [u8]) -> Self {
+        OutputReader {
+            r: Reader::new(buf, "output"),
+        }
+    }
+
+    #[inline]
+    fn read(&mut self) -> Result<(Option<&'a [u8]>, RecordRef<'a>), DecodeError> {
+        let h = self.r.u8()?;
+        let side = if h & TO_SIDE_OUTPUT != 0 {
+            Some(self.r.bytes()?)
+        } else {
+            None
+        };
+        let key = if h & HAS_KEY != 0 {
+            Some(self.r.bytes()?)
+        } else {
+            None
+        };
+        let timestamp = if h & HAS_TIMESTAMP != 0 {
+            Some(self.r.i64()?)
+        } else {
+            None
+        };
+        let value = self.r.bytes()?;
+        Ok((
+            side,
+            RecordRef {
+                kind: Kind::from_bits(h),
+                key,
+                timestamp,
+                value,
+            },
+        ))
+    }
+}
+
+impl<'a> Iterator for OutputReader<'a> {
+    type Item = Result<(Option<&'a [u8]>, RecordRef<'a>), DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.r.is_empty() {
+            return None;
+        }
+        let item = self.read();
+        if item.is_err() {
+            // Stop after the first error: the rest of the buffer cannot be trusted.
+            self.r.skip_rest();
+        }
+        Some(item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_round_trip_with_side_outputs() {
+        let mut w = OutputWriter::default();
+        w.push(
+            Some("late"),
+            &RecordRef {
+                kind: Kind::UpdateBefore,
+                key: None,
+                timestamp: Some(7),
+                value: b"x",
+            },
+        );
+        w.push_with(None, Kind::Insert, Some(b"k"), None, |b| {
+            b.extend_from_slice(b"42")
+        });
+        assert_eq!(w.records(), 2);
+        let buf = w.take();
+        assert!(w.is_empty());
+        let all: Vec<_> = OutputReader::new(&buf).map(Result::unwrap).collect();
+        assert_eq!(all[0].0, Some(&b"late"[..]));
+        assert_eq!(all[0].1.kind, Kind::UpdateBefore);
+        assert_eq!(all[0].1.timestamp, Some(7));
+        assert_eq!(all[1].1.key, Some(&b"k"[..]));
+        assert_eq!(all[1].1.value, b"42");
+        let mut bad = OutputReader::new(&buf[..buf.len() - 1]);
+        assert!(bad.next().unwrap().is_ok());
+        assert!(bad.next().unwrap().is_err());
+        assert!(bad.next().is_none());
+    }
+}

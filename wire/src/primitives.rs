@@ -1,0 +1,180 @@
+//! The fields every buffer is made of (`u8`, little-endian `u32` and `s64`, length-prefixed
+//! `bytes` where the length [`NONE`] means absent), the cursor that reads them and the error
+//! a malformed buffer gives.
+
+use std::fmt;
+
+/// A length of `NONE` means "absent".
+pub const NONE: u32 = u32::MAX;
+
+/// A buffer that does not follow the layout in `wit/stream.wit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The buffer, as named to [`Reader::new`] (e.g. `"batch"`).
+    pub what: &'static str,
+    /// Where in the buffer decoding failed.
+    pub offset: usize,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed {} at byte {}", self.what, self.offset)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A cursor over a buffer.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    /// `what` names the buffer in errors.
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, pos: 0, what }
+    }
+
+    /// Whether the whole buffer has been read.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    /// The error for a malformed field at the current position.
+    #[inline]
+    pub(crate) fn error(&self) -> DecodeError {
+        DecodeError {
+            what: self.what,
+            offset: self.pos,
+        }
+    }
+
+    /// Gives up on the rest of the buffer: after an error it cannot be trusted.
+    pub(crate) fn skip_rest(&mut self) {
+        self.pos = self.buf.len();
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.pos.checked_add(n).ok_or_else(|| self.error())?;
+        let s = self.buf.get(self.pos..end).ok_or_else(|| self.error())?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    /// Reads a `u8`.
+    #[inline]
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// Reads a little-endian `u32`.
+    #[inline]
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Reads a little-endian `s64`.
+    #[inline]
+    pub fn i64(&mut self) -> Result<i64, DecodeError> {
+        let b = self.take(8)?;
+        let mut a = [0; 8];
+        a.copy_from_slice(b);
+        Ok(i64::from_le_bytes(a))
+    }
+
+    /// Reads `bytes` that must be present (a length of [`NONE`] is an error).
+    #[inline]
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        match self.opt_bytes()? {
+            Some(b) => Ok(b),
+            None => Err(self.error()),
+        }
+    }
+
+    /// Reads `bytes` or their absence (a length of [`NONE`]).
+    #[inline]
+    pub fn opt_bytes(&mut self) -> Result<Option<&'a [u8]>, DecodeError> {
+        let len = self.u32()?;
+        if len == NONE {
+            return Ok(None);
+        }
+        self.take(len as usize).map(Some)
+    }
+
+    /// A count of following entries, each at least `min_entry` bytes long; rejects counts the
+    /// rest of the buffer cannot hold, so a hostile count cannot make the reader allocate.
+    #[inline]
+    pub fn count(&mut self, min_entry: usize) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_entry) > self.buf.len() - self.pos {
+            return Err(self.error());
+        }
+        Ok(n)
+    }
+}
+
+/// Iterates the entries of a buffer that `read_one` decodes one at a time, until the end of
+/// the buffer or the first error (after which the rest cannot be trusted).
+pub(crate) fn read_entries<'a, T>(
+    buf: &'a [u8],
+    what: &'static str,
+    mut read_one: impl FnMut(&mut Reader<'a>) -> Result<T, DecodeError> + 'a,
+) -> impl Iterator<Item = Result<T, DecodeError>> + 'a {
+    let mut r = Reader::new(buf, what);
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || r.is_empty() {
+            return None;
+        }
+        let item = read_one(&mut r);
+        failed = item.is_err();
+        Some(item)
+    })
+}
+
+/// Writes a `u8`.
+#[inline]
+pub fn put_u8(buf: &mut Vec<u8>, v: u8) {
+    buf.push(v);
+}
+
+/// Writes a little-endian `u32`.
+#[inline]
+pub fn put_u32(buf: &mut Vec<u8>, v: u32) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Writes a little-endian `s64`.
+#[inline]
+pub fn put_i64(buf: &mut Vec<u8>, v: i64) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Writes `bytes`.
+///
+/// # Panics
+/// When `b` is 4 GiB or longer; callers enforce far smaller limits.
+#[inline]
+pub fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
+    let len = u32::try_from(b.len())
+        .ok()
+        .filter(|&l| l != NONE)
+        .expect("a buffer field must be shorter than 4 GiB");
+    put_u32(buf, len);
+    buf.extend_from_slice(b);
+}
+
+/// Writes `bytes`, or their absence as the length [`NONE`].
+#[inline]
+pub fn put_opt_bytes(buf: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        Some(b) => put_bytes(buf, b),
+        None => put_u32(buf, NONE),
+    }
+}

@@ -1,0 +1,250 @@
+//! State changes (guest to host): the state-store buffer, `(u32 key-slot, u8 op, payload)`
+//! until the end, one buffer per state and batch.
+//!
+//! Each state kind numbers its ops on its own (op 1 is a value's set, a list's replace and a
+//! map's put), so the op bytes are written and read only here, one type per kind: a list op
+//! cannot be written where a map op was meant.
+
+use crate::primitives::{DecodeError, Reader, put_bytes, put_u8, put_u32, read_entries};
+
+// The op bytes of `wit/stream.wit`, per state kind.
+const CLEAR: u8 = 0;
+const VALUE_SET: u8 = 1;
+const LIST_REPLACE: u8 = 1;
+const LIST_APPEND: u8 = 2;
+const MAP_PUT: u8 = 1;
+const MAP_REMOVE: u8 = 2;
+
+/// One change to a value state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueOp<'a> {
+    /// The key has no value any more.
+    Clear,
+    /// The key's value is now this.
+    Set(&'a [u8]),
+}
+
+/// One change to a list state, as read back with its elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListOp<'a> {
+    /// The key's list is now empty.
+    Clear,
+    /// The key's list is now these elements.
+    Replace(Vec<&'a [u8]>),
+    /// These elements go at the end of the key's list.
+    Append(Vec<&'a [u8]>),
+}
+
+/// What a list change does, for [`put_list_op`], which takes the elements of a replace or an
+/// append separately so that a writer need not collect them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListWrite {
+    /// The key's list is now empty.
+    Clear,
+    /// The key's list is now the given elements.
+    Replace,
+    /// The given elements go at the end of the key's list.
+    Append,
+}
+
+impl ListWrite {
+    fn byte(self) -> u8 {
+        match self {
+            ListWrite::Clear => CLEAR,
+            ListWrite::Replace => LIST_REPLACE,
+            ListWrite::Append => LIST_APPEND,
+        }
+    }
+}
+
+/// One change to a map state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapOp<'a> {
+    /// The key's map is now empty.
+    Clear,
+    /// The key's map now maps this map key to this value.
+    Put(&'a [u8], &'a [u8]),
+    /// The key's map no longer has this map key.
+    Remove(&'a [u8]),
+}
+
+/// Writes a value change of the key in `slot`.
+#[inline]
+pub fn put_value_op(buf: &mut Vec<u8>, slot: u32, op: ValueOp<'_>) {
+    put_u32(buf, slot);
+    match op {
+        ValueOp::Clear => put_u8(buf, CLEAR),
+        ValueOp::Set(v) => {
+            put_u8(buf, VALUE_SET);
+            put_bytes(buf, v);
+        }
+    }
+}
+
+/// Writes a list change of the key in `slot`; `elems` are the elements of a replace or an
+/// append (a clear ignores them).
+pub fn put_list_op<'b>(
+    buf: &mut Vec<u8>,
+    slot: u32,
+    op: ListWrite,
+    elems: impl ExactSizeIterator<Item = &'b [u8]>,
+) {
+    put_u32(buf, slot);
+    put_u8(buf, op.byte());
+    if op != ListWrite::Clear {
+        put_u32(buf, elems.len() as u32);
+        for e in elems {
+            put_bytes(buf, e);
+        }
+    }
+}
+
+/// Writes a map change of the key in `slot`.
+pub fn put_map_op(buf: &mut Vec<u8>, slot: u32, op: MapOp<'_>) {
+    put_u32(buf, slot);
+    match op {
+        MapOp::Clear => put_u8(buf, CLEAR),
+        MapOp::Put(k, v) => {
+            put_u8(buf, MAP_PUT);
+            put_bytes(buf, k);
+            put_bytes(buf, v);
+        }
+        MapOp::Remove(k) => {
+            put_u8(buf, MAP_REMOVE);
+            put_bytes(buf, k);
+        }
+    }
+}
+
+/// Iterates `(slot, op)` of a value-state store buffer.
+pub fn read_value_ops(
+    buf: &[u8],
+) -> impl Iterator<Item = Result<(u32, ValueOp<'_>), DecodeError>> + '_ {
+    read_entries(buf, "value-state changes", |r| {
+        let slot = r.u32()?;
+        match r.u8()? {
+            CLEAR => Ok((slot, ValueOp::Clear)),
+            VALUE_SET => Ok((slot, ValueOp::Set(r.bytes()?))),
+            _ => Err(r.error()),
+        }
+    })
+}
+
+/// Iterates `(slot, op)` of a list-state store buffer.
+pub fn read_list_ops(
+    buf: &[u8],
+) -> impl Iterator<Item = Result<(u32, ListOp<'_>), DecodeError>> + '_ {
+    read_entries(buf, "list-state changes", |r| {
+        let slot = r.u32()?;
+        let op = r.u8()?;
+        if op == CLEAR {
+            return Ok((slot, ListOp::Clear));
+        }
+        let elems = read_elements(r)?;
+        match op {
+            LIST_REPLACE => Ok((slot, ListOp::Replace(elems))),
+            LIST_APPEND => Ok((slot, ListOp::Append(elems))),
+            _ => Err(r.error()),
+        }
+    })
+}
+
+/// `u32 n, n × bytes`.
+fn read_elements<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a [u8]>, DecodeError> {
+    let n = r.count(4)?;
+    let mut elems = Vec::with_capacity(n);
+    for _ in 0..n {
+        elems.push(r.bytes()?);
+    }
+    Ok(elems)
+}
+
+/// Iterates `(slot, op)` of a map-state store buffer.
+pub fn read_map_ops(
+    buf: &[u8],
+) -> impl Iterator<Item = Result<(u32, MapOp<'_>), DecodeError>> + '_ {
+    read_entries(buf, "map-state changes", |r| {
+        let slot = r.u32()?;
+        match r.u8()? {
+            CLEAR => Ok((slot, MapOp::Clear)),
+            MAP_PUT => Ok((slot, MapOp::Put(r.bytes()?, r.bytes()?))),
+            MAP_REMOVE => Ok((slot, MapOp::Remove(r.bytes()?))),
+            _ => Err(r.error()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_ops_round_trip() {
+        let mut b = Vec::new();
+        put_value_op(&mut b, 3, ValueOp::Set(b"v"));
+        put_value_op(&mut b, 4, ValueOp::Clear);
+        let ops: Vec<_> = read_value_ops(&b).map(Result::unwrap).collect();
+        assert_eq!(ops, vec![(3, ValueOp::Set(b"v")), (4, ValueOp::Clear)]);
+
+        let mut b = Vec::new();
+        put_list_op(&mut b, 1, ListWrite::Append, [&b"a"[..], b"b"].into_iter());
+        put_list_op(&mut b, 1, ListWrite::Clear, std::iter::empty());
+        put_list_op(&mut b, 2, ListWrite::Replace, [&b"c"[..]].into_iter());
+        let ops: Vec<_> = read_list_ops(&b).map(Result::unwrap).collect();
+        assert_eq!(
+            ops,
+            vec![
+                (1, ListOp::Append(vec![b"a", b"b"])),
+                (1, ListOp::Clear),
+                (2, ListOp::Replace(vec![b"c"]))
+            ]
+        );
+
+        let mut b = Vec::new();
+        put_map_op(&mut b, 0, MapOp::Put(b"k", b"v"));
+        put_map_op(&mut b, 0, MapOp::Remove(b"k"));
+        put_map_op(&mut b, 0, MapOp::Clear);
+        let ops: Vec<_> = read_map_ops(&b).map(Result::unwrap).collect();
+        assert_eq!(
+            ops,
+            vec![
+                (0, MapOp::Put(b"k", b"v")),
+                (0, MapOp::Remove(b"k")),
+                (0, MapOp::Clear)
+            ]
+        );
+        assert!(read_map_ops(&[0, 0, 0, 0, 9]).next().unwrap().is_err());
+    }
+
+    /// The op bytes of `wit/stream.wit`: the host and guests of other versions rely on them.
+    #[test]
+    fn op_bytes_are_as_documented() {
+        let op_byte = |write: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = Vec::new();
+            write(&mut b);
+            b[4]
+        };
+        let none = || std::iter::empty();
+        assert_eq!(op_byte(&|b| put_value_op(b, 0, ValueOp::Clear)), 0);
+        assert_eq!(op_byte(&|b| put_value_op(b, 0, ValueOp::Set(b""))), 1);
+        assert_eq!(op_byte(&|b| put_list_op(b, 0, ListWrite::Clear, none())), 0);
+        assert_eq!(
+            op_byte(&|b| put_list_op(b, 0, ListWrite::Replace, none())),
+            1
+        );
+        assert_eq!(
+            op_byte(&|b| put_list_op(b, 0, ListWrite::Append, none())),
+            2
+        );
+        assert_eq!(op_byte(&|b| put_map_op(b, 0, MapOp::Clear)), 0);
+        assert_eq!(op_byte(&|b| put_map_op(b, 0, MapOp::Put(b"", b""))), 1);
+        assert_eq!(op_byte(&|b| put_map_op(b, 0, MapOp::Remove(b""))), 2);
+        // A clear carries no payload; a replace or an append carries its element count.
+        let mut b = Vec::new();
+        put_list_op(&mut b, 7, ListWrite::Clear, [&b"ignored"[..]].into_iter());
+        assert_eq!(b, [7, 0, 0, 0, 0]);
+        let mut b = Vec::new();
+        put_list_op(&mut b, 7, ListWrite::Append, [&b"x"[..]].into_iter());
+        assert_eq!(b, [7, 0, 0, 0, 2, 1, 0, 0, 0, 1, 0, 0, 0, b'x']);
+    }
+}
