@@ -9,12 +9,12 @@ use super::capabilities::Grants;
 use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
 use super::guest_text;
-use super::host::{HostState, MAX_GUEST_ERROR};
+use super::host::{Hook, HostState, MAX_GUEST_ERROR};
 use super::interrupt;
 use super::limits::{Limit, LimitExceeded, Limits, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError, Snapshot};
-use crate::state::{FastMap, StateSetup, restore_operator_states, snapshot_operator_states};
+use crate::state::{FastMap, StateSetup};
 use std::path::Path;
 
 /// Runs one instance of an operator component for one subtask.
@@ -39,7 +39,7 @@ impl WasmOperator {
         let engine = component.pre.engine();
         let data = HostState::new(ctx, state, limits, grants).map_err(OperatorError::Failed)?;
         let mut store = Store::new(engine, data);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(|s| s.limiter());
         store.set_hostcall_fuel(
             usize::try_from(limits.host_call_bytes.as_u64()).unwrap_or(usize::MAX),
         );
@@ -69,29 +69,25 @@ impl WasmOperator {
         })
     }
 
-    /// Starts a call of `hook`: arms its execution deadline and zeroes its output counts.
-    fn arm(&mut self, hook: &'static str) {
+    /// Starts a call of `hook` (see [`HostState::begin`]), with its execution deadline.
+    fn begin(&mut self, hook: Hook) {
         if self.deadlines {
-            let data = self.store.data();
-            data.call_clock()
-                .arm(Some(data.limiter.limits.call_deadline));
             self.store.set_epoch_deadline(1);
         }
-        let data = self.store.data_mut();
-        data.begin_call(hook);
-        data.in_call = hook != "open";
+        self.store.data_mut().begin(hook, self.deadlines);
     }
 
-    /// Turns the result of a guest call into the operator's result; `input` is the batch a
-    /// `process` call was handling.
-    fn check(
+    /// Ends the call: hands its output to `out` and turns its result into the operator's;
+    /// `input` is the batch a `process` call was handling.
+    fn end(
         &mut self,
         result: wasmtime::Result<Result<(), String>>,
         input: Option<&Batch>,
+        out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
-        data.in_call = false;
-        let (hook, limits) = (data.hook, data.limiter.limits);
+        let logged = data.end(out);
+        let (hook, limits) = (data.hook(), *data.limits());
         let trap = match result {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(message)) => {
@@ -101,7 +97,7 @@ impl WasmOperator {
             Err(trap) => trap,
         };
         // The wasm backtrace goes to the debug log; the error keeps the cause.
-        tracing::debug!(operator = data.ctx.uid, "{hook} failed: {trap:?}");
+        tracing::debug!(operator = data.context().uid, "{hook} failed: {trap:?}");
         if trap.downcast_ref::<interrupt::Cancelled>().is_some() {
             return Err(OperatorError::Cancelled);
         }
@@ -151,26 +147,13 @@ impl WasmOperator {
                 ),
             }
         };
-        match (data.last_error.take(), input) {
+        match (logged, input) {
             // The guest's own account (weir-sdk's panic message names the record).
             (Some(logged), _) => message = format!("{logged} ({message})"),
             (None, Some(input)) => message.push_str(&describe_batch(input)),
             (None, None) => {}
         }
         Err(OperatorError::Guest { kind, message })
-    }
-
-    /// Hands the guest's output of the last call to `out`.
-    fn take_output(&mut self, out: &mut Batch) {
-        let data = self.store.data_mut();
-        if out.is_empty() {
-            std::mem::swap(out, &mut data.out);
-        } else {
-            for rec in data.out.iter() {
-                out.push(&rec);
-            }
-            data.out.clear();
-        }
     }
 
     /// Fires the event-time timers as at the end of input, when the watermark jumps to the
@@ -180,9 +163,9 @@ impl WasmOperator {
     /// registering itself cannot keep the job from ending. The job's cancellation ends the
     /// firing between batches.
     fn fire_all_event_timers(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
-        self.store.data_mut().watermark = Some(i64::MAX);
+        self.store.data_mut().set_watermark(i64::MAX);
         for _round in 0..2 {
-            let mut due = self.store.data().timers.event_len();
+            let mut due = self.store.data_mut().timers().event_len();
             while due > 0 {
                 if self.store.data().call_clock().is_cancelled() {
                     return Err(OperatorError::Cancelled);
@@ -192,13 +175,14 @@ impl WasmOperator {
                 self.fire_event_timers(n, out)?;
             }
         }
-        let data = self.store.data();
-        let left = data.timers.event_len();
+        let data = self.store.data_mut();
+        let left = data.timers().event_len();
         if left > 0 {
+            let ctx = data.context();
             tracing::warn!(
-                job = data.ctx.job,
-                operator = data.ctx.uid,
-                subtask = data.ctx.subtask,
+                job = ctx.job,
+                operator = ctx.uid,
+                subtask = ctx.subtask,
                 "{left} event-time timer(s) registered by timer callbacks at the end of input \
                  did not fire: at the end of input, timers registered while timers fire fire \
                  once more, not again and again"
@@ -209,11 +193,11 @@ impl WasmOperator {
 
     /// Fires the `n` earliest event-time timers in one call.
     fn fire_event_timers(&mut self, n: usize, out: &mut Batch) -> Result<(), OperatorError> {
+        self.begin(Hook::OnTimers);
         let data = self.store.data_mut();
-        let fired: Vec<(i64, Box<[u8]>)> = std::iter::from_fn(|| data.timers.pop_event())
+        let fired: Vec<(i64, Box<[u8]>)> = std::iter::from_fn(|| data.timers().pop_event())
             .take(n)
             .collect();
-        data.slots.clear();
         let mut slots: FastMap<&[u8], u32> = FastMap::default();
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut entries = Vec::with_capacity(fired.len());
@@ -225,51 +209,48 @@ impl WasmOperator {
             entries.push((TimeDomain::EventTime, slot, *ts));
         }
         for k in &keys {
-            data.push_slot(k);
+            data.add_key(k);
         }
         for &(_, slot, ts) in &entries {
-            data.slots.note_time(slot, ts);
+            data.note_time(slot, ts);
         }
         write_fired_timers(&mut self.buf, &keys, entries.into_iter());
-        self.arm("on-timers");
         let result = self
             .bindings
             .weir_stream_operator()
             .call_on_timers(&mut self.store, &self.buf);
-        self.check(result, None)?;
-        self.take_output(out);
-        Ok(())
+        self.end(result, None, out)
     }
 }
 
 impl Operator for WasmOperator {
     fn open(&mut self) -> Result<(), OperatorError> {
-        let c = &self.store.data().ctx;
+        let c = self.store.data().context();
         let ctx = OpenContext {
             operator_uid: c.uid.clone(),
             subtask_index: c.subtask,
             parallelism: c.parallelism,
             config: c.config.clone(),
         };
-        self.arm("open");
+        self.begin(Hook::Open);
         let result = self
             .bindings
             .weir_stream_operator()
             .call_open(&mut self.store, &ctx);
-        self.check(result, None)
+        self.end(result, None, &mut Batch::default())
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
         // Deduplicate the batch's keys into slots; the guest sees each key once.
+        self.begin(Hook::Process);
         let data = self.store.data_mut();
-        data.slots.clear();
         let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
         let mut slots: FastMap<&[u8], u32> =
             FastMap::with_capacity_and_hasher(input.len(), Default::default());
         for rec in input.iter() {
             if let Some(key) = rec.key {
                 slots.entry(key).or_insert_with(|| {
-                    data.push_slot(key);
+                    data.add_key(key);
                     writer.key(key)
                 });
             }
@@ -277,69 +258,46 @@ impl Operator for WasmOperator {
         for rec in input.iter() {
             let slot = rec.key.map(|k| slots[k]);
             if let (Some(slot), Some(ts)) = (slot, rec.timestamp) {
-                data.slots.note_time(slot, ts);
+                data.note_time(slot, ts);
             }
             writer.record(slot, rec.kind, rec.timestamp, rec.value);
         }
         self.buf = writer.finish();
-        self.arm("process");
         let result = self
             .bindings
             .weir_stream_operator()
             .call_process(&mut self.store, &self.buf);
-        self.check(result, Some(input))?;
-        self.take_output(out);
-        Ok(())
+        self.end(result, Some(input), out)
     }
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
         self.fire_all_event_timers(out)?;
-        self.store.data_mut().slots.clear();
-        self.arm("close");
+        self.begin(Hook::Close);
         let result = self
             .bindings
             .weir_stream_operator()
             .call_close(&mut self.store);
-        self.check(result, None)?;
-        self.take_output(out);
-        Ok(())
+        self.end(result, None, out)
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
-        let data = self.store.data_mut();
-        if data.state.is_empty() && data.timers.is_empty() {
-            return Ok(());
-        }
-        snapshot.shared = data
-            .state
-            .checkpoint(n, data.timers.iter(), &mut snapshot.bytes)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
-        Ok(())
+        self.store.data_mut().snapshot(n, snapshot)
     }
 
     fn notify_complete(&mut self, n: u64) {
-        self.store.data_mut().state.notify_complete(n);
+        self.store.data_mut().notify_complete(n);
     }
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        let data = self.store.data_mut();
-        let timers = &mut data.timers;
-        data.state
-            .restore_file(snapshot, shared, |(domain, ts, key)| {
-                timers.register(domain, ts, key);
-            })
-            .map_err(|e| OperatorError::Contract(e.to_string()))
+        self.store.data_mut().restore(snapshot, shared)
     }
 
     fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {
-        let states = &self.store.data().operator_state;
-        (!states.is_empty()).then(|| snapshot_operator_states(states))
+        self.store.data().snapshot_operator_state()
     }
 
     fn restore_operator_state(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
-        self.store.data_mut().operator_state = restore_operator_states(snapshot)
-            .map_err(|e| OperatorError::Contract(e.to_string()))?;
-        Ok(())
+        self.store.data_mut().restore_operator_state(snapshot)
     }
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {

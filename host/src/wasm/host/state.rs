@@ -1,0 +1,213 @@
+//! `weir:stream/state`: keyed value, list and map state of the current call's keys, and
+//! operator state.
+
+use wasmtime::component::Resource;
+
+use super::{HostState, quoted};
+use crate::state::{StateId, StateKind, Ttl, TtlUpdate, TtlVisibility};
+use crate::wasm::weir::stream::{state, types};
+
+impl HostState {
+    fn declare(
+        &mut self,
+        name: String,
+        kind: StateKind,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<u32> {
+        self.check_declaration("state", &name)?;
+        let ttl = ttl.map(|t| Ttl {
+            ttl_ms: t.ttl_ms,
+            update: match t.update {
+                types::TtlUpdate::OnCreateAndWrite => TtlUpdate::OnCreateAndWrite,
+                types::TtlUpdate::OnReadAndWrite => TtlUpdate::OnReadAndWrite,
+                types::TtlUpdate::Disabled => TtlUpdate::Disabled,
+            },
+            visibility: match t.visibility {
+                types::TtlVisibility::NeverReturnExpired => TtlVisibility::NeverReturnExpired,
+                types::TtlVisibility::ReturnExpiredIfNotCleanedUp => {
+                    TtlVisibility::ReturnExpiredIfNotCleanedUp
+                }
+            },
+            event_time: matches!(t.time, types::TtlTime::EventTime),
+        });
+        let id = self
+            .state
+            .declare(&name, kind, ttl)
+            .map_err(|e| wasmtime::format_err!("{e}"))?;
+        self.declared.push(id);
+        Ok((self.declared.len() - 1) as u32)
+    }
+
+    fn state_id(&self, rep: u32, kind: StateKind) -> wasmtime::Result<StateId> {
+        let id = *self
+            .declared
+            .get(rep as usize)
+            .ok_or_else(|| wasmtime::format_err!("unknown state handle {rep}"))?;
+        if self.state.kind(id) != kind {
+            return Err(wasmtime::format_err!(
+                "state \"{}\" is {} state, not {kind} state",
+                self.state.name(id),
+                self.state.kind(id)
+            ));
+        }
+        if !self.in_call {
+            return Err(wasmtime::format_err!(
+                "state \"{}\" was accessed outside of process or on-timers; keyed state needs a current key",
+                self.state.name(id)
+            ));
+        }
+        Ok(id)
+    }
+
+    fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
+        let id = self.state_id(rep, kind)?;
+        let mut buf = Vec::new();
+        self.state
+            .load(id, &self.slots, &mut buf)
+            .map_err(|e| self.state_error(id, e))?;
+        Ok(buf)
+    }
+
+    fn store(&mut self, rep: u32, kind: StateKind, changes: &[u8]) -> wasmtime::Result<()> {
+        let id = self.state_id(rep, kind)?;
+        let limit = self.limits().state_value.as_u64();
+        self.state
+            .store(id, &self.slots, changes, limit)
+            .map_err(|e| self.state_error(id, e))?;
+        self.check_host_memory(|| format!("writing state {}", quoted(self.state.name(id))))
+    }
+}
+
+impl types::Host for HostState {}
+
+impl state::Host for HostState {}
+
+impl state::HostValueState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::ValueState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::Value,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::ValueState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::Value)
+    }
+
+    fn store(&mut self, s: Resource<state::ValueState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::Value, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::ValueState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl state::HostListState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::ListState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::List,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::ListState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::List)
+    }
+
+    fn store(&mut self, s: Resource<state::ListState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::List, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::ListState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl state::HostMapState for HostState {
+    fn new(
+        &mut self,
+        name: String,
+        ttl: Option<types::Ttl>,
+    ) -> wasmtime::Result<Resource<state::MapState>> {
+        Ok(Resource::new_own(self.declare(
+            name,
+            StateKind::Map,
+            ttl,
+        )?))
+    }
+
+    fn load(&mut self, s: Resource<state::MapState>) -> wasmtime::Result<Vec<u8>> {
+        HostState::load(self, s.rep(), StateKind::Map)
+    }
+
+    fn store(&mut self, s: Resource<state::MapState>, changes: Vec<u8>) -> wasmtime::Result<()> {
+        HostState::store(self, s.rep(), StateKind::Map, &changes)
+    }
+
+    fn drop(&mut self, _s: Resource<state::MapState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl state::HostOperatorState for HostState {
+    fn new(&mut self, name: String) -> wasmtime::Result<Resource<state::OperatorState>> {
+        let rep = match self.operator_reps.get(&name) {
+            Some(&rep) => rep,
+            None => {
+                self.check_declaration("operator state", &name)?;
+                let rep = self.operator_names.len() as u32;
+                self.operator_reps.insert(name.clone(), rep);
+                self.operator_names.push(name);
+                rep
+            }
+        };
+        Ok(Resource::new_own(rep))
+    }
+
+    fn get(&mut self, s: Resource<state::OperatorState>) -> wasmtime::Result<Option<Vec<u8>>> {
+        let name = self.operator_name(s.rep())?;
+        Ok(self.operator_state.get(name).cloned())
+    }
+
+    fn set(
+        &mut self,
+        s: Resource<state::OperatorState>,
+        value: Option<Vec<u8>>,
+    ) -> wasmtime::Result<()> {
+        let name = self.operator_name(s.rep())?.to_string();
+        if let Some(v) = &value {
+            self.check_value_size(v.len(), || format!("operator state {}", quoted(&name)))?;
+            self.operator_bytes += v.len();
+        }
+        let old = match value {
+            Some(v) => self.operator_state.insert(name.clone(), v),
+            None => self.operator_state.remove(&name),
+        };
+        self.operator_bytes -= old.map_or(0, |v| v.len());
+        self.check_host_memory(|| format!("writing operator state {}", quoted(&name)))
+    }
+
+    fn drop(&mut self, _s: Resource<state::OperatorState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl HostState {
+    fn operator_name(&self, rep: u32) -> wasmtime::Result<&str> {
+        self.operator_names
+            .get(rep as usize)
+            .map(String::as_str)
+            .ok_or_else(|| wasmtime::format_err!("unknown operator state handle {rep}"))
+    }
+}
