@@ -97,6 +97,12 @@ pub use state::{ListState, MapState, OperatorState, ValueState};
 pub use ttl::{StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
 pub use weir_wire::{Kind, TimeDomain};
 
+/// The README's code blocks, compiled and run as doctests (its operator example is Rust guest
+/// code, so they run here).
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// Everything an operator author needs: `use weir_sdk::prelude::*;`.
 ///
 /// ```

@@ -29,6 +29,7 @@ impl Clock {
         }
     }
 
+    /// The time now, in milliseconds since the Unix epoch.
     pub fn now_ms(&self) -> i64 {
         match &self.manual {
             Some(t) => t.load(Ordering::SeqCst),

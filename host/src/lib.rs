@@ -19,6 +19,17 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Layout
+//!
+//! Modules depend on each other one way only: the leaf contracts (`batch`, `clock`,
+//! `key_group`, `operator`, `role`, `failpoint`) → `state` → `wasm`, `native`, `connectors` →
+//! `checkpoint` → `job` → `runtime`. Pure decisions (the checkpoint coordinator, barrier
+//! alignment, the restart strategy) are free of I/O, with their tests beside them; the code
+//! that carries them out sits next to them. The command line is part of the `weir` binary,
+//! not of this library.
+
+#![deny(missing_docs)]
 
 pub(crate) mod batch;
 /// Benchmarks of internals, for `host/benches` (not a stable interface).
@@ -32,14 +43,18 @@ pub(crate) mod job;
 pub(crate) mod key_group;
 pub(crate) mod native;
 pub(crate) mod operator;
+pub mod role;
 pub(crate) mod runtime;
 pub(crate) mod state;
 pub(crate) mod wasm;
 
 pub use clock::Clock;
 pub use job::spec::{EdgeKind, Input, JobSpec, OperatorCode, SpecError, Vertex, VertexKind};
+pub use operator::FailureKind;
+pub use role::Role;
 pub use runtime::{
-    CheckpointStatus, FailureKind, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
-    Metrics, RunningJob, VertexMetrics, VertexSummary,
+    Cause, CheckpointStatus, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary, Metrics,
+    RunningJob, VertexMetrics, VertexSummary,
 };
+pub use state::{BackendKind, StateConfig};
 pub use wasm::{DirGrant, EngineOptions, Grants, Limit, Limits, WasmEngine, WasmError};

@@ -125,16 +125,27 @@ pub trait Operator: Send {
 /// A limit a guest call can exceed (see `wasm::Limits` for their settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
+    /// `memory`: linear memory.
     Memory,
+    /// `table_elements`: elements of one table.
     TableElements,
+    /// `instances`: core instances, memories and tables of one component.
     Instances,
+    /// `output_records`: records emitted by one call.
     OutputRecords,
+    /// `output_bytes`: bytes emitted by one call.
     OutputBytes,
+    /// `state_value`: one state value, list element or map entry.
     StateValue,
+    /// `host_call_bytes`: what one import call passes to the host.
     HostCallBytes,
+    /// `side_outputs`: side outputs one instance emits to.
     SideOutputs,
+    /// `states`: states one instance declares.
     States,
+    /// `timers`: timers pending in one instance.
     Timers,
+    /// `host_memory`: what the host holds for one instance.
     HostMemory,
 }
 

@@ -1,9 +1,9 @@
 //! Checkpoints: when to take them, where they live, what to restore, how to restart.
 //!
 //! A job with a `[checkpoint]` table in its spec is checkpointed every `interval`: the
-//! [`coordinator`] decides when to trigger checkpoint `n` and when it is complete, sources
+//! `coordinator` decides when to trigger checkpoint `n` and when it is complete, sources
 //! emit barrier `n` in band, tasks align and snapshot (see `runtime::barrier`), and
-//! [`storage`] writes `<dir>/<job>/chk-<n>/` with a `_metadata` file written last. After a
+//! `storage` writes `<dir>/<job>/chk-<n>/` with a `_metadata` file written last. After a
 //! crash, `weir run` resumes from the newest checkpoint whose files verify; inside a running
 //! job a failed task restarts the job from it under the [`restart`] strategy.
 //!
@@ -31,7 +31,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use restart::{RestartStrategy, RestartsExhausted};
-pub use storage::{CheckpointError, CheckpointHistory, Completion, HistoryEntry, OperatorStats};
+pub use storage::{
+    CheckpointError, CheckpointHistory, CheckpointOutcome, Completion, HistoryEntry, OperatorStats,
+};
 
 /// A checkpoint barrier, as it travels in band between tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +75,7 @@ pub struct CheckpointConfig {
     #[serde(default = "default_dir")]
     pub dir: PathBuf,
     #[serde(default)]
+    /// Exactly-once (barriers aligned) or at-least-once.
     pub mode: CheckpointMode,
     /// A checkpoint that is not complete this long after its trigger is aborted.
     #[serde(default = "default_timeout", with = "humantime_serde")]

@@ -296,7 +296,12 @@ pub enum RestartDecision {
     /// Restart from the newest checkpoint after `delay`. `attempt` counts from 1 the restarts
     /// that the strategy's `attempts` limits: for `exponential_delay` it starts over when the
     /// backoff resets.
-    Restart { attempt: u32, delay: Duration },
+    Restart {
+        /// Which restart this is, from 1.
+        attempt: u32,
+        /// How long to wait first.
+        delay: Duration,
+    },
     /// Fail the job for good with the failure's cause (see [`Restarts::exhausted`]).
     Fail,
 }

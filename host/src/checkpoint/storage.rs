@@ -27,6 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::operator::{SharedFiles, Snapshot};
+use crate::role::Role;
 use crate::state::{link_or_copy, rocks};
 
 /// The metadata format this host writes and reads.
@@ -41,23 +42,42 @@ const HISTORY_LEN: usize = 100;
 /// A checkpoint problem, naming the file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The checkpoint directory cannot be created or written.
     #[error(
         "checkpoint directory {path} is not writable ({cause}); set [checkpoint] dir in the job spec to a writable directory"
     )]
     NotWritable {
+        /// The file or directory involved.
         path: PathBuf,
+        /// Why it failed.
         cause: std::io::Error,
     },
+    /// Reading or writing a checkpoint file failed.
     #[error("cannot {action} {path}: {cause}")]
     Io {
+        /// What was being done, as a verb phrase.
         action: &'static str,
+        /// The file or directory involved.
         path: PathBuf,
+        /// Why it failed.
         cause: std::io::Error,
     },
+    /// A checkpoint is incomplete or damaged.
     #[error("checkpoint {path} is damaged: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A checkpoint cannot be restored into this job.
     #[error("checkpoint {path} does not fit this job: {reason}")]
-    Incompatible { path: PathBuf, reason: String },
+    Incompatible {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 fn io(action: &'static str, path: &Path, cause: std::io::Error) -> CheckpointError {
@@ -86,7 +106,10 @@ pub(crate) enum SubtaskState {
     /// The subtask had finished: on restore it ends at once.
     Finished,
     /// A source's position in its input.
-    Source { position: serde_json::Value },
+    Source {
+        /// See the variant.
+        position: serde_json::Value,
+    },
     /// An operator's keyed state and timers, and its non-keyed operator state (`None`: it
     /// had none).
     Operator {
@@ -95,17 +118,23 @@ pub(crate) enum SubtaskState {
         operator_state: Option<StateFile>,
     },
     /// What a sink needs to restore (its pre-committed output).
-    Sink { state: serde_json::Value },
+    Sink {
+        /// See the variant.
+        state: serde_json::Value,
+    },
     /// A sink that had finished, with the pre-commit of its last output, which a restore
     /// commits.
-    FinishedSink { commit: serde_json::Value },
+    FinishedSink {
+        /// See the variant.
+        commit: serde_json::Value,
+    },
 }
 
 /// One vertex in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct VertexMeta {
     pub name: String,
-    pub role: String,
+    pub role: Role,
     pub uid: Option<String>,
     pub parallelism: u32,
     /// By subtask index.
@@ -148,17 +177,29 @@ impl Metadata {
     }
 }
 
+/// How a checkpoint of the history ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointOutcome {
+    /// Its metadata was written: it can be restored.
+    Completed,
+    /// It was given up; `reason` says why.
+    Aborted,
+}
+
 /// One line of the checkpoint history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
+    /// The checkpoint id.
     pub id: u64,
-    /// `completed` or `aborted`.
-    pub status: String,
+    /// Whether it completed.
+    pub status: CheckpointOutcome,
     /// Why it was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Unix time in milliseconds of the trigger.
     pub triggered_ms: u64,
+    /// From trigger to completion (or abort).
     pub duration_ms: u64,
     /// Bytes written for this checkpoint: with incremental RocksDB checkpoints, only the
     /// files earlier checkpoints did not share.
@@ -168,29 +209,36 @@ pub struct HistoryEntry {
     pub full_size_bytes: u64,
     /// The longest barrier alignment of any task.
     pub alignment_ms: u64,
+    /// Per vertex: what it wrote and how long its snapshots took.
     pub operators: Vec<OperatorStats>,
 }
 
 /// What one vertex contributed to a checkpoint, summed over its subtasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorStats {
+    /// The vertex name.
     pub vertex: String,
+    /// Bytes written for the checkpoint by every subtask of the vertex.
     pub size_bytes: u64,
     /// The longest synchronous snapshot part of any of its subtasks.
     pub sync_ms: u64,
+    /// The longest barrier alignment of any of its subtasks.
     pub alignment_ms: u64,
 }
 
 /// The `history.json` file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointHistory {
+    /// The job name.
     pub job: String,
+    /// The last checkpoints, oldest first.
     pub checkpoints: Vec<HistoryEntry>,
 }
 
 /// The record that a job ran to the end of its input and committed all its output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
+    /// The job name.
     pub job: String,
     /// Unix time in milliseconds when it was recorded.
     pub finished_ms: u64,
@@ -608,7 +656,7 @@ mod tests {
             max_parallelism: 128,
             vertices: vec![VertexMeta {
                 name: "count".into(),
-                role: "operator".into(),
+                role: Role::Operator,
                 uid: Some("count".into()),
                 parallelism: files.len() as u32,
                 subtasks: files
@@ -796,7 +844,7 @@ mod tests {
                     "j",
                     HistoryEntry {
                         id,
-                        status: "completed".into(),
+                        status: CheckpointOutcome::Completed,
                         reason: None,
                         triggered_ms: 0,
                         duration_ms: 1,

@@ -70,6 +70,7 @@ pub enum ConnectorError {
         /// The file or directory (or `stdout`) involved.
         path: String,
         #[source]
+        /// The I/O error.
         source: std::io::Error,
     },
     /// An operation on a file or directory failed; `action` says which ("create the output
@@ -81,6 +82,7 @@ pub enum ConnectorError {
         /// The file or directory.
         path: String,
         #[source]
+        /// The I/O error.
         source: std::io::Error,
     },
     /// A configuration or a restored position that the connector cannot work with.
@@ -89,6 +91,7 @@ pub enum ConnectorError {
     /// An external system (a database) refused or failed an operation.
     #[error("{message}")]
     External {
+        /// What the system said.
         message: String,
         /// Whether trying again cannot help (a missing table, bad credentials), unlike a
         /// dropped connection.
@@ -128,7 +131,7 @@ impl ConnectorError {
 }
 
 /// One subtask of a source: reads its splits into batches.
-pub trait Source: Send {
+pub(crate) trait Source: Send {
     /// Appends up to `max_records` records to `out`.
     fn poll(&mut self, out: &mut Batch, max_records: usize) -> Result<Poll, ConnectorError>;
     /// The position after the last record appended.
@@ -138,7 +141,7 @@ pub trait Source: Send {
 }
 
 /// One subtask of a sink: writes batches out.
-pub trait Sink: Send {
+pub(crate) trait Sink: Send {
     /// Writes every record of `batch`.
     fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError>;
     /// Makes everything written so far durable (at the end of input).
@@ -216,7 +219,7 @@ impl SourceConfig {
     }
 
     /// Builds subtask `subtask` of `parallelism`.
-    pub fn build(
+    pub(crate) fn build(
         &self,
         base_dir: &Path,
         subtask: usize,
@@ -283,7 +286,8 @@ impl SinkConfig {
     }
 
     /// Builds subtask `subtask` of `parallelism` for a job without checkpoints.
-    pub fn build(
+    #[cfg(test)]
+    pub(crate) fn build(
         &self,
         base_dir: &Path,
         subtask: usize,
@@ -359,12 +363,15 @@ impl Delivery {
 /// Where a sink subtask runs.
 #[derive(Debug, Clone, Copy)]
 pub struct SinkContext<'a> {
+    /// The job name.
     pub job: &'a str,
     /// The sink's name in the job spec.
     pub name: &'a str,
     /// The directory relative paths of the spec start at.
     pub base_dir: &'a Path,
+    /// Which subtask of the sink this is.
     pub subtask: usize,
+    /// The sink's parallelism.
     pub parallelism: usize,
     /// Whether the job checkpoints: a two-phase-commit sink then commits what each completed
     /// checkpoint covers, and otherwise as it goes.

@@ -59,11 +59,13 @@ pub struct PostgresSinkConfig {
     /// The table, optionally with its schema (`schema.table`).
     pub table: String,
     #[serde(default)]
+    /// Append every record as a row, or upsert by key.
     pub mode: WriteMode,
     /// Upsert: the columns of the table's primary key or of a unique index.
     #[serde(default)]
     pub key: Vec<String>,
     #[serde(default)]
+    /// How a record becomes a row.
     pub format: RowFormat,
     /// The columns written: with `key_value`, the key's column then the value's.
     pub columns: Vec<String>,

@@ -49,15 +49,30 @@ pub const MAX_MAX_PARALLELISM: u32 = 32_768;
 /// A spec that cannot run, with what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
+    /// The spec file cannot be read.
     #[error("cannot read job spec {path}: {cause}")]
     Read {
+        /// The file or directory involved.
         path: PathBuf,
+        /// Why it failed.
         cause: std::io::Error,
     },
+    /// The spec is not valid TOML, or has keys or values of the wrong kind.
     #[error("job spec {path} is not valid: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong, in the words of the check that failed.
+        message: String,
+    },
+    /// The spec parses but describes a job that cannot run.
     #[error("job spec {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong, in the words of the check that failed.
+        message: String,
+    },
 }
 
 /// How records travel from one vertex to the next.
@@ -78,8 +93,11 @@ pub enum EdgeKind {
 pub enum OperatorCode {
     /// A WebAssembly component (absolute path), with its limits and grants.
     Wasm {
+        /// The file or directory involved.
         path: PathBuf,
+        /// The limits of each instance.
         limits: Limits,
+        /// What it may reach outside its sandbox.
         grants: Grants,
     },
     /// A built-in native operator by name.
@@ -89,13 +107,18 @@ pub enum OperatorCode {
 /// Kind of a vertex of the job graph.
 #[derive(Debug, Clone)]
 pub enum VertexKind {
+    /// A source, with its connector's configuration.
     Source(SourceConfig),
+    /// An operator.
     Operator {
+        /// The stable id that ties its state to it across upgrades.
         uid: String,
+        /// What it runs.
         code: OperatorCode,
         /// The `config` table as JSON, handed to the operator's `open`.
         config: String,
     },
+    /// A sink, with its connector's configuration.
     Sink(SinkConfig),
 }
 
@@ -104,6 +127,7 @@ pub enum VertexKind {
 pub struct Input {
     /// The upstream vertex, by index into [`JobSpec::vertices`].
     pub from: usize,
+    /// How records are distributed over the consumer's subtasks.
     pub edge: EdgeKind,
     /// A side output of `from` (`input = "op.name"`) instead of its main output.
     pub side_output: Option<String>,
@@ -112,17 +136,24 @@ pub struct Input {
 /// A vertex of the logical job graph: a source, an operator or a sink.
 #[derive(Debug, Clone)]
 pub struct Vertex {
+    /// The name, unique in the job.
     pub name: String,
+    /// How many subtasks run it.
     pub parallelism: u32,
+    /// What it reads (none for a source).
     pub inputs: Vec<Input>,
+    /// Source, operator or sink, with its configuration.
     pub kind: VertexKind,
 }
 
 /// A validated job: vertices in topological order (every input before its consumer).
 #[derive(Debug, Clone)]
 pub struct JobSpec {
+    /// The name, unique in the job.
     pub name: String,
+    /// The number of key groups: the most subtasks an operator can ever have.
     pub max_parallelism: u32,
+    /// The vertices, every input before its consumer.
     pub vertices: Vec<Vertex>,
     /// The directory relative paths in the spec are resolved against.
     pub base_dir: PathBuf,

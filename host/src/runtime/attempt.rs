@@ -20,7 +20,6 @@ use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
 use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
 use crate::job::spec::{EdgeKind, VertexKind};
-use crate::operator::FailureKind;
 
 /// Batches a channel holds before its sender blocks.
 const CHANNEL_CAPACITY: usize = 8;
@@ -192,22 +191,14 @@ pub(super) fn spawn(
     Ok(attempt)
 }
 
+/// A task thread's panic, as the job's failure.
 fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
     let message = panic
         .downcast_ref::<String>()
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "unknown panic".into());
-    JobError::Task {
-        kind: FailureKind::Other,
-        role: "task",
-        name: "runtime".into(),
-        uid: None,
-        subtask: 0,
-        parallelism: 1,
-        message: format!("internal error (please report): {message}"),
-        permanent: false,
-    }
+    JobError::Internal(format!("a task panicked: {message}"))
 }
 
 /// Coordinates the attempt's checkpoints until every task has ended.
@@ -362,16 +353,9 @@ pub(super) fn run(
         (None, false) if stopped_at.is_some() && finished + suspended == tasks => {
             Outcome::Stopped(stopped_at.expect("checked"))
         }
-        (None, false) => Outcome::Failed(JobError::Task {
-            kind: FailureKind::Other,
-            role: "task",
-            name: "runtime".into(),
-            uid: None,
-            subtask: 0,
-            parallelism: 1,
-            message: "a task stopped without reporting why (please report)".into(),
-            permanent: false,
-        }),
+        (None, false) => Outcome::Failed(JobError::Internal(
+            "a task stopped without reporting why".into(),
+        )),
     };
     // Checkpoints triggered in this attempt that did not complete.
     let pending: Vec<u64> = triggered_at.keys().copied().collect();

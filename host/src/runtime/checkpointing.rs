@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use super::attempt::{Attempt, Finals};
 use super::task::{self, Control};
-use super::{CheckpointStatus, JobError, JobParts, Metrics, role, vertex_failure};
+use super::{JobError, JobParts, Metrics, role, vertex_failure};
 use crate::checkpoint::committer::{self, PreCommit};
 use crate::checkpoint::coordinator::{Completed, Decision, TaskId, TaskState};
 use crate::checkpoint::storage::{
-    CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats, SubtaskState,
-    VertexMeta, millis, unix_ms,
+    CheckpointOutcome, CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats,
+    SubtaskState, VertexMeta, millis, unix_ms,
 };
 use crate::checkpoint::writer::Written;
 use crate::checkpoint::{Barrier, BarrierKind};
@@ -82,7 +82,7 @@ pub(super) fn apply(
             store.discard(id);
             let entry = HistoryEntry {
                 id,
-                status: "aborted".into(),
+                status: CheckpointOutcome::Aborted,
                 reason: Some(reason.to_string()),
                 triggered_ms,
                 duration_ms: unix_ms().saturating_sub(triggered_ms),
@@ -116,7 +116,7 @@ pub(super) fn record(
     metrics: &Metrics,
     entry: HistoryEntry,
 ) {
-    if entry.status == "completed" {
+    if entry.status == CheckpointOutcome::Completed {
         let mut status = metrics.checkpoints();
         status.completed += 1;
         status.last = Some(entry.clone());
@@ -184,6 +184,7 @@ fn commit<'a>(
                 "the commit of its pre-committed output failed: {}",
                 failed.cause
             ),
+            Some(failed.cause.into()),
         )
     })
 }
@@ -201,7 +202,7 @@ pub(super) fn summarize(
         .iter()
         .map(|v| VertexMeta {
             name: v.name.clone(),
-            role: role(&v.kind).into(),
+            role: role(&v.kind),
             uid: match &v.kind {
                 VertexKind::Operator { uid, .. } => Some(uid.clone()),
                 _ => None,
@@ -255,7 +256,7 @@ pub(super) fn summarize(
     };
     let entry = HistoryEntry {
         id: done.id,
-        status: "completed".into(),
+        status: CheckpointOutcome::Completed,
         reason: None,
         triggered_ms,
         duration_ms: millis(done.completed.saturating_sub(done.triggered)),
@@ -265,11 +266,4 @@ pub(super) fn summarize(
         operators: stats,
     };
     (meta, entry)
-}
-
-impl Metrics {
-    /// The checkpoint counters, for updating or reading.
-    pub(crate) fn checkpoints(&self) -> std::sync::MutexGuard<'_, CheckpointStatus> {
-        self.checkpoints.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }

@@ -233,7 +233,7 @@ mod tests {
                 .iter()
                 .map(|v| storage::VertexMeta {
                     name: v.name.clone(),
-                    role: "x".into(),
+                    role: crate::role::Role::Operator,
                     uid: match &v.kind {
                         VertexKind::Operator { uid, .. } => Some(uid.clone()),
                         _ => None,

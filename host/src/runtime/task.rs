@@ -24,13 +24,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use super::barrier::{Aligner, Alignment, Progress};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::restore::Restored;
-use super::{JobError, Metrics, Shared, vertex_failure};
+use super::{Cause, JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
 use crate::checkpoint::writer::{Part, PartState, TaskSnapshot};
 use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode};
 use crate::clock::Clock;
-use crate::connectors::{Poll, Sink, SinkContext, Source};
+use crate::connectors::{ConnectorError, Poll, Sink, SinkContext, Source};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::key_group::key_group_range;
 use crate::native;
@@ -140,8 +140,26 @@ enum Ended {
     Stopped,
 }
 
-fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
-    failure(spec, vertex, subtask, FailureKind::Other, message)
+/// A failure of `vertex` caused by `cause`, said after `context` (when not empty).
+fn error(
+    spec: &JobSpec,
+    vertex: usize,
+    subtask: u32,
+    context: &str,
+    cause: impl Into<Cause> + std::fmt::Display,
+) -> Stop {
+    let message = match context {
+        "" => cause.to_string(),
+        context => format!("{context}: {cause}"),
+    };
+    failure(
+        spec,
+        vertex,
+        subtask,
+        FailureKind::Other,
+        message,
+        Some(cause.into()),
+    )
 }
 
 /// The failure of operator `vertex`, of the kind the operator reported; a call that the
@@ -149,7 +167,14 @@ fn error(spec: &JobSpec, vertex: usize, subtask: u32, message: String) -> Stop {
 fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError) -> Stop {
     match e {
         OperatorError::Cancelled => Stop::Disconnected,
-        e => failure(spec, vertex, subtask, e.kind(), e.to_string()),
+        e => failure(
+            spec,
+            vertex,
+            subtask,
+            e.kind(),
+            e.to_string(),
+            Some(e.into()),
+        ),
     }
 }
 
@@ -173,8 +198,9 @@ fn failure(
     subtask: u32,
     kind: FailureKind,
     message: String,
+    cause: Option<Cause>,
 ) -> Stop {
-    Stop::Failed(vertex_failure(spec, vertex, subtask, kind, message))
+    Stop::Failed(vertex_failure(spec, vertex, subtask, kind, message, cause))
 }
 
 fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
@@ -195,18 +221,18 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
     }
     let source = match &spec.vertices[head].kind {
         VertexKind::Source(config) => {
-            let fail = |e: String| error(&spec, head, s, e);
+            let fail = |context: &str, e: ConnectorError| error(&spec, head, s, context, e);
             let p = spec.vertices[head].parallelism as usize;
             let mut source = config
                 .build(&spec.base_dir, s as usize, p)
-                .map_err(|e| permanent_if(e.is_permanent(), fail(e.to_string())))?;
+                .map_err(|e| permanent_if(e.is_permanent(), fail("", e)))?;
             if let Some(position) = restore
                 .as_ref()
                 .and_then(|r| r.source_position(&spec.vertices[head].name, s))
             {
-                source.restore(position).map_err(|e| {
-                    permanent(fail(format!("cannot resume from the checkpoint: {e}")))
-                })?;
+                source
+                    .restore(position)
+                    .map_err(|e| permanent(fail("cannot resume from the checkpoint", e)))?;
             }
             Some(source)
         }
@@ -327,19 +353,17 @@ fn build_stage(
             let mut op = new_operator(spec, v, s, component.as_ref(), state, cancelled)
                 .map_err(|e| permanent(operator_error(spec, v, s, e)))?;
             if let Some(r) = restore {
-                let fail = |e: String| {
-                    permanent(error(spec, v, s, format!("cannot restore its state: {e}")))
+                let fail = |e: Cause| {
+                    let message = format!("cannot restore its state: {e}");
+                    permanent(failure(spec, v, s, FailureKind::Other, message, Some(e)))
                 };
-                for bytes in r
-                    .keyed_state(uid, &groups)
-                    .map_err(|e| fail(e.to_string()))?
-                {
+                for bytes in r.keyed_state(uid, &groups).map_err(|e| fail(e.into()))? {
                     op.restore(&bytes, &r.shared_dir())
-                        .map_err(|e| fail(e.to_string()))?;
+                        .map_err(|e| fail(e.into()))?;
                 }
-                if let Some(bytes) = r.operator_state(uid, s).map_err(|e| fail(e.to_string()))? {
+                if let Some(bytes) = r.operator_state(uid, s).map_err(|e| fail(e.into()))? {
                     op.restore_operator_state(&bytes)
-                        .map_err(|e| fail(e.to_string()))?;
+                        .map_err(|e| fail(e.into()))?;
                 }
             }
             Ok(Stage::Operator(op))
@@ -349,7 +373,7 @@ fn build_stage(
             config
                 .restore(&sink_context(spec, v, s), state)
                 .map(Stage::Sink)
-                .map_err(|e| permanent_if(e.is_permanent(), error(spec, v, s, e.to_string())))
+                .map_err(|e| permanent_if(e.is_permanent(), error(spec, v, s, "", e)))
         }
         VertexKind::Source(_) => unreachable!("a source only heads a chain"),
     }
@@ -389,7 +413,7 @@ fn run_source(
         }
         let status = source
             .poll(&mut batch, BATCH_RECORDS)
-            .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, e.to_string()))?;
+            .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, "", e))?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
             chain.push(0, &batch)?;
@@ -462,7 +486,7 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
                     }
                     aligner
                         .on_barrier(i, barrier.id, origin.elapsed())
-                        .map_err(|e| chain.fail_task(format!("checkpoint barrier protocol: {e}")))?
+                        .map_err(|e| chain.fail_task("checkpoint barrier protocol", e))?
                 }
                 Ok(Message::End) => {
                     ended[i] = true;
@@ -492,13 +516,13 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
 }
 
 impl Chain {
-    fn fail(&self, i: usize, message: String) -> Stop {
-        error(&self.spec, self.vertices[i], self.subtask, message)
+    fn fail(&self, i: usize, context: &str, cause: impl Into<Cause> + std::fmt::Display) -> Stop {
+        error(&self.spec, self.vertices[i], self.subtask, context, cause)
     }
 
     /// A failure of the task as a whole, reported for its last vertex.
-    fn fail_task(&self, message: String) -> Stop {
-        error(&self.spec, self.tail, self.subtask, message)
+    fn fail_task(&self, context: &str, cause: impl Into<Cause> + std::fmt::Display) -> Stop {
+        error(&self.spec, self.tail, self.subtask, context, cause)
     }
 
     /// The barrier's checkpoint: forwards the barrier (after every record before it),
@@ -534,7 +558,7 @@ impl Chain {
                         shared: None,
                     };
                     if let Err(e) = op.snapshot(n, &mut snapshot) {
-                        return Err(self.fail(i, format!("snapshot failed: {e}")));
+                        return Err(self.fail(i, "snapshot failed", e));
                     }
                     self.snapshot_sizes[i] = snapshot.bytes.len();
                     PartState::Operator {
@@ -544,7 +568,7 @@ impl Chain {
                 }
                 Stage::Sink(sink) => match sink.snapshot(n) {
                     Ok(state) => PartState::Sink(state),
-                    Err(e) => return Err(self.fail(i, format!("pre-commit failed: {e}"))),
+                    Err(e) => return Err(self.fail(i, "pre-commit failed", e)),
                 },
             };
             parts.push(Part { vertex, state });
@@ -590,7 +614,7 @@ impl Chain {
             match &mut self.stages[i] {
                 Stage::Sink(sink) => {
                     if let Err(e) = sink.notify_complete(n) {
-                        return Err(self.fail(i, format!("commit of checkpoint {n} failed: {e}")));
+                        return Err(self.fail(i, &format!("commit of checkpoint {n} failed"), e));
                     }
                 }
                 Stage::Operator(op) => op.notify_complete(n),
@@ -631,14 +655,16 @@ impl Chain {
     fn send(&mut self, side_output: Option<&str>, batch: &Batch) -> Result<bool, Stop> {
         self.output.push(side_output, batch).map_err(|e| match e {
             PushError::Disconnected => Stop::Disconnected,
-            PushError::MissingKey { to } => error(
+            PushError::MissingKey { to } => failure(
                 &self.spec,
                 self.tail,
                 self.subtask,
+                FailureKind::Other,
                 format!(
                     "emitted a record without a key into the key_by edge to \"{to}\"; \
-                         emit every record with a key (or use another edge)"
+                     emit every record with a key (or use another edge)"
                 ),
+                None,
             ),
         })
     }
@@ -693,7 +719,7 @@ impl Chain {
             }
             Stage::Sink(sink) => sink
                 .write(batch)
-                .map_err(|e| error(&self.spec, self.vertices[i], self.subtask, e.to_string())),
+                .map_err(|e| error(&self.spec, self.vertices[i], self.subtask, "", e)),
         }
     }
 
@@ -721,7 +747,7 @@ impl Chain {
                 Stage::Sink(sink) => match sink.finish() {
                     Ok(commit) if commit.is_null() => {}
                     Ok(commit) => commits.push((self.vertices[i], commit)),
-                    Err(e) => return Err(self.fail(i, e.to_string())),
+                    Err(e) => return Err(self.fail(i, "", e)),
                 },
             }
         }

@@ -19,8 +19,9 @@ impl Job {
             match &vertex.kind {
                 VertexKind::Operator { .. } => {
                     let component = self.parts.components.get(&v);
-                    let fail =
-                        |e: OperatorError| vertex_failure(spec, v, 0, e.kind(), e.to_string());
+                    let fail = |e: OperatorError| {
+                        vertex_failure(spec, v, 0, e.kind(), e.to_string(), Some(e.into()))
+                    };
                     let mut op = new_operator(
                         spec,
                         v,
@@ -34,7 +35,16 @@ impl Job {
                 }
                 VertexKind::Sink(config) => config
                     .check(&spec.base_dir, spec.checkpoint.is_some())
-                    .map_err(|e| vertex_failure(spec, v, 0, FailureKind::Other, e.to_string()))?,
+                    .map_err(|e| {
+                        vertex_failure(
+                            spec,
+                            v,
+                            0,
+                            FailureKind::Other,
+                            e.to_string(),
+                            Some(e.into()),
+                        )
+                    })?,
                 VertexKind::Source(_) => {}
             }
         }

@@ -85,14 +85,19 @@ impl std::fmt::Display for StateKind {
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     #[serde(default)]
+    /// Where keyed state lives.
     pub backend: BackendKind,
     #[serde(default = "default_dir")]
+    /// Where RocksDB keeps its working directories, relative to the spec.
     pub dir: PathBuf,
     #[serde(default = "yes")]
+    /// Whether RocksDB checkpoints share unchanged files (else full snapshots).
     pub incremental: bool,
     #[serde(default = "default_block_cache")]
+    /// RocksDB's block cache, per subtask.
     pub block_cache: bytesize::ByteSize,
     #[serde(default = "default_write_buffer")]
+    /// RocksDB's memtable size, per subtask.
     pub write_buffer: bytesize::ByteSize,
     /// RocksDB, per subtask: values of value states kept in memory in front of RocksDB.
     #[serde(default = "default_cache_entries")]
@@ -101,10 +106,13 @@ pub struct StateConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// A keyed-state backend (`[state] backend`).
 pub enum BackendKind {
     #[default]
+    /// Hash tables in memory; full snapshots.
     Memory,
     #[serde(rename = "rocksdb")]
+    /// An embedded RocksDB per subtask; incremental checkpoints.
     RocksDb,
 }
 

@@ -27,58 +27,114 @@ const OPERATOR_EXPORT: &str = "weir:stream/operator@0.1.0";
 /// A `.wasm` file that cannot be used as an operator, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum WasmError {
+    /// The file cannot be read.
     #[error(
         "cannot read {path}: {cause}; check the `wasm` path (relative paths start at the job spec's directory)"
     )]
     Read {
+        /// The file or directory involved.
         path: PathBuf,
+        /// Why it failed.
         cause: std::io::Error,
     },
+    /// The file is empty.
     #[error("{path} is empty; rebuild the operator")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The file or directory involved.
+        path: PathBuf,
+    },
+    /// The file is not WebAssembly.
     #[error(
         "{path} is not a WebAssembly file (it does not start with \"\\0asm\"); build the operator with \
          `cargo build --release --target wasm32-wasip2`"
     )]
-    NotWasm { path: PathBuf },
+    NotWasm {
+        /// The file or directory involved.
+        path: PathBuf,
+    },
+    /// The file is a core module, not a component.
     #[error(
         "{path} is a core WebAssembly module, not a component; build it for the wasm32-wasip2 target \
          (`cargo build --release --target wasm32-wasip2`) or wrap it with `wasm-tools component new`"
     )]
-    CoreModule { path: PathBuf },
+    CoreModule {
+        /// The file or directory involved.
+        path: PathBuf,
+    },
+    /// The component does not validate or compile.
     #[error("{path} is not a valid component: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong, in the words of the check that failed.
+        message: String,
+    },
+    /// The component is built for another version of the contract.
     #[error(
         "{path} targets weir:stream@{found}, but this host supports weir:stream@{WIT_VERSION}; \
          rebuild it against weir-sdk {WIT_VERSION}"
     )]
-    WrongVersion { path: PathBuf, found: String },
+    WrongVersion {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The version it has.
+        found: String,
+    },
+    /// The component does not export the operator interface.
     #[error(
         "{path} is not a weir operator: it does not export {OPERATOR_EXPORT} (its exports: {exports}); \
          build it with weir-sdk and `weir_sdk::export!`"
     )]
-    WrongWorld { path: PathBuf, exports: String },
+    WrongWorld {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What it exports.
+        exports: String,
+    },
+    /// The component imports what this host does not provide.
     #[error(
         "{path} imports {}, which this host does not provide; operators may import only weir:stream@{WIT_VERSION} and standard WASI interfaces",
         imports.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
     )]
-    UnknownImport { path: PathBuf, imports: Vec<String> },
+    UnknownImport {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The imports this host does not provide.
+        imports: Vec<String>,
+    },
+    /// The component cannot be linked.
     #[error("{path}: {message}")]
-    Link { path: PathBuf, message: String },
+    Link {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong, in the words of the check that failed.
+        message: String,
+    },
+    /// The file is larger than `limits.wasm_size`.
     #[error(
         "{path} is {size}, over the limit of {limit}; raise `limits.wasm_size` of the operator if \
          this is expected"
     )]
     TooLarge {
+        /// The file or directory involved.
         path: PathBuf,
+        /// Its size.
         size: String,
+        /// The limit.
         limit: String,
     },
+    /// Compiling took longer than `limits.compile_time`.
     #[error(
         "compiling {path} took longer than {limit:?}; raise `limits.compile_time` of the operator \
          if this is expected"
     )]
-    CompileTimeout { path: PathBuf, limit: Duration },
+    CompileTimeout {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The limit.
+        limit: Duration,
+    },
+    /// The engine cannot be created.
     #[error("wasmtime engine: {0}")]
     Engine(String),
 }

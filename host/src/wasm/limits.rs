@@ -46,21 +46,35 @@ const MAX_MEMORY: u64 = 4 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
+    /// Linear memory of one instance (at most 4 GiB).
     pub memory: ByteSize,
+    /// Elements of one table.
     pub table_elements: u64,
+    /// Core instances, memories and tables of one component.
     pub instances: u64,
     #[serde(with = "humantime_serde")]
+    /// How long one call may take, what it waits for in the host included.
     pub call_deadline: Duration,
+    /// Records one call may emit, to side outputs too.
     pub output_records: u64,
+    /// Bytes one call may emit.
     pub output_bytes: ByteSize,
+    /// One state value, list element or map entry.
     pub state_value: ByteSize,
+    /// What one import call may pass to the host.
     pub host_call_bytes: ByteSize,
+    /// Side outputs one instance may emit to.
     pub side_outputs: u64,
+    /// States one instance may declare, keyed and operator state.
     pub states: u64,
+    /// Timers pending in one instance.
     pub timers: u64,
+    /// What the host may hold for one instance: keyed state of the memory backend, timers, operator state.
     pub host_memory: ByteSize,
+    /// The size of the `.wasm` file.
     pub wasm_size: ByteSize,
     #[serde(with = "humantime_serde")]
+    /// How long compiling it may take (once; then it is cached).
     pub compile_time: Duration,
 }
 

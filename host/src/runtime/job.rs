@@ -1,0 +1,187 @@
+//! A job ready to run ([`Job`]): its spec, plan and loaded components; starting it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::lock;
+use super::restore::Restored;
+use super::supervisor;
+use super::{Events, JobControl, JobEnd, JobError, Metrics, RunningJob, role};
+use crate::checkpoint::RestoreFrom;
+use crate::checkpoint::storage::CheckpointStore;
+use crate::clock::Clock;
+use crate::job::plan::Plan;
+use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::state::BackendKind;
+use crate::wasm::{OperatorComponent, WasmEngine};
+
+/// A job whose operators are loaded and linked, ready to start (any number of times).
+#[derive(Debug)]
+pub struct Job {
+    pub(super) parts: Arc<JobParts>,
+}
+
+/// What every attempt of a job starts from.
+#[derive(Debug, Clone)]
+pub(crate) struct JobParts {
+    pub spec: Arc<JobSpec>,
+    pub plan: Plan,
+    pub components: HashMap<usize, OperatorComponent>,
+    /// Processing time for every task.
+    pub clock: Clock,
+}
+
+impl Job {
+    /// Loads and validates every WebAssembly operator of `spec`.
+    pub fn new(spec: JobSpec, engine: &WasmEngine) -> Result<Job, JobError> {
+        let mut components = HashMap::new();
+        for (v, vertex) in spec.vertices.iter().enumerate() {
+            if let VertexKind::Operator {
+                uid,
+                code: OperatorCode::Wasm { path, limits, .. },
+                ..
+            } = &vertex.kind
+            {
+                let component = engine
+                    .load(path, limits)
+                    .map_err(|cause| JobError::Component {
+                        name: vertex.name.clone(),
+                        uid: uid.clone(),
+                        cause,
+                    })?;
+                components.insert(v, component);
+            }
+        }
+        let plan = Plan::new(&spec);
+        Ok(Job {
+            parts: Arc::new(JobParts {
+                spec: Arc::new(spec),
+                plan,
+                components,
+                clock: Clock::system(),
+            }),
+        })
+    }
+
+    /// Runs the job on `clock` instead of the system clock: what state TTL and the guests'
+    /// processing time read. Tests use a [`Clock::manual`] to expire state exactly.
+    pub fn with_clock(mut self, clock: Clock) -> Job {
+        Arc::make_mut(&mut self.parts).clock = clock;
+        self
+    }
+
+    /// The job's spec.
+    pub fn spec(&self) -> &JobSpec {
+        &self.parts.spec
+    }
+
+    /// Starts the job from its newest checkpoint, if it has one (see [`Job::start_from`]).
+    pub fn start(&self) -> Result<RunningJob, JobError> {
+        self.start_from(RestoreFrom::Latest)
+    }
+
+    /// Starts every task of the job, restored from a checkpoint as `from` says. With
+    /// checkpointing on, a failed task restarts the job from its newest checkpoint under the
+    /// spec's restart strategy. A job an earlier run finished does not run again unless `from`
+    /// is [`RestoreFrom::Fresh`] ([`JobEnd::AlreadyFinished`]); one another process runs does
+    /// not start ([`JobError::AlreadyRunning`]).
+    pub fn start_from(&self, from: RestoreFrom) -> Result<RunningJob, JobError> {
+        self.start_controlled(from, JobControl::new())
+    }
+
+    /// [`Job::start_from`] under `control`, which may have been handed to a signal handler
+    /// (and even used) before the job started: a stop asked for before the start stops the job
+    /// at its first checkpoint.
+    pub fn start_controlled(
+        &self,
+        from: RestoreFrom,
+        control: JobControl,
+    ) -> Result<RunningJob, JobError> {
+        let spec = &self.parts.spec;
+        let store = match &spec.checkpoint {
+            Some(c) => Some(CheckpointStore::open(
+                &spec.base_dir.join(&c.dir),
+                &spec.name,
+            )?),
+            None => None,
+        };
+        let rocks = spec.state.backend == BackendKind::RocksDb;
+        let lock = match lock::lock_path(
+            store.as_ref().map(CheckpointStore::root),
+            rocks.then(|| spec.state_root()).as_deref(),
+        ) {
+            Some(path) => Some(lock::JobLock::acquire(&path, &spec.name)?),
+            None => None,
+        };
+        let (event_tx, events) = crossbeam_channel::bounded(1024);
+        let events_out = Events(event_tx);
+        let mut done = None;
+        if let Some(store) = &store {
+            if from == RestoreFrom::Latest {
+                if let Some(completion) = store.completion()? {
+                    // A crash may have come while its checkpoints were being deleted.
+                    store.discard_all()?;
+                    done = Some(JobEnd::AlreadyFinished(completion));
+                }
+            } else {
+                store.remove_completion()?;
+            }
+        }
+        if done.is_none() && rocks {
+            // Working directories of an earlier process of this job that did not end cleanly
+            // (killed): their state is in the checkpoints, if anywhere.
+            let root = spec.state_root();
+            if let Err(e) = std::fs::remove_dir_all(&root)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot clear the RocksDB directory {}: {e}", root.display());
+            }
+        }
+        let restore = match (from, &store) {
+            _ if done.is_some() => None,
+            (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
+            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec)?,
+            (RestoreFrom::Path(dir), _) => Some(Restored::load(&dir, spec)?),
+        };
+        let metrics = Arc::new(Metrics::new(
+            spec.vertices
+                .iter()
+                .map(|v| (v.name.clone(), role(&v.kind), v.parallelism)),
+        ));
+        let flags = control.shared;
+        let supervisor = {
+            let (parts, metrics, flags) = (
+                Arc::clone(&self.parts),
+                Arc::clone(&metrics),
+                Arc::clone(&flags),
+            );
+            std::thread::Builder::new()
+                .name("supervisor".into())
+                .spawn(move || {
+                    // Held until the job has ended.
+                    let _lock = lock;
+                    match done {
+                        Some(end) => Ok(end),
+                        None => supervisor::supervise(
+                            parts,
+                            metrics,
+                            flags,
+                            store,
+                            restore.map(Arc::new),
+                            events_out,
+                        ),
+                    }
+                })
+                .map_err(JobError::Spawn)?
+        };
+        Ok(RunningJob {
+            metrics,
+            supervisor,
+            shared: flags,
+            events,
+            started: Instant::now(),
+            checkpointing: spec.checkpoint.is_some(),
+        })
+    }
+}

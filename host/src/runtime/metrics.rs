@@ -1,0 +1,89 @@
+//! Live counters of a running job: records in and out per vertex, and checkpoints.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::VertexSummary;
+use crate::checkpoint::HistoryEntry;
+use crate::role::Role;
+
+/// Counters of one vertex, summed over its subtasks.
+#[derive(Debug)]
+pub struct VertexMetrics {
+    /// The vertex name.
+    pub name: String,
+    /// Source, operator or sink.
+    pub role: Role,
+    /// Its subtasks.
+    pub parallelism: u32,
+    /// Records it received.
+    pub records_in: AtomicU64,
+    /// Records it emitted.
+    pub records_out: AtomicU64,
+}
+
+/// Live counters of a running job.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Per vertex of the spec, in its order.
+    pub vertices: Vec<VertexMetrics>,
+    checkpoints: Mutex<CheckpointStatus>,
+}
+
+/// How checkpointing and recovery of a job are going.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointStatus {
+    /// Checkpoints completed.
+    pub completed: u64,
+    /// Checkpoints aborted for a reason other than a newer one completing first.
+    pub failed: u64,
+    /// The last completed checkpoint.
+    pub last: Option<HistoryEntry>,
+    /// The checkpoint the job (last) restored from.
+    pub restored_from: Option<u64>,
+    /// Restarts after failures.
+    pub restarts: u32,
+}
+
+impl Metrics {
+    /// The counters of every vertex now.
+    pub fn summaries(&self) -> Vec<VertexSummary> {
+        self.vertices
+            .iter()
+            .map(|v| VertexSummary {
+                name: v.name.clone(),
+                role: v.role,
+                records_in: v.records_in.load(Ordering::Relaxed),
+                records_out: v.records_out.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// A copy of the checkpoint counters.
+    pub fn checkpoint_status(&self) -> CheckpointStatus {
+        self.checkpoints().clone()
+    }
+}
+
+impl Metrics {
+    /// Counters of `vertices` (name, role, parallelism), all zero.
+    pub(crate) fn new(vertices: impl Iterator<Item = (String, Role, u32)>) -> Metrics {
+        Metrics {
+            vertices: vertices
+                .map(|(name, role, parallelism)| VertexMetrics {
+                    name,
+                    role,
+                    parallelism,
+                    records_in: AtomicU64::new(0),
+                    records_out: AtomicU64::new(0),
+                })
+                .collect(),
+            checkpoints: Mutex::new(CheckpointStatus::default()),
+        }
+    }
+
+    /// The checkpoint counters, for updating or reading.
+    pub(crate) fn checkpoints(&self) -> std::sync::MutexGuard<'_, CheckpointStatus> {
+        self.checkpoints.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

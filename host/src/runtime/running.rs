@@ -1,0 +1,188 @@
+//! A started job ([`RunningJob`]): watching it, stopping or cancelling it ([`JobControl`]),
+//! waiting for its end ([`JobSummary`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::{CheckpointStatus, JobEnd, JobError, JobEvent, Metrics};
+use crate::role::Role;
+
+/// Flags the tasks of one attempt look at: the attempt's own cancellation, and the job's
+/// (set by the user through [`JobControl`]).
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    cancelled: Arc<AtomicBool>,
+    /// The job's flags; `None` in the job's own instance.
+    job: Option<Arc<Shared>>,
+    /// Sources end their input at the next poll, and the job drains and finishes.
+    stopping: AtomicBool,
+}
+
+impl Shared {
+    /// The flags of a new attempt of the job whose flags are `job`.
+    pub(crate) fn attempt(job: &Arc<Shared>) -> Shared {
+        Shared {
+            job: Some(Arc::clone(job)),
+            ..Shared::default()
+        }
+    }
+
+    /// Makes every task of the attempt (or of the job) stop.
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// The attempt's own cancellation flag, for guest calls to watch (the supervisor sets it
+    /// when the user cancels the job).
+    pub(crate) fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancelled)
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+            || self.job.as_ref().is_some_and(|j| j.is_cancelled())
+    }
+
+    /// Whether the user cancelled the job.
+    pub(crate) fn is_user_cancelled(&self) -> bool {
+        match &self.job {
+            Some(j) => j.is_cancelled(),
+            None => self.cancelled.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_stopping())
+    }
+}
+
+/// A started job.
+#[derive(Debug)]
+pub struct RunningJob {
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) supervisor: JoinHandle<Result<JobEnd, JobError>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) events: Receiver<JobEvent>,
+    pub(super) started: Instant,
+    pub(super) checkpointing: bool,
+}
+
+/// Stops or cancels a running job from anywhere; see [`RunningJob::control`].
+#[derive(Debug, Clone, Default)]
+pub struct JobControl {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl JobControl {
+    /// A control for a job not started yet: see [`Job::start_controlled`](super::Job::start_controlled).
+    pub fn new() -> JobControl {
+        JobControl::default()
+    }
+
+    /// See [`RunningJob::stop`].
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// See [`RunningJob::cancel`].
+    pub fn cancel(&self) {
+        self.shared.cancel();
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+}
+
+/// Records in and out of one vertex.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexSummary {
+    /// The vertex name.
+    pub name: String,
+    /// Source, operator or sink.
+    pub role: Role,
+    /// Records it received.
+    pub records_in: u64,
+    /// Records it emitted.
+    pub records_out: u64,
+}
+
+/// How a job that did not fail went.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    /// How it ended.
+    pub end: JobEnd,
+    /// From the start to the end.
+    pub duration: Duration,
+    /// Per vertex of the spec, in its order.
+    pub vertices: Vec<VertexSummary>,
+    /// Checkpoints and restarts.
+    pub checkpoints: CheckpointStatus,
+}
+
+impl RunningJob {
+    /// Its live counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether the job takes checkpoints.
+    pub fn checkpointing(&self) -> bool {
+        self.checkpointing
+    }
+
+    /// Whether the job has ended (successfully or not).
+    pub fn is_finished(&self) -> bool {
+        self.supervisor.is_finished()
+    }
+
+    /// Asks every task to end now, without a checkpoint; [`RunningJob::wait`] then returns
+    /// [`JobError::Cancelled`]. Output after the last checkpoint stays uncommitted.
+    pub fn cancel(&self) {
+        self.control().cancel();
+    }
+
+    /// Stops the job (Flink's stop-with-savepoint, without drain), the way to end a job over
+    /// unbounded input. With checkpoints: sources stop reading where they are, one more
+    /// checkpoint is taken, and once it completes (sinks commit everything up to it) every task
+    /// ends without closing its operators, so end-of-input timers do not fire; the next start
+    /// resumes from that checkpoint. Without checkpoints the sources end their input early and
+    /// the job drains: what was read is processed, operators are closed and sinks flushed.
+    /// [`RunningJob::wait`] returns a summary whose end is [`JobEnd::Stopped`].
+    pub fn stop(&self) {
+        self.control().stop();
+    }
+
+    /// The job's events so far and to come (a bounded number are kept for a reader that comes
+    /// late). The channel disconnects once the job has ended.
+    pub fn events(&self) -> Receiver<JobEvent> {
+        self.events.clone()
+    }
+
+    /// A handle that can call [`RunningJob::stop`] or [`RunningJob::cancel`] from another
+    /// thread (a signal handler, say).
+    pub fn control(&self) -> JobControl {
+        JobControl {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Waits for the job to end; the error is the failure that ended it, naming its operator.
+    pub fn wait(self) -> Result<JobSummary, JobError> {
+        let end = match self.supervisor.join() {
+            Ok(result) => result?,
+            Err(_) => return Err(JobError::Internal("the supervisor panicked".into())),
+        };
+        Ok(JobSummary {
+            end,
+            duration: self.started.elapsed(),
+            vertices: self.metrics.summaries(),
+            checkpoints: self.metrics.checkpoint_status(),
+        })
+    }
+}
