@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Workspace, count_words, key_value, part_files, part_text, toml_path, wasm, weir_command,
+    Workspace, count_words, key_value, key_value_file_sink, keyed_probe_operators, part_files,
+    part_text, toml_path, wasm, weir_command, word_count_operators,
 };
 
 /// Deterministic text of `lines` lines over a skewed vocabulary of 2000 words.
@@ -62,32 +63,11 @@ name = "lines"
 type = "file"
 path = {input}
 split_size = 65536
-
-[[operator]]
-name = "split"
-uid = "split"
-{split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-{count}
-input = "split"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "count"
-path = {out}
-format = "key_value"
-"#,
+{operators}{sink}"#,
             input = toml_path(input),
-            out = toml_path(&ws.path("out")),
-            split = wasm("wordcount_split"),
-            count = wasm("wordcount_count"),
+            operators =
+                word_count_operators("lines", &wasm("wordcount_split"), &wasm("wordcount_count")),
+            sink = key_value_file_sink("count", &ws.path("out")),
         ),
     )
 }
@@ -589,31 +569,10 @@ fn timers_survive_sigkill() {
 name = "lines"
 type = "file"
 path = {input}
-
-[[operator]]
-name = "keyer"
-uid = "keyer"
-{keyer}
-input = "lines"
-
-[[operator]]
-name = "probe"
-uid = "probe"
-{probe}
-input = "keyer"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "probe"
-path = {out}
-format = "key_value"
-"#,
+{operators}{sink}"#,
             input = toml_path(&input),
-            keyer = wasm("weir_test_keyer"),
-            probe = wasm("weir_test_state_probe"),
-            out = toml_path(&ws.path("out")),
+            operators = keyed_probe_operators("lines", ""),
+            sink = key_value_file_sink("probe", &ws.path("out")),
         ),
     );
     let logs = crash_loop(&ws, &spec, 1);

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::exactly_once::{assert_visible_output_stays, checkpointed_job, command, completed};
 use crate::postgres::{CONNECTION, assert_sequence, client, table};
-use crate::support::{Workspace, part_files, toml_path, toml_str, wasm};
+use crate::support::{
+    Workspace, key_value_file_sink, keyed_probe_operators, part_files, toml_path, toml_str, wasm,
+};
 
 /// `weir run`'s exit code for a stopped job.
 const STOPPED: i32 = 3;
@@ -148,32 +150,10 @@ name = "lines"
 type = "file"
 path = {input}
 parallelism = 1
-
-[[operator]]
-name = "keyer"
-uid = "keyer"
-{keyer}
-input = "lines"
-parallelism = 1
-
-[[operator]]
-name = "probe"
-uid = "probe"
-{probe}
-input = "keyer"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "probe"
-path = {out}
-format = "key_value"
-"#,
+{operators}{sink}"#,
             input = toml_path(input),
-            keyer = wasm("weir_test_keyer"),
-            probe = wasm("weir_test_state_probe"),
-            out = toml_path(&ws.path("out")),
+            operators = keyed_probe_operators("lines", "parallelism = 1"),
+            sink = key_value_file_sink("probe", &ws.path("out")),
         ),
     )
 }

@@ -12,7 +12,7 @@ use postgres::{Client, NoTls};
 use crate::exactly_once::{
     checkpointed_job, command, completed, crash_loop, crash_loop_checked, crash_tally, text,
 };
-use crate::support::{Workspace, count_words, toml_path, toml_str, wasm};
+use crate::support::{Workspace, count_words, toml_path, toml_str, wasm, word_count_operators};
 
 pub(crate) const CONNECTION: &str = "host=127.0.0.1 user=postgres dbname=test";
 
@@ -129,21 +129,7 @@ name = "lines"
 type = "file"
 path = {input}
 {source}
-
-[[operator]]
-name = "split"
-uid = "split"
-{split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-{count}
-input = "split"
-edge = "key_by"
-
+{operators}
 [[sink]]
 name = "{sink}"
 type = "postgres"
@@ -157,8 +143,8 @@ columns = ["word", "count"]
 {sink_extra}
 "#,
             input = toml_path(input),
-            split = wasm("wordcount_split"),
-            count = wasm("wordcount_count"),
+            operators =
+                word_count_operators("lines", &wasm("wordcount_split"), &wasm("wordcount_count")),
             connection = toml_str(CONNECTION),
         ),
     )

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{Workspace, key_value, part_files, repo, toml_path, wasm};
+use crate::support::{
+    Workspace, key_value, key_value_file_sink, keyed_probe_operators, part_files, repo, toml_path,
+};
 
 #[path = "../conformance/script.rs"]
 mod script;
@@ -46,32 +48,10 @@ type = "file"
 path = {input}
 # One reader and one keyer keep each key's commands in file order.
 parallelism = 1
-
-[[operator]]
-name = "keyer"
-uid = "keyer"
-{keyer}
-input = "commands"
-parallelism = 1
-
-[[operator]]
-name = "probe"
-uid = "probe"
-{probe}
-input = "keyer"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "probe"
-path = {out}
-format = "key_value"
-"#,
+{operators}{sink}"#,
         input = toml_path(&input),
-        keyer = wasm("weir_test_keyer"),
-        probe = wasm("weir_test_state_probe"),
-        out = toml_path(&ws.path("out")),
+        operators = keyed_probe_operators("commands", "parallelism = 1"),
+        sink = key_value_file_sink("probe", &ws.path("out")),
     )
 }
 

@@ -249,3 +249,58 @@ pub fn count_words<'a>(
     }
     counts
 }
+
+/// The two operators of the word count as spec tables: `split` (the `wasm = ...` or
+/// `native = ...` line `split`), reading `input` over a rebalance edge, and `count` (likewise),
+/// reading `split` by key. A sink reads `count`.
+pub fn word_count_operators(input: &str, split: &str, count: &str) -> String {
+    format!(
+        r#"
+[[operator]]
+name = "split"
+uid = "split"
+{split}
+input = "{input}"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "split"
+edge = "key_by"
+"#
+    )
+}
+
+/// The keyer and the state probe as spec tables: `keyer` reads `input` (with `keyer_extra`
+/// added to its table), `probe` reads `keyer` by key; a sink reads `probe`.
+pub fn keyed_probe_operators(input: &str, keyer_extra: &str) -> String {
+    format!(
+        r#"
+[[operator]]
+name = "keyer"
+uid = "keyer"
+{keyer}
+input = "{input}"
+{keyer_extra}
+
+[[operator]]
+name = "probe"
+uid = "probe"
+{probe}
+input = "keyer"
+edge = "key_by"
+"#,
+        keyer = wasm("weir_test_keyer"),
+        probe = wasm("weir_test_state_probe"),
+    )
+}
+
+/// A file sink table `out` reading `input`, writing `key<TAB>value` lines into `path`.
+pub fn key_value_file_sink(input: &str, path: &Path) -> String {
+    format!(
+        "\n[[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"{input}\"\npath = {}\nformat = \"key_value\"\n",
+        toml_path(path)
+    )
+}

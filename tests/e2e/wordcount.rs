@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::support::{Workspace, count_words, key_value, part_files, repo, toml_path, wasm};
+use crate::support::{
+    Workspace, count_words, key_value, key_value_file_sink, part_files, repo, toml_path, wasm,
+    word_count_operators,
+};
 
 /// Deterministic text: several thousand lines of words with a skewed distribution (so some
 /// words occur far more often than a batch holds), mixed case, non-ASCII letters, tabs, runs
@@ -67,30 +70,10 @@ name = "lines"
 type = "file"
 paths = [{paths}]
 split_size = 32768
-
-[[operator]]
-name = "split"
-uid = "split"
-{split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-{count}
-input = "split"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "count"
-path = {out}
-format = "key_value"
-"#,
+{operators}{sink}"#,
         paths = paths.join(", "),
-        out = toml_path(out),
+        operators = word_count_operators("lines", split, count),
+        sink = key_value_file_sink("count", out),
     )
 }
 

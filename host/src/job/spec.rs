@@ -362,11 +362,9 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 common.name
             ));
         }
-        let config = SourceConfig::deserialize(toml::Value::Table(table))
-            .map_err(|e| format!("source \"{}\": {}", common.name, e.message()))?;
-        config
-            .validate(base_dir)
-            .map_err(|e| format!("source \"{}\": {e}", common.name))?;
+        let config = connector(table, "source", &common.name, |c: &SourceConfig| {
+            c.validate(base_dir)
+        })?;
         pending.push(Pending {
             common,
             kind: VertexKind::Source(config),
@@ -447,11 +445,9 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     }
     for (i, mut table) in raw.sink.into_iter().enumerate() {
         let common = take_common(&mut table, "sink", i)?;
-        let config = SinkConfig::deserialize(toml::Value::Table(table))
-            .map_err(|e| format!("sink \"{}\": {}", common.name, e.message()))?;
-        config
-            .validate(base_dir)
-            .map_err(|e| format!("sink \"{}\": {e}", common.name))?;
+        let config = connector(table, "sink", &common.name, |c: &SinkConfig| {
+            c.validate(base_dir)
+        })?;
         pending.push(Pending {
             common,
             kind: VertexKind::Sink(config),
@@ -638,6 +634,20 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         restart,
         state,
     })
+}
+
+/// The connector configuration of the `role` table named `name` (the table without the keys
+/// every vertex has), checked by `validate`; errors name the vertex.
+fn connector<C: for<'de> Deserialize<'de>>(
+    table: toml::Table,
+    role: &str,
+    name: &str,
+    validate: impl FnOnce(&C) -> Result<(), String>,
+) -> Result<C, String> {
+    let config = C::deserialize(toml::Value::Table(table))
+        .map_err(|e| format!("{role} \"{name}\": {}", e.message()))?;
+    validate(&config).map_err(|e| format!("{role} \"{name}\": {e}"))?;
+    Ok(config)
 }
 
 /// The `[restart]` table; without `strategy` (or without the table), Flink's default for the

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::checkpointing::apply;
+use super::checkpointing::Checkpointing;
 use super::output::{Message, Target};
 use super::restore::Restored;
 use super::task::{self, Control, TaskEnd, TaskSetup};
 use super::{Events, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::CheckpointError;
-use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
+use crate::checkpoint::coordinator::{Coordinator, TaskId};
 use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
 use crate::job::spec::{EdgeKind, VertexKind};
@@ -225,7 +225,7 @@ pub(super) fn run(
         },
         _ => None,
     };
-    let mut triggered_at: HashMap<u64, u64> = HashMap::new();
+    let mut checkpointing = Checkpointing::new(parts, metrics, store);
     let mut finals = Finals::new();
     let (mut ended, mut finished, mut suspended) = (0, 0, 0);
     let mut failure: Option<JobError> = None;
@@ -258,26 +258,14 @@ pub(super) fn run(
             events.send(JobEvent::Stopping { checkpoint: None });
         }
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
-        for d in decisions.drain(..) {
-            let completes = match &d {
-                Decision::Complete(done) => Some(done.id),
-                _ => None,
-            };
-            if let Some(e) = apply(
-                d,
-                parts,
-                metrics,
-                store,
-                &attempt,
-                &mut triggered_at,
-                &finals,
-                stop_id,
-            ) {
-                failure.get_or_insert(e);
-                attempt.shared.cancel();
-            } else if completes.is_some() && completes == stop_id {
-                stopped_at = stop_id;
-            }
+        let (failed, stopped) =
+            checkpointing.apply(decisions.drain(..), &attempt, &finals, stop_id);
+        if let Some(e) = failed {
+            failure.get_or_insert(e);
+            attempt.shared.cancel();
+        }
+        if stopped {
+            stopped_at = stop_id;
         }
         let wait = coordinator
             .as_ref()
@@ -331,19 +319,10 @@ pub(super) fn run(
     // The last task's end may have completed a checkpoint.
     if failure.is_none() && !cancelled {
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
-        for d in decisions {
-            if let Some(e) = apply(
-                d,
-                parts,
-                metrics,
-                store,
-                &attempt,
-                &mut triggered_at,
-                &finals,
-                stop_id,
-            ) {
-                failure.get_or_insert(e);
-            }
+        let (failed, stopped) = checkpointing.apply(decisions, &attempt, &finals, stop_id);
+        failure = failed;
+        if stopped {
+            stopped_at = stop_id;
         }
     }
     let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
@@ -358,7 +337,7 @@ pub(super) fn run(
         )),
     };
     // Checkpoints triggered in this attempt that did not complete.
-    let pending: Vec<u64> = triggered_at.keys().copied().collect();
+    let pending = checkpointing.unfinished();
     finish(attempt, outcome, store.map(|s| (s, pending)))
 }
 

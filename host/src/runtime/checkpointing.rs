@@ -19,22 +19,78 @@ use crate::checkpoint::{Barrier, BarrierKind};
 use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::FailureKind;
 
-/// Carries out one coordinator decision; `Some` is a failure of the job. `stop` is the
-/// checkpoint the job stops at, if a stop was triggered.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn apply(
+/// Carries out the coordinator's decisions for one attempt of a job.
+pub(super) struct Checkpointing<'a> {
+    parts: &'a JobParts,
+    metrics: &'a Metrics,
+    store: Option<&'a CheckpointStore>,
+    /// Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
+    triggered_at: HashMap<u64, u64>,
+}
+
+impl<'a> Checkpointing<'a> {
+    pub(super) fn new(
+        parts: &'a JobParts,
+        metrics: &'a Metrics,
+        store: Option<&'a CheckpointStore>,
+    ) -> Self {
+        Checkpointing {
+            parts,
+            metrics,
+            store,
+            triggered_at: HashMap::new(),
+        }
+    }
+
+    /// Carries out `decisions` for `attempt`, whose finished sinks made `finals`; `stop` is
+    /// the checkpoint the job stops at, if a stop was triggered. Returns the first failure of
+    /// the job they caused, and whether the stop checkpoint completed.
+    pub(super) fn apply(
+        &mut self,
+        decisions: impl IntoIterator<Item = Decision<Written>>,
+        attempt: &Attempt,
+        finals: &Finals,
+        stop: Option<u64>,
+    ) -> (Option<JobError>, bool) {
+        let (mut failure, mut stopped) = (None, false);
+        for d in decisions {
+            let completes = match &d {
+                Decision::Complete(done) => Some(done.id),
+                _ => None,
+            };
+            match apply(d, self, attempt, finals, stop) {
+                Some(e) => {
+                    failure.get_or_insert(e);
+                }
+                None => stopped |= completes.is_some() && completes == stop,
+            }
+        }
+        (failure, stopped)
+    }
+
+    /// The checkpoints triggered and not completed: what they wrote is to be deleted.
+    pub(super) fn unfinished(&self) -> Vec<u64> {
+        self.triggered_at.keys().copied().collect()
+    }
+}
+
+/// Carries out one coordinator decision; `Some` is a failure of the job.
+fn apply(
     decision: Decision<Written>,
-    parts: &JobParts,
-    metrics: &Metrics,
-    store: Option<&CheckpointStore>,
+    ctx: &mut Checkpointing<'_>,
     attempt: &Attempt,
-    // Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
-    triggered_at: &mut HashMap<u64, u64>,
     finals: &Finals,
     stop: Option<u64>,
 ) -> Option<JobError> {
+    let Checkpointing {
+        parts,
+        metrics,
+        store,
+        triggered_at,
+    } = ctx;
+    let (parts, metrics) = (*parts, *metrics);
     let spec = &parts.spec;
-    let store = store?;
+    let store = (*store)?;
     match decision {
         Decision::Trigger(id) => {
             tracing::debug!("triggering checkpoint {id}");

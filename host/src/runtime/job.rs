@@ -39,7 +39,12 @@ impl Job {
         for (v, vertex) in spec.vertices.iter().enumerate() {
             if let VertexKind::Operator {
                 uid,
-                code: OperatorCode::Wasm { path, limits, .. },
+                code:
+                    OperatorCode::Wasm {
+                        path,
+                        limits,
+                        grants,
+                    },
                 ..
             } = &vertex.kind
             {
@@ -50,7 +55,7 @@ impl Job {
                         uid: uid.clone(),
                         cause,
                     })?;
-                components.insert(v, component);
+                components.insert(v, component.with_grants(grants.clone()));
             }
         }
         let plan = Plan::new(&spec);

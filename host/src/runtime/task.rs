@@ -152,14 +152,14 @@ fn error(
         "" => cause.to_string(),
         context => format!("{context}: {cause}"),
     };
-    failure(
+    Stop::Failed(vertex_failure(
         spec,
         vertex,
         subtask,
         FailureKind::Other,
         message,
         Some(cause.into()),
-    )
+    ))
 }
 
 /// The failure of operator `vertex`, of the kind the operator reported; a call that the
@@ -167,14 +167,14 @@ fn error(
 fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError) -> Stop {
     match e {
         OperatorError::Cancelled => Stop::Disconnected,
-        e => failure(
+        e => Stop::Failed(vertex_failure(
             spec,
             vertex,
             subtask,
             e.kind(),
             e.to_string(),
             Some(e.into()),
-        ),
+        )),
     }
 }
 
@@ -190,17 +190,6 @@ fn permanent(mut stop: Stop) -> Stop {
 /// `stop` marked [`permanent`] when `is` holds.
 fn permanent_if(is: bool, stop: Stop) -> Stop {
     if is { permanent(stop) } else { stop }
-}
-
-fn failure(
-    spec: &JobSpec,
-    vertex: usize,
-    subtask: u32,
-    kind: FailureKind,
-    message: String,
-    cause: Option<Cause>,
-) -> Stop {
-    Stop::Failed(vertex_failure(spec, vertex, subtask, kind, message, cause))
 }
 
 fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
@@ -323,10 +312,9 @@ pub(super) fn new_operator(
     };
     match code {
         OperatorCode::Native(name) => native::build(name, &ctx, &state),
-        OperatorCode::Wasm { limits, grants, .. } => {
+        OperatorCode::Wasm { .. } => {
             let component = component.expect("Job::new loads every wasm operator");
-            WasmOperator::new(component, ctx, &state, *limits, grants)
-                .map(|o| Box::new(o) as Box<dyn Operator>)
+            WasmOperator::new(component, ctx, &state).map(|o| Box::new(o) as Box<dyn Operator>)
         }
     }
 }
@@ -355,7 +343,14 @@ fn build_stage(
             if let Some(r) = restore {
                 let fail = |e: Cause| {
                     let message = format!("cannot restore its state: {e}");
-                    permanent(failure(spec, v, s, FailureKind::Other, message, Some(e)))
+                    permanent(Stop::Failed(vertex_failure(
+                        spec,
+                        v,
+                        s,
+                        FailureKind::Other,
+                        message,
+                        Some(e),
+                    )))
                 };
                 for bytes in r.keyed_state(uid, &groups).map_err(|e| fail(e.into()))? {
                     op.restore(&bytes, &r.shared_dir())
@@ -655,7 +650,7 @@ impl Chain {
     fn send(&mut self, side_output: Option<&str>, batch: &Batch) -> Result<bool, Stop> {
         self.output.push(side_output, batch).map_err(|e| match e {
             PushError::Disconnected => Stop::Disconnected,
-            PushError::MissingKey { to } => failure(
+            PushError::MissingKey { to } => Stop::Failed(vertex_failure(
                 &self.spec,
                 self.tail,
                 self.subtask,
@@ -665,7 +660,7 @@ impl Chain {
                      emit every record with a key (or use another edge)"
                 ),
                 None,
-            ),
+            )),
         })
     }
 

@@ -47,6 +47,28 @@ fn filled<T: Default>(tables: &mut Vec<T>, groups: usize) -> &mut Vec<T> {
     tables
 }
 
+/// Changes the list or map of `key` in `t` (made, and counted in `bytes`, when it is new) with
+/// `change`, which counts what it adds and removes and says whether it left it empty; an empty
+/// one is dropped.
+fn change_entry<T: Default>(
+    t: &mut FastMap<Key, T>,
+    key: &[u8],
+    bytes: &mut usize,
+    change: impl FnOnce(&mut T, &mut usize) -> bool,
+) {
+    let entry = match t.get_mut(key) {
+        Some(entry) => entry,
+        None => {
+            *bytes += key.len() + ENTRY_OVERHEAD;
+            t.entry(key.into()).or_default()
+        }
+    };
+    if change(entry, bytes) {
+        t.remove(key);
+        *bytes -= key.len() + ENTRY_OVERHEAD;
+    }
+}
+
 impl Memory {
     pub(crate) fn new(groups: Range<u32>) -> Self {
         Memory {
@@ -170,26 +192,17 @@ impl Memory {
         let Table::List(t) = &mut self.tables[st] else {
             return;
         };
-        let t = &mut filled(t, n)[g];
-        let list = match t.get_mut(key) {
-            Some(l) => l,
-            None => {
-                self.bytes += key.len() + ENTRY_OVERHEAD;
-                t.entry(key.into()).or_default()
+        change_entry(&mut filled(t, n)[g], key, &mut self.bytes, |list, bytes| {
+            if clear {
+                *bytes -= list.iter().map(|e| e.len() + ENTRY_OVERHEAD).sum::<usize>();
+                list.clear();
             }
-        };
-        if clear {
-            self.bytes -= list.iter().map(|e| e.len() + ENTRY_OVERHEAD).sum::<usize>();
-            list.clear();
-        }
-        for e in append {
-            self.bytes += e.len() + ENTRY_OVERHEAD;
-            list.push(e.to_vec());
-        }
-        if list.is_empty() {
-            t.remove(key);
-            self.bytes -= key.len() + ENTRY_OVERHEAD;
-        }
+            for e in append {
+                *bytes += e.len() + ENTRY_OVERHEAD;
+                list.push(e.to_vec());
+            }
+            list.is_empty()
+        });
     }
 
     pub(crate) fn read_map(
@@ -220,35 +233,26 @@ impl Memory {
         let Table::Map(t) = &mut self.tables[st] else {
             return;
         };
-        let t = &mut filled(t, n)[g];
-        let map = match t.get_mut(key) {
-            Some(m) => m,
-            None => {
-                self.bytes += key.len() + ENTRY_OVERHEAD;
-                t.entry(key.into()).or_default()
-            }
-        };
         let cost = |k: &[u8], v: &[u8]| k.len() + v.len() + ENTRY_OVERHEAD;
-        if clear {
-            self.bytes -= map.iter().map(|(k, v)| cost(k, v)).sum::<usize>();
-            map.clear();
-        }
-        for (k, v) in changes {
-            let old = match v {
-                Some(v) => {
-                    self.bytes += cost(k, v);
-                    map.insert(k.to_vec(), v.to_vec())
-                }
-                None => map.remove(k),
-            };
-            if let Some(old) = old {
-                self.bytes -= cost(k, &old);
+        change_entry(&mut filled(t, n)[g], key, &mut self.bytes, |map, bytes| {
+            if clear {
+                *bytes -= map.iter().map(|(k, v)| cost(k, v)).sum::<usize>();
+                map.clear();
             }
-        }
-        if map.is_empty() {
-            t.remove(key);
-            self.bytes -= key.len() + ENTRY_OVERHEAD;
-        }
+            for (k, v) in changes {
+                let old = match v {
+                    Some(v) => {
+                        *bytes += cost(k, v);
+                        map.insert(k.to_vec(), v.to_vec())
+                    }
+                    None => map.remove(k),
+                };
+                if let Some(old) = old {
+                    *bytes -= cost(k, &old);
+                }
+            }
+            map.is_empty()
+        });
     }
 
     /// Every entry of state `st` in key group `group`, the rows of one key one after another.

@@ -718,33 +718,26 @@ impl KeyedState {
     ) -> Result<(), StateError> {
         match self.kind(id) {
             StateKind::Value => self.read_values(id, slots, |_, v| put_opt_bytes(buf, v)),
-            StateKind::List => {
+            kind => {
                 self.check_slots(id, slots)?;
                 self.clean_up_step(id);
                 for slot in 0..slots.len() {
+                    // `u32 n`, then the n elements or entries.
                     let at = buf.len();
                     put_u32(buf, 0);
                     let mut n = 0u32;
-                    self.read_list(id, slots, slot, |e| {
-                        put_bytes(buf, e);
-                        n += 1;
-                    })?;
-                    buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
-                }
-                self.commit()
-            }
-            StateKind::Map => {
-                self.check_slots(id, slots)?;
-                self.clean_up_step(id);
-                for slot in 0..slots.len() {
-                    let at = buf.len();
-                    put_u32(buf, 0);
-                    let mut n = 0u32;
-                    self.read_map(id, slots, slot, |k, v| {
-                        put_bytes(buf, k);
-                        put_bytes(buf, v);
-                        n += 1;
-                    })?;
+                    if kind == StateKind::List {
+                        self.read_list(id, slots, slot, |e| {
+                            put_bytes(buf, e);
+                            n += 1;
+                        })?;
+                    } else {
+                        self.read_map(id, slots, slot, |k, v| {
+                            put_bytes(buf, k);
+                            put_bytes(buf, v);
+                            n += 1;
+                        })?;
+                    }
                     buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
                 }
                 self.commit()

@@ -16,6 +16,7 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceType};
 use wasmtime::{Config, Engine};
 
+use super::capabilities::Grants;
 use super::host::HostState;
 use super::limits::{Limits, bytes};
 use super::{Processor, ProcessorPre};
@@ -146,6 +147,17 @@ pub struct OperatorComponent {
     pub(crate) path: PathBuf,
     /// Whether the engine interrupts calls at their deadline.
     pub(crate) deadlines: bool,
+    /// The limits of each instance.
+    pub(crate) limits: Limits,
+    /// What each instance may reach outside its sandbox.
+    pub(crate) grants: Grants,
+}
+
+impl OperatorComponent {
+    /// The component whose instances may reach what `grants` grants.
+    pub fn with_grants(self, grants: Grants) -> Self {
+        OperatorComponent { grants, ..self }
+    }
 }
 
 /// How the process's engine is configured.
@@ -311,6 +323,8 @@ impl WasmEngine {
             pre,
             path: path.to_path_buf(),
             deadlines: self.options.epoch_interruption,
+            limits: *limits,
+            grants: Grants::default(),
         })
     }
 

@@ -5,13 +5,12 @@ use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
 
 use super::OperatorComponent;
 use super::Processor;
-use super::capabilities::Grants;
 use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
 use super::guest_text;
 use super::host::{Hook, HostState, MAX_GUEST_ERROR};
 use super::interrupt;
-use super::limits::{Limit, LimitExceeded, Limits, bytes};
+use super::limits::{Limit, LimitExceeded, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{FastMap, StateSetup};
@@ -28,16 +27,16 @@ pub(crate) struct WasmOperator {
 }
 
 impl WasmOperator {
-    /// Instantiates `component` for one subtask, with `limits` and `grants`.
+    /// Instantiates `component` for one subtask, within the component's limits and grants.
     pub(crate) fn new(
         component: &OperatorComponent,
         ctx: OperatorContext,
         state: &StateSetup,
-        limits: Limits,
-        grants: &Grants,
     ) -> Result<Self, OperatorError> {
         let engine = component.pre.engine();
-        let data = HostState::new(ctx, state, limits, grants).map_err(OperatorError::Failed)?;
+        let limits = component.limits;
+        let data =
+            HostState::new(ctx, state, limits, &component.grants).map_err(OperatorError::Failed)?;
         let mut store = Store::new(engine, data);
         store.limiter(|s| s.limiter());
         store.set_hostcall_fuel(

@@ -247,11 +247,7 @@ impl Rocks {
             Ok(())
         })?;
         for (_, kind, ttl) in db.declarations()? {
-            db.kinds.push(kind);
-            db.ttls
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(ttl.filter(Ttl::active));
+            db.register(kind, ttl);
         }
         let mut seq = META.to_vec();
         seq.extend_from_slice(b"seq");

@@ -168,6 +168,16 @@ impl Rocks {
         db_error(&self.dir.0, action, e)
     }
 
+    /// Takes state `kinds.len()` of `kind` with `ttl` into account: its kind for reads, its
+    /// TTL for the compaction filter.
+    pub(super) fn register(&mut self, kind: StateKind, ttl: Option<Ttl>) {
+        self.kinds.push(kind);
+        self.ttls
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ttl.filter(Ttl::active));
+    }
+
     pub(crate) fn declare(
         &mut self,
         st: usize,
@@ -180,11 +190,7 @@ impl Rocks {
                 "state \"{name}\": an operator can declare at most 65,535 states"
             )));
         }
-        self.kinds.push(kind);
-        self.ttls
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ttl.filter(Ttl::active));
+        self.register(kind, ttl);
         let mut row = META.to_vec();
         row.extend_from_slice(b"state");
         row.extend_from_slice(&(st as u16).to_be_bytes());

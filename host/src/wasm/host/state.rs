@@ -82,83 +82,41 @@ impl types::Host for HostState {}
 
 impl state::Host for HostState {}
 
-impl state::HostValueState for HostState {
-    fn new(
-        &mut self,
-        name: String,
-        ttl: Option<types::Ttl>,
-    ) -> wasmtime::Result<Resource<state::ValueState>> {
-        Ok(Resource::new_own(self.declare(
-            name,
-            StateKind::Value,
-            ttl,
-        )?))
-    }
+/// The host side of one keyed-state resource of the WIT contract (value, list and map state
+/// differ only in the kind they declare and check).
+macro_rules! keyed_state_resource {
+    ($trait:ident, $resource:ident, $kind:expr) => {
+        impl state::$trait for HostState {
+            fn new(
+                &mut self,
+                name: String,
+                ttl: Option<types::Ttl>,
+            ) -> wasmtime::Result<Resource<state::$resource>> {
+                Ok(Resource::new_own(self.declare(name, $kind, ttl)?))
+            }
 
-    fn load(&mut self, s: Resource<state::ValueState>) -> wasmtime::Result<Vec<u8>> {
-        HostState::load(self, s.rep(), StateKind::Value)
-    }
+            fn load(&mut self, s: Resource<state::$resource>) -> wasmtime::Result<Vec<u8>> {
+                HostState::load(self, s.rep(), $kind)
+            }
 
-    fn store(&mut self, s: Resource<state::ValueState>, changes: Vec<u8>) -> wasmtime::Result<()> {
-        HostState::store(self, s.rep(), StateKind::Value, &changes)
-    }
+            fn store(
+                &mut self,
+                s: Resource<state::$resource>,
+                changes: Vec<u8>,
+            ) -> wasmtime::Result<()> {
+                HostState::store(self, s.rep(), $kind, &changes)
+            }
 
-    fn drop(&mut self, _s: Resource<state::ValueState>) -> wasmtime::Result<()> {
-        Ok(())
-    }
+            fn drop(&mut self, _s: Resource<state::$resource>) -> wasmtime::Result<()> {
+                Ok(())
+            }
+        }
+    };
 }
 
-impl state::HostListState for HostState {
-    fn new(
-        &mut self,
-        name: String,
-        ttl: Option<types::Ttl>,
-    ) -> wasmtime::Result<Resource<state::ListState>> {
-        Ok(Resource::new_own(self.declare(
-            name,
-            StateKind::List,
-            ttl,
-        )?))
-    }
-
-    fn load(&mut self, s: Resource<state::ListState>) -> wasmtime::Result<Vec<u8>> {
-        HostState::load(self, s.rep(), StateKind::List)
-    }
-
-    fn store(&mut self, s: Resource<state::ListState>, changes: Vec<u8>) -> wasmtime::Result<()> {
-        HostState::store(self, s.rep(), StateKind::List, &changes)
-    }
-
-    fn drop(&mut self, _s: Resource<state::ListState>) -> wasmtime::Result<()> {
-        Ok(())
-    }
-}
-
-impl state::HostMapState for HostState {
-    fn new(
-        &mut self,
-        name: String,
-        ttl: Option<types::Ttl>,
-    ) -> wasmtime::Result<Resource<state::MapState>> {
-        Ok(Resource::new_own(self.declare(
-            name,
-            StateKind::Map,
-            ttl,
-        )?))
-    }
-
-    fn load(&mut self, s: Resource<state::MapState>) -> wasmtime::Result<Vec<u8>> {
-        HostState::load(self, s.rep(), StateKind::Map)
-    }
-
-    fn store(&mut self, s: Resource<state::MapState>, changes: Vec<u8>) -> wasmtime::Result<()> {
-        HostState::store(self, s.rep(), StateKind::Map, &changes)
-    }
-
-    fn drop(&mut self, _s: Resource<state::MapState>) -> wasmtime::Result<()> {
-        Ok(())
-    }
-}
+keyed_state_resource!(HostValueState, ValueState, StateKind::Value);
+keyed_state_resource!(HostListState, ListState, StateKind::List);
+keyed_state_resource!(HostMapState, MapState, StateKind::Map);
 
 impl state::HostOperatorState for HostState {
     fn new(&mut self, name: String) -> wasmtime::Result<Resource<state::OperatorState>> {
