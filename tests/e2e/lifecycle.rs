@@ -34,6 +34,27 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name} {}", child.id());
 }
 
+/// Waits until `child` handles SIGINT (its `SigCgt` mask in /proc has the signal): before
+/// that, in the first milliseconds of a process, a Ctrl-C ends it as it would any program.
+fn wait_for_signal_handler(child: &Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        // SIGINT is signal 2: bit 1.
+        if caught & 0b10 != 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "weir installed no SIGINT handler");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Starts `weir run` on `spec` with its log (level info) in `<log>.log`, and `env` set.
 fn start(ws: &Workspace, spec: &Path, log: &str, env: &[(&str, &str)]) -> Child {
     let file = std::fs::File::create(ws.path(&format!("{log}.log"))).expect("a log file");
@@ -197,11 +218,11 @@ fn stops_at_random_moments_and_resumes_give_the_output_of_an_uninterrupted_run()
         let child = start(&ws, &spec, &name, &[]);
         if run < STOPS {
             // A random moment: one in four while the job may still be starting (loading its
-            // components, restoring; the signal handler is in place a few milliseconds after
-            // the process starts), the others while it runs, early enough that every run
+            // components, restoring), the others while it runs, early enough that every run
             // leaves input for the next.
             if rng.u32(..4) == 0 {
-                std::thread::sleep(Duration::from_millis(rng.u64(30..80)));
+                wait_for_signal_handler(&child);
+                std::thread::sleep(Duration::from_millis(rng.u64(..30)));
             } else {
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while !log(&ws, &name).contains("job \"crashy\" ") {
