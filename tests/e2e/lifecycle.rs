@@ -39,8 +39,8 @@ fn signal(child: &Child, name: &str) {
 fn wait_for_signal_handler(child: &Child) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
         let caught = status
             .lines()
             .find_map(|l| l.strip_prefix("SigCgt:"))
@@ -50,7 +50,10 @@ fn wait_for_signal_handler(child: &Child) {
         if caught & 0b10 != 0 {
             return;
         }
-        assert!(Instant::now() < deadline, "weir installed no SIGINT handler");
+        assert!(
+            Instant::now() < deadline,
+            "weir installed no SIGINT handler"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
