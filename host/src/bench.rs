@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::storage::put_shared;
 use crate::clock::Clock;
+use crate::operator::SnapshotFormat;
 use crate::state::{BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup};
 
 const BATCH: usize = 4096;
@@ -162,7 +163,7 @@ fn one(n: u64, backend: BackendKind, root: &Path) -> Result<Vec<Row>, String> {
         let mut manifest = Vec::new();
         let started = Instant::now();
         let uploads = s
-            .checkpoint(1, std::iter::empty(), &mut manifest)
+            .checkpoint(1, SnapshotFormat::Native, std::iter::empty(), &mut manifest)
             .map_err(|e| e.to_string())?
             .ok_or("no incremental checkpoint")?;
         let written = put_shared(&uploads, &shared).map_err(|e| e.to_string())?;
@@ -182,7 +183,7 @@ fn one(n: u64, backend: BackendKind, root: &Path) -> Result<Vec<Row>, String> {
         manifest.clear();
         let started = Instant::now();
         let uploads = s
-            .checkpoint(2, std::iter::empty(), &mut manifest)
+            .checkpoint(2, SnapshotFormat::Native, std::iter::empty(), &mut manifest)
             .map_err(|e| e.to_string())?
             .ok_or("no incremental checkpoint")?;
         let written =

@@ -45,6 +45,7 @@ pub(crate) mod native;
 pub(crate) mod operator;
 pub mod role;
 pub(crate) mod runtime;
+pub mod service;
 pub(crate) mod state;
 pub(crate) mod wasm;
 
@@ -53,8 +54,8 @@ pub use job::spec::{EdgeKind, Input, JobSpec, OperatorCode, SpecError, Vertex, V
 pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{
-    Cause, CheckpointStatus, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary, Metrics,
-    RunningJob, VertexMetrics, VertexSummary,
+    Cause, CheckpointStatus, Failure, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
+    Metrics, RunningJob, Savepoint, SavepointFailed, SavepointHandle, VertexMetrics, VertexSummary,
 };
 pub use state::{BackendKind, StateConfig};
 pub use wasm::{DirGrant, EngineOptions, Grants, Limit, Limits, WasmEngine, WasmError};

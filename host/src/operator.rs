@@ -74,6 +74,20 @@ pub enum FailureKind {
     Other,
 }
 
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailureKind::Error => "error",
+            FailureKind::Trap => "trap",
+            FailureKind::StackOverflow => "stack_overflow",
+            FailureKind::Deadline => "deadline",
+            FailureKind::Limit(limit) => return write!(f, "limit:{}", limit.key()),
+            FailureKind::Contract => "contract",
+            FailureKind::Other => "other",
+        })
+    }
+}
+
 /// An operator instance of one subtask.
 pub trait Operator: Send {
     /// Called once before the first batch.
@@ -174,6 +188,8 @@ impl Limit {
 /// the backend: it puts the shared files in place, then writes the bytes.
 #[derive(Debug, Default)]
 pub struct Snapshot {
+    /// The format the checkpoint asks for.
+    pub format: SnapshotFormat,
     /// The state file (empty: the operator has no keyed state or timers).
     pub bytes: Vec<u8>,
     /// The key groups the state covers.
@@ -181,6 +197,18 @@ pub struct Snapshot {
     /// Files to put into the checkpoint's shared directory (the SST files of an incremental
     /// RocksDB checkpoint).
     pub shared: Option<SharedFiles>,
+}
+
+/// The format of a snapshot's state file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotFormat {
+    /// The state backend's own, cheapest to take: RocksDB's incremental checkpoints refer to
+    /// SST files shared between checkpoints (a checkpoint).
+    #[default]
+    Native,
+    /// A full snapshot in weir's backend-neutral format that refers to no other file, so that
+    /// it can be copied elsewhere and restored into either backend (a savepoint).
+    Canonical,
 }
 
 /// Files a snapshot refers to, ready to be put into a checkpoint's shared directory.

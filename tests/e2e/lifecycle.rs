@@ -26,7 +26,7 @@ fn interrupt(child: &Child) {
 }
 
 /// Sends signal `name` (`INT`, `TERM`, ...) to `child`.
-fn signal(child: &Child, name: &str) {
+pub(crate) fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
         .status()
@@ -70,7 +70,7 @@ fn start(ws: &Workspace, spec: &Path, log: &str, env: &[(&str, &str)]) -> Child 
 }
 
 /// Waits for `child`, killing it if it takes longer than `limit` (a hang is a failure).
-fn finish(child: Child, limit: Duration) -> Output {
+pub(crate) fn finish(child: Child, limit: Duration) -> Output {
     let pid = child.id();
     let done = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
@@ -99,7 +99,7 @@ fn finish(child: Child, limit: Duration) -> Output {
     out
 }
 
-fn log(ws: &Workspace, name: &str) -> String {
+pub(crate) fn log(ws: &Workspace, name: &str) -> String {
     std::fs::read_to_string(ws.path(&format!("{name}.log"))).unwrap_or_default()
 }
 
@@ -112,7 +112,7 @@ fn summary(ws: &Workspace) -> serde_json::Value {
 /// history: value and list state, and event-time timers that fire at the end of input. Returns
 /// the input and the output a run without interruption writes (sorted `key<TAB>value` lines),
 /// computed here from the probe's documented semantics.
-fn probe_input(lines: usize, seed: u64) -> (String, Vec<String>) {
+pub(crate) fn probe_input(lines: usize, seed: u64) -> (String, Vec<String>) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut input = String::new();
     let mut out = Vec::new();
@@ -195,7 +195,7 @@ fn unfinished_parts(ws: &Workspace) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn committed_lines(ws: &Workspace) -> Vec<String> {
+pub(crate) fn committed_lines(ws: &Workspace) -> Vec<String> {
     let mut lines: Vec<String> = part_files(&ws.path("out"))
         .into_values()
         .flatten()

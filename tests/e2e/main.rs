@@ -15,6 +15,8 @@ mod isolation;
 mod lifecycle;
 mod postgres;
 mod sandbox;
+mod savepoint;
+mod service;
 mod state;
 mod support;
 mod wordcount;

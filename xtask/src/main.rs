@@ -12,12 +12,15 @@
 //! - `bench-postgres [--rows N] [--runs R]`: rows/s into PostgreSQL per sink mode, and the time
 //!   from a row's write to its visibility
 //! - `bench-state [--keys N]...`: memory vs RocksDB state, full vs incremental checkpoints
+//! - `openapi`: write the HTTP API's document to `docs/openapi.json`
+//! - `fuzz-api [--cases N]`: schemathesis against `weir serve` (part of `test`)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod api;
 mod bench;
 mod bench_checkpoints;
 mod bench_postgres;
@@ -54,7 +57,10 @@ commands:
                               (default 2000000 rows, 3 runs)
   bench-state [--keys N]...   memory vs RocksDB: throughput, checkpoint duration and
                               bytes (full vs incremental) after 1% of the keys
-                              changed, restore time (default 1M and 10M keys)";
+                              changed, restore time (default 1M and 10M keys)
+  openapi                     write the HTTP API's document to docs/openapi.json
+  fuzz-api [--cases N]        fuzz `weir serve` from its document with schemathesis
+                              (default 100 cases per operation)";
 
 fn main() -> ExitCode {
     match dispatch(std::env::args().skip(1).collect()) {
@@ -80,6 +86,8 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),
         "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
         "bench-state" => bench_state::run(rest),
+        "openapi" => no_args(rest).and_then(|()| api::openapi()),
+        "fuzz-api" => api::fuzz(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -4,10 +4,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::{build_weir, cargo, exec, guests, services};
+use crate::{api, build_weir, cargo, exec, guests, services};
 
 pub fn run() -> Result<()> {
-    let steps: [(&str, &dyn Fn() -> Result<()>); 7] = [
+    let steps: [(&str, &dyn Fn() -> Result<()>); 8] = [
         ("deps", &services::build_deps),
         ("fmt", &|| exec(cargo().args(["fmt", "--all", "--check"]))),
         ("clippy", &|| {
@@ -26,6 +26,7 @@ pub fn run() -> Result<()> {
         ("test", &|| {
             exec(cargo().args(["test", "--release", "--workspace"]))
         }),
+        ("fuzz-api", &|| api::fuzz(&[])),
     ];
     let mut times: Vec<(&str, Duration)> = Vec::new();
     for (name, step) in steps {

@@ -104,6 +104,8 @@ pub(crate) struct Coordinator<S> {
     failures_in_row: u32,
     /// The checkpoint the job stops at, once a stop was asked for.
     stop: Option<u64>,
+    /// Savepoints triggered (their ids), pending or done.
+    savepoints: BTreeSet<u64>,
 }
 
 impl<S> Coordinator<S> {
@@ -130,7 +132,20 @@ impl<S> Coordinator<S> {
             last_completion: None,
             failures_in_row: 0,
             stop: None,
+            savepoints: BTreeSet::new(),
         }
+    }
+
+    /// Triggers a savepoint now, whatever is in progress (no checkpoint is triggered until it
+    /// has completed, so none can subsume it); `None` when no source runs to inject its
+    /// barrier or the job is stopping.
+    pub(crate) fn savepoint(&mut self, now: Duration) -> Option<u64> {
+        if self.stop.is_some() || self.sources.iter().all(|s| self.finished.contains_key(s)) {
+            return None;
+        }
+        let id = self.trigger(now);
+        self.savepoints.insert(id);
+        Some(id)
     }
 
     /// The checkpoint the job stops at, if a stop was triggered.
@@ -141,12 +156,16 @@ impl<S> Coordinator<S> {
     /// Triggers the checkpoint the job stops at, now, whatever is in progress; nothing is
     /// triggered after it. Nothing happens when no source runs any more (the job is finishing
     /// by itself) or a stop was triggered already.
-    pub(crate) fn stop(&mut self, now: Duration) -> Vec<Decision<S>> {
+    /// With `savepoint`, the stop checkpoint is a savepoint.
+    pub(crate) fn stop(&mut self, now: Duration, savepoint: bool) -> Vec<Decision<S>> {
         if self.stop.is_some() || self.sources.iter().all(|s| self.finished.contains_key(s)) {
             return Vec::new();
         }
         let id = self.trigger(now);
         self.stop = Some(id);
+        if savepoint {
+            self.savepoints.insert(id);
+        }
         vec![Decision::Trigger(id)]
     }
 
@@ -169,6 +188,7 @@ impl<S> Coordinator<S> {
     pub(crate) fn next_trigger_at(&self) -> Option<Duration> {
         if self.pending.len() >= self.max_concurrent
             || self.stop.is_some()
+            || self.pending.keys().any(|id| self.savepoints.contains(id))
             || self.sources.iter().all(|s| self.finished.contains_key(s))
         {
             return None;
@@ -285,6 +305,11 @@ impl<S> Coordinator<S> {
     }
 
     fn failed(&mut self, id: u64, reason: AbortReason, out: &mut Vec<Decision<S>>) {
+        if self.savepoints.contains(&id) && self.stop != Some(id) {
+            // A failed savepoint fails its request, not the job (as in Flink).
+            out.push(Decision::Abort { id, reason });
+            return;
+        }
         self.failures_in_row += 1;
         let message = format!("checkpoint {id} failed: {reason}");
         out.push(Decision::Abort { id, reason });
@@ -361,6 +386,38 @@ mod tests {
             vec![Decision::Trigger(2)],
             "the interval counts from the last trigger, which is long past"
         );
+    }
+
+    #[test]
+    fn a_savepoint_triggers_at_once_holds_back_checkpoints_and_fails_alone() {
+        let mut c = coordinator(&config(100));
+        assert_eq!(c.poll(ms(100)), vec![Decision::Trigger(1)]);
+        assert_eq!(
+            c.savepoint(ms(110)),
+            Some(2),
+            "beside a checkpoint in progress"
+        );
+        assert!(matches!(
+            ack_all(&mut c, 2, ms(120))[..],
+            [
+                Decision::Abort { id: 1, .. },
+                Decision::Complete(Completed { id: 2, .. })
+            ]
+        ));
+        assert_eq!(c.poll(ms(220)), vec![Decision::Trigger(3)]);
+        ack_all(&mut c, 3, ms(230));
+        assert_eq!(c.savepoint(ms(240)), Some(4));
+        assert_eq!(
+            c.poll(ms(400)),
+            vec![],
+            "no checkpoint while a savepoint is pending"
+        );
+        let out = c.decline(4, "disk full".into());
+        assert!(
+            matches!(out[..], [Decision::Abort { id: 4, .. }]),
+            "a failed savepoint does not fail the job: {out:?}"
+        );
+        assert_eq!(c.poll(ms(400)), vec![Decision::Trigger(5)]);
     }
 
     #[test]
@@ -499,12 +556,12 @@ mod tests {
         let mut c = coordinator(&cfg);
         assert_eq!(c.poll(ms(100)), vec![Decision::Trigger(1)]);
         assert_eq!(
-            c.stop(ms(120)),
+            c.stop(ms(120), false),
             vec![Decision::Trigger(2)],
             "not on the interval"
         );
         assert_eq!(c.stop_id(), Some(2));
-        assert_eq!(c.stop(ms(130)), vec![], "one stop");
+        assert_eq!(c.stop(ms(130), false), vec![], "one stop");
         assert_eq!(c.next_trigger_at(), None);
         assert_eq!(c.poll(ms(1000)), vec![]);
         let out = ack_all(&mut c, 2, ms(140));
@@ -519,7 +576,7 @@ mod tests {
         let mut c = coordinator(&config(100));
         c.finished(task(0, 0), None, ms(10));
         c.finished(task(0, 1), None, ms(20));
-        assert_eq!(c.stop(ms(30)), vec![]);
+        assert_eq!(c.stop(ms(30), false), vec![]);
         assert_eq!(c.stop_id(), None);
     }
 

@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::operator::SnapshotFormat;
+
 pub use restart::{RestartStrategy, RestartsExhausted};
 pub use storage::{
     CheckpointError, CheckpointHistory, CheckpointOutcome, Completion, HistoryEntry, OperatorStats,
@@ -40,6 +42,8 @@ pub use storage::{
 pub(crate) struct Barrier {
     pub id: u64,
     pub kind: BarrierKind,
+    /// Canonical for a savepoint.
+    pub format: SnapshotFormat,
 }
 
 /// What a task does after it snapshotted a barrier's checkpoint.
@@ -138,8 +142,12 @@ pub enum RestoreFrom {
     Latest,
     /// Nothing: ignore existing checkpoints (`weir run --fresh`).
     Fresh,
-    /// This checkpoint directory (`weir run --from-checkpoint PATH`); it must verify.
+    /// This checkpoint or savepoint directory (`weir run --from-checkpoint PATH`,
+    /// `--from-savepoint PATH`); it must verify and fit the job.
     Path(PathBuf),
+    /// The newest checkpoint of the job if it has one, else this checkpoint or savepoint: how
+    /// a job submitted from a savepoint resumes after a crash of its process.
+    LatestOr(PathBuf),
 }
 
 #[cfg(test)]

@@ -152,6 +152,9 @@ pub(crate) struct Metadata {
     pub timestamp_ms: u64,
     pub max_parallelism: u32,
     pub vertices: Vec<VertexMeta>,
+    /// A savepoint: self-contained, in the canonical format, restorable into any job it fits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub savepoint: bool,
 }
 
 impl Metadata {
@@ -455,6 +458,50 @@ impl CheckpointStore {
         self.collect_shared()
     }
 
+    /// Copies complete checkpoint `id`, taken in the canonical format, into `target` (which
+    /// must not exist or be empty) as a savepoint: its state files (hard links where the file
+    /// system allows), then its `_metadata`, marked a savepoint, written last. Returns the
+    /// bytes of its files.
+    pub(crate) fn export(&self, id: u64, target: &Path) -> Result<u64, CheckpointError> {
+        let dir = self.dir_of(id);
+        let mut meta = load(&dir)?;
+        if std::fs::read_dir(target).is_ok_and(|mut entries| entries.next().is_some()) {
+            return Err(CheckpointError::NotWritable {
+                path: target.to_path_buf(),
+                cause: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "the savepoint directory exists and is not empty; name a new one",
+                ),
+            });
+        }
+        std::fs::create_dir_all(target).map_err(|cause| CheckpointError::NotWritable {
+            path: target.to_path_buf(),
+            cause,
+        })?;
+        let mut size = 0;
+        for entry in std::fs::read_dir(&dir).map_err(|e| io("list", &dir, e))? {
+            let entry = entry.map_err(|e| io("list", &dir, e))?;
+            let name = entry.file_name();
+            if name == METADATA {
+                continue;
+            }
+            let to = target.join(&name);
+            link_or_copy(&entry.path(), &to).map_err(|e| io("copy into", &to, e))?;
+            size += entry
+                .metadata()
+                .map_err(|e| io("read", &entry.path(), e))?
+                .len();
+        }
+        File::open(target)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync", target, e))?;
+        meta.savepoint = true;
+        let json = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
+        size += json.len() as u64;
+        write_atomically(&target.join(METADATA), &json, true)?;
+        Ok(size)
+    }
+
     /// Deletes every checkpoint of the job (its history stays).
     pub(crate) fn discard_all(&self) -> Result<(), CheckpointError> {
         for (i, id) in self.ids()?.into_iter().enumerate() {
@@ -466,13 +513,14 @@ impl CheckpointStore {
         self.collect_shared()
     }
 
-    /// The newest checkpoint that verifies and fits the job; each one skipped is logged
-    /// with the reason.
+    /// The newest checkpoint with an id from `since` on that verifies and fits the job; each
+    /// one skipped is logged with the reason.
     pub(crate) fn latest(
         &self,
+        since: u64,
         fits: impl Fn(&Metadata) -> Result<(), String>,
     ) -> Result<Option<Metadata>, CheckpointError> {
-        for id in self.ids()?.into_iter().rev() {
+        for id in self.ids()?.into_iter().rev().take_while(|&id| id >= since) {
             let dir = self.dir_of(id);
             match load(&dir).and_then(|meta| match fits(&meta) {
                 Ok(()) => Ok(meta),
@@ -654,6 +702,7 @@ mod tests {
             checkpoint: id,
             timestamp_ms: 0,
             max_parallelism: 128,
+            savepoint: false,
             vertices: vec![VertexMeta {
                 name: "count".into(),
                 role: Role::Operator,
@@ -699,7 +748,7 @@ mod tests {
         assert_eq!(store.next_id().unwrap(), 1);
         complete(&store, 1, b"state bytes");
         assert_eq!(store.next_id().unwrap(), 2);
-        let m = store.latest(|_| Ok(())).unwrap().unwrap();
+        let m = store.latest(0, |_| Ok(())).unwrap().unwrap();
         assert_eq!(m.checkpoint, 1);
         let SubtaskState::Operator { state: Some(f), .. } = &m.vertices[0].subtasks[0] else {
             panic!()
@@ -728,10 +777,10 @@ mod tests {
         assert!(err.contains("truncated"), "{err}");
         let err = load(&store.dir_of(4)).unwrap_err().to_string();
         assert!(err.contains("never completed"), "{err}");
-        assert_eq!(store.latest(|_| Ok(())).unwrap().unwrap().checkpoint, 1);
+        assert_eq!(store.latest(0, |_| Ok(())).unwrap().unwrap().checkpoint, 1);
         assert!(
             store
-                .latest(|m| Err(format!("not {}", m.job)))
+                .latest(0, |m| Err(format!("not {}", m.job)))
                 .unwrap()
                 .is_none(),
             "nothing fits"

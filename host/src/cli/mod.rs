@@ -1,9 +1,14 @@
-//! The `weir` command line: `run` a job locally, `validate` a job spec.
+//! The `weir` command line: `run` a job locally, `validate` a job spec, `serve` the HTTP API,
+//! and the client commands that talk to a server.
+
+mod client;
+mod serve;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -14,7 +19,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weir::checkpoint::RestoreFrom;
 use weir::{
     CheckpointStatus, EngineOptions, Job, JobControl, JobEnd, JobError, JobEvent, JobSpec,
-    JobSummary, RunningJob, VertexKind, VertexSummary, WasmEngine,
+    JobSummary, RunningJob, SavepointHandle, VertexKind, VertexSummary, WasmEngine,
 };
 
 #[derive(Parser, Debug)]
@@ -53,11 +58,23 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         summary_json: Option<PathBuf>,
         /// Start from this checkpoint directory (`.../<job>/chk-<n>`) instead of the newest one.
-        #[arg(long, value_name = "PATH", conflicts_with = "fresh")]
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["fresh", "from_savepoint"])]
         from_checkpoint: Option<PathBuf>,
+        /// Start from this savepoint directory (of this job or another): its state, source
+        /// positions and sink transactions, at any operator parallelism, on either state backend.
+        #[arg(long, short = 's', value_name = "PATH", conflicts_with = "fresh")]
+        from_savepoint: Option<PathBuf>,
+        /// Let a restore drop the state of operators (by uid) the job no longer has, instead of
+        /// refusing the checkpoint or savepoint.
+        #[arg(long, short = 'n')]
+        allow_non_restored_state: bool,
         /// Ignore the job's checkpoints and start from the beginning of the input.
         #[arg(long)]
         fresh: bool,
+        /// On Ctrl-C or SIGTERM, stop with a savepoint into this directory (which must not
+        /// exist yet) rather than at a plain checkpoint.
+        #[arg(long, value_name = "DIR")]
+        stop_savepoint: Option<PathBuf>,
     },
     /// Check a job spec without running it: load its components, open each operator with its
     /// config, and check that each sink can write where it is told to.
@@ -65,6 +82,247 @@ enum Command {
         /// The job spec (TOML).
         job: PathBuf,
     },
+    /// Serve the HTTP API: upload components, run many jobs, savepoints, stop, cancel,
+    /// rescale. Jobs that were running resume when it starts again. Ctrl-C stops every job at
+    /// a checkpoint, to resume at the next start.
+    Serve {
+        /// Where to listen. Without --tokens only a loopback address is allowed.
+        #[arg(long, default_value = "127.0.0.1:8086", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Where the server keeps components, jobs, checkpoints and savepoints
+        /// [default: $XDG_DATA_HOME/weir or ~/.local/share/weir].
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// A file of bearer tokens, one per line (`TOKEN` or `TOKEN read-only`).
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// The largest component an upload may be.
+        #[arg(long, default_value = "100 MiB", value_name = "SIZE")]
+        max_component_size: bytesize::ByteSize,
+    },
+    /// Upload a component to a server; prints its sha256.
+    Upload {
+        /// The .wasm file.
+        wasm: PathBuf,
+        /// A name a spec may refer to it by.
+        #[arg(long)]
+        name: Option<String>,
+        /// Its version (`name@version` in a spec).
+        #[arg(long, requires = "name")]
+        version: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Submit a job spec to a server (local .wasm files it names are uploaded first).
+    Submit {
+        /// The job spec (TOML).
+        job: PathBuf,
+        /// Start from this savepoint directory (on the server's machine).
+        #[arg(long, short = 's', value_name = "PATH")]
+        from_savepoint: Option<PathBuf>,
+        /// Let the savepoint's state of operators the job no longer has go.
+        #[arg(long, short = 'n')]
+        allow_non_restored_state: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List a server's jobs.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Show a job's status: vertices, records, rates, checkpoints, operations.
+    Status {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Take a savepoint of a job; waits for it and prints its directory.
+    Savepoint {
+        /// The job's id.
+        id: String,
+        /// An id for the request: asking again with it does not take a second savepoint.
+        #[arg(long)]
+        request_id: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stop a job with a savepoint (prints its directory); waits for the stop.
+    Stop {
+        /// The job's id.
+        id: String,
+        /// Stop at a checkpoint, without a savepoint.
+        #[arg(long)]
+        no_savepoint: bool,
+        /// End the input first: the job processes what it read and finishes.
+        #[arg(long)]
+        drain: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Cancel a job: it ends at once, output after its last checkpoint is not committed.
+    Cancel {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Change the parallelism of a job's operators (`count=4`); waits for the restart.
+    Rescale {
+        /// The job's id.
+        id: String,
+        /// `OPERATOR=PARALLELISM`, one or more.
+        #[arg(required = true, value_parser = parse_parallelism)]
+        parallelism: Vec<(String, u32)>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Show a job's failures.
+    Exceptions {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List a server's components.
+    Components {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Print the API's OpenAPI document.
+    #[command(hide = true)]
+    Openapi,
+}
+
+/// Which server a client command talks to.
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// The server's address.
+    #[arg(long, env = "WEIR_SERVER", default_value = "http://127.0.0.1:8086")]
+    server: String,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ServerArgs {
+    fn client(&self) -> client::Client {
+        client::Client::new(&self.server, std::env::var("WEIR_TOKEN").ok())
+    }
+}
+
+fn parse_parallelism(arg: &str) -> Result<(String, u32), String> {
+    let (name, p) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("{arg:?} is not OPERATOR=PARALLELISM"))?;
+    let p = p
+        .parse()
+        .map_err(|_| format!("{p:?} is not a parallelism (a positive integer)"))?;
+    Ok((name.to_string(), p))
+}
+
+/// `$XDG_DATA_HOME/weir`, else `~/.local/share/weir`.
+fn default_data_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
+        return Ok(PathBuf::from(dir).join("weir"));
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/weir")),
+        None => anyhow::bail!("no HOME or XDG_DATA_HOME to put the data in; give --data-dir"),
+    }
+}
+
+/// Runs a client command.
+fn client_command(command: Command) -> anyhow::Result<ExitCode> {
+    use weir::service::api::{RescaleRequest, StopRequest};
+    match command {
+        Command::Upload {
+            wasm,
+            name,
+            version,
+            server,
+        } => {
+            let info = server
+                .client()
+                .upload(&wasm, name.as_deref(), version.as_deref())?;
+            client::print(server.json, &info, |c| format!("sha256:{}\n", c.sha256));
+        }
+        Command::Submit {
+            job,
+            from_savepoint,
+            allow_non_restored_state,
+            server,
+        } => {
+            let job = server
+                .client()
+                .submit(&job, from_savepoint, allow_non_restored_state)?;
+            client::print(server.json, &job, |j| format!("{}\n", j.id));
+        }
+        Command::List { server } => {
+            let jobs = server.client().list()?;
+            client::print(server.json, &jobs, client::jobs_table);
+        }
+        Command::Status { id, server } => {
+            let details = server.client().status(&id)?;
+            client::print(server.json, &details, client::details_table);
+        }
+        Command::Savepoint {
+            id,
+            request_id,
+            server,
+        } => {
+            let op = server.client().savepoint(&id, request_id)?;
+            client::print(server.json, &op, |o| {
+                format!("{}\n", o.savepoint.clone().unwrap_or_default())
+            });
+        }
+        Command::Stop {
+            id,
+            no_savepoint,
+            drain,
+            server,
+        } => {
+            let request = StopRequest {
+                savepoint: !no_savepoint,
+                drain,
+                request_id: None,
+            };
+            let op = server.client().stop(&id, request)?;
+            client::print(server.json, &op, |o| match &o.savepoint {
+                Some(p) => format!("{p}\n"),
+                None => "stopped\n".into(),
+            });
+        }
+        Command::Cancel { id, server } => {
+            let job = server.client().cancel(&id)?;
+            client::print(server.json, &job, |j| {
+                format!("job {} is cancelling\n", j.id)
+            });
+        }
+        Command::Rescale {
+            id,
+            parallelism,
+            server,
+        } => {
+            let request = RescaleRequest {
+                parallelism: parallelism.into_iter().collect(),
+                request_id: None,
+            };
+            let op = server.client().rescale(&id, request)?;
+            client::print(server.json, &op, |_| "rescaled\n".into());
+        }
+        Command::Exceptions { id, server } => {
+            let e = server.client().exceptions(&id)?;
+            client::print(server.json, &e, client::exceptions_table);
+        }
+        Command::Components { server } => {
+            let c = server.client().components()?;
+            client::print(server.json, &c, client::components_table);
+        }
+        _ => unreachable!("not a client command"),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit codes of `weir run` besides 0 (finished) and 1 (failed); clap uses 2 for bad usage.
@@ -118,18 +376,39 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // almost any moment stops the job rather than killing the process. First: stop at a last
     // checkpoint; second: cancel.
     let control = JobControl::new();
-    if let Command::Run { .. } = cli.command {
-        let handler = control.clone();
+    // The savepoint a stop takes, with `--stop-savepoint`.
+    let stop_savepoint: Arc<Mutex<Option<SavepointHandle>>> = Arc::default();
+    if let Command::Run {
+        stop_savepoint: dir,
+        ..
+    } = &cli.command
+    {
+        let (handler, dir, handle) = (control.clone(), dir.clone(), Arc::clone(&stop_savepoint));
         ctrlc::set_handler(move || {
             if handler.is_stopping() {
                 eprintln!("weir: cancelling");
                 handler.cancel();
+            } else if let Some(dir) = &dir {
+                eprintln!(
+                    "weir: stopping with a savepoint into {} (Ctrl-C again to cancel)",
+                    dir.display()
+                );
+                let taken = handler.stop_with_savepoint(dir, false);
+                *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(taken);
             } else {
                 eprintln!("weir: stopping (Ctrl-C again to cancel)");
                 handler.stop();
             }
         })
         .context("cannot install the Ctrl-C handler")?;
+    }
+    match cli.command {
+        Command::Openapi => {
+            println!("{}", serve::routes::document());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Run { .. } | Command::Validate { .. } | Command::Serve { .. } => {}
+        command => return client_command(command),
     }
     let cache_dir = if cli.no_cache {
         None
@@ -143,6 +422,26 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         },
     )?;
     match cli.command {
+        Command::Serve {
+            listen,
+            data_dir,
+            tokens,
+            max_component_size,
+        } => {
+            let data_dir = match data_dir {
+                Some(d) => d,
+                None => default_data_dir()?,
+            };
+            serve::serve(
+                serve::ServeOptions {
+                    listen,
+                    data_dir,
+                    tokens,
+                    max_component_size: max_component_size.as_u64(),
+                },
+                engine,
+            )
+        }
         Command::Validate { job } => {
             let job = load(&job, &engine)?;
             job.check()?;
@@ -162,10 +461,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             no_progress,
             summary_json,
             from_checkpoint,
+            from_savepoint,
+            allow_non_restored_state,
             fresh,
+            stop_savepoint: _,
         } => {
-            let job = load(&path, &engine)?;
-            let from = match (from_checkpoint, fresh) {
+            let job = load(&path, &engine)?.allow_non_restored_state(allow_non_restored_state);
+            let from = match (from_checkpoint.or(from_savepoint), fresh) {
                 (Some(dir), _) => RestoreFrom::Path(dir),
                 (None, true) => RestoreFrom::Fresh,
                 (None, false) => RestoreFrom::Latest,
@@ -173,6 +475,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let running = job.start_controlled(from, control)?;
             let progress = !no_progress && std::io::stderr().is_terminal();
             let (vertices, result) = watch(running, job.spec(), progress)?;
+            let taken = stop_savepoint
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(taken) = taken {
+                match taken.wait() {
+                    Ok(savepoint) => eprintln!(
+                        "weir: savepoint {} taken ({} bytes); resume with `weir run -s {} {}`",
+                        savepoint.path.display(),
+                        savepoint.size_bytes,
+                        savepoint.path.display(),
+                        path.display()
+                    ),
+                    Err(e) => eprintln!("weir: the stop took no savepoint: {e}"),
+                }
+            }
             if let Some(out) = &summary_json {
                 write_summary_json(out, &job, &vertices, &result)?;
             }
@@ -196,6 +514,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(e) => Err(e.into()),
             }
         }
+        _ => unreachable!("client commands are dispatched above"),
     }
 }
 
@@ -316,11 +635,11 @@ fn describe_event(spec: &JobSpec, event: &JobEvent) -> String {
              and it processes what they read"
         ),
         JobEvent::Restarting {
-            cause,
+            failure,
             delay,
             restart,
         } => format!(
-            "weir: job \"{job}\" failed: {cause}; restarting in {delay:.1?} (restart {restart})"
+            "weir: job \"{job}\" failed: {failure}; restarting in {delay:.1?} (restart {restart})"
         ),
     }
 }

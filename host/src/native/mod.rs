@@ -88,7 +88,7 @@ impl Operator for CountWords {
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
         snapshot.shared = self
             .state
-            .checkpoint(n, std::iter::empty(), &mut snapshot.bytes)
+            .checkpoint(n, snapshot.format, std::iter::empty(), &mut snapshot.bytes)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
         Ok(())
     }

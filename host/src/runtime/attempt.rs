@@ -16,7 +16,7 @@ use super::restore::Restored;
 use super::task::{self, Control, TaskEnd, TaskSetup};
 use super::{Events, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::CheckpointError;
-use crate::checkpoint::coordinator::{Coordinator, TaskId};
+use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
 use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
 use crate::job::spec::{EdgeKind, VertexKind};
@@ -245,17 +245,44 @@ pub(super) fn run(
             // Wind down: no more triggers, nothing more to complete.
             decisions.clear();
         } else if let Some(c) = &mut coordinator {
+            for request in flags.savepoints.take() {
+                match c.savepoint(now()) {
+                    Some(id) => {
+                        checkpointing.savepoint(id, request);
+                        decisions.push(Decision::Trigger(id));
+                    }
+                    None => request.fail(
+                        "the job is stopping or finishing: no source runs to take it; \
+                         stop the job with a savepoint instead",
+                    ),
+                }
+            }
             if !stop_requested && flags.is_stopping() {
                 stop_requested = true;
-                decisions.extend(c.stop(now()));
-                events.send(JobEvent::Stopping {
-                    checkpoint: c.stop_id(),
-                });
+                if flags.is_draining() {
+                    // The sources end their input; the savepoint, if any, is of the end.
+                    events.send(JobEvent::Stopping { checkpoint: None });
+                } else {
+                    let request = flags.savepoints.take_stop();
+                    decisions.extend(c.stop(now(), request.is_some()));
+                    if let (Some(id), Some(request)) = (c.stop_id(), request) {
+                        checkpointing.savepoint(id, request);
+                    }
+                    events.send(JobEvent::Stopping {
+                        checkpoint: c.stop_id(),
+                    });
+                }
             }
             decisions.extend(c.poll(now()));
-        } else if !stop_requested && flags.is_stopping() {
-            stop_requested = true;
-            events.send(JobEvent::Stopping { checkpoint: None });
+        } else {
+            flags.savepoints.fail_all(
+                "the job takes no checkpoints; add a [checkpoint] table to its spec to take \
+                 savepoints",
+            );
+            if !stop_requested && flags.is_stopping() {
+                stop_requested = true;
+                events.send(JobEvent::Stopping { checkpoint: None });
+            }
         }
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
         let (failed, stopped) =
@@ -336,6 +363,11 @@ pub(super) fn run(
             "a task stopped without reporting why".into(),
         )),
     };
+    checkpointing.fail_savepoints(match &outcome {
+        Outcome::Cancelled => "the job was cancelled before it completed",
+        Outcome::Failed(_) => "the job failed before it completed",
+        _ => "the job ended before it completed",
+    });
     // Checkpoints triggered in this attempt that did not complete.
     let pending = checkpointing.unfinished();
     finish(attempt, outcome, store.map(|s| (s, pending)))

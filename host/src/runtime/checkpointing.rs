@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::attempt::{Attempt, Finals};
+use super::savepoint::{Request, Savepoint};
 use super::task::{self, Control};
 use super::{JobError, JobParts, Metrics, role, vertex_failure};
 use crate::checkpoint::committer::{self, PreCommit};
@@ -17,7 +18,7 @@ use crate::checkpoint::storage::{
 use crate::checkpoint::writer::Written;
 use crate::checkpoint::{Barrier, BarrierKind};
 use crate::job::spec::{JobSpec, VertexKind};
-use crate::operator::FailureKind;
+use crate::operator::{FailureKind, SnapshotFormat};
 
 /// Carries out the coordinator's decisions for one attempt of a job.
 pub(super) struct Checkpointing<'a> {
@@ -26,6 +27,8 @@ pub(super) struct Checkpointing<'a> {
     store: Option<&'a CheckpointStore>,
     /// Unix ms of the trigger of each checkpoint of the attempt not (yet) complete.
     triggered_at: HashMap<u64, u64>,
+    /// The requests of the savepoints in progress, by checkpoint id.
+    savepoints: HashMap<u64, Request>,
 }
 
 impl<'a> Checkpointing<'a> {
@@ -39,6 +42,19 @@ impl<'a> Checkpointing<'a> {
             metrics,
             store,
             triggered_at: HashMap::new(),
+            savepoints: HashMap::new(),
+        }
+    }
+
+    /// Checkpoint `id`, about to be triggered, is the savepoint `request` asked for.
+    pub(super) fn savepoint(&mut self, id: u64, request: Request) {
+        self.savepoints.insert(id, request);
+    }
+
+    /// Fails the savepoints still in progress: the attempt ended before they completed.
+    pub(super) fn fail_savepoints(&mut self, why: &str) {
+        for (_, request) in self.savepoints.drain() {
+            request.fail(why);
         }
     }
 
@@ -87,6 +103,7 @@ fn apply(
         metrics,
         store,
         triggered_at,
+        savepoints,
     } = ctx;
     let (parts, metrics) = (*parts, *metrics);
     let spec = &parts.spec;
@@ -100,9 +117,15 @@ fn apply(
             } else {
                 BarrierKind::Checkpoint
             };
+            let format = if savepoints.contains_key(&id) {
+                SnapshotFormat::Canonical
+            } else {
+                SnapshotFormat::Native
+            };
+            let barrier = Barrier { id, kind, format };
             for task in &attempt.sources {
                 // A source that has finished is gone; the coordinator knows it.
-                let _ = attempt.controls[task].send(Control::Trigger(Barrier { id, kind }));
+                let _ = attempt.controls[task].send(Control::Trigger(barrier));
             }
             None
         }
@@ -112,10 +135,19 @@ fn apply(
             let (meta, entry) = summarize(parts, &done, triggered_ms, finals);
             if let Err(e) = store.write_metadata(&meta) {
                 store.discard(id);
+                if let Some(request) = savepoints.remove(&id) {
+                    request.fail(format!("its checkpoint could not be written: {e}"));
+                }
                 return Some(JobError::Checkpoint(e));
             }
             if let Err(e) = commit_recorded(spec, &meta) {
+                if let Some(request) = savepoints.remove(&id) {
+                    request.fail(format!("the commit of its sinks failed: {e}"));
+                }
                 return Some(e);
+            }
+            if let Some(request) = savepoints.remove(&id) {
+                export(store, id, request);
             }
             tracing::info!(
                 "checkpoint {id} complete in {} ms ({} bytes)",
@@ -136,6 +168,9 @@ fn apply(
             // which the end of the attempt deletes.
             let triggered_ms = triggered_at.get(&id).copied().unwrap_or_else(unix_ms);
             store.discard(id);
+            if let Some(request) = savepoints.remove(&id) {
+                request.fail(format!("its checkpoint {id} failed: {reason}"));
+            }
             let entry = HistoryEntry {
                 id,
                 status: CheckpointOutcome::Aborted,
@@ -163,6 +198,23 @@ fn apply(
             })
         }
         Decision::Fail(message) => Some(JobError::CheckpointFailed(message)),
+    }
+}
+
+/// Copies savepoint `id` out of the job's checkpoints into the directory `request` names.
+pub(super) fn export(store: &CheckpointStore, id: u64, request: Request) {
+    match store.export(id, &request.dir) {
+        Ok(size_bytes) => {
+            let path = std::path::absolute(&request.dir).unwrap_or_else(|_| request.dir.clone());
+            request.complete(Savepoint {
+                path,
+                checkpoint: id,
+                size_bytes,
+            })
+        }
+        Err(e) => request.fail(format!(
+            "it could not be copied out of checkpoint {id}: {e}"
+        )),
     }
 }
 
@@ -309,6 +361,7 @@ pub(super) fn summarize(
         timestamp_ms: unix_ms(),
         max_parallelism: spec.max_parallelism,
         vertices,
+        savepoint: false,
     };
     let entry = HistoryEntry {
         id: done.id,

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use super::JobError;
 use crate::checkpoint::storage::Completion;
+#[cfg(doc)]
+use crate::operator::FailureKind;
 
 /// How a job ended without failing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,15 +49,74 @@ pub enum JobEvent {
         /// The checkpoint it stops at.
         checkpoint: Option<u64>,
     },
-    /// The job failed with `cause` and restarts (restart number `restart`) after `delay`.
+    /// The job failed with `failure` and restarts (restart number `restart`) after `delay`.
     Restarting {
         /// The failure.
-        cause: String,
+        failure: Failure,
         /// How long it waits before the restart.
         delay: Duration,
         /// Restarts so far.
         restart: u32,
     },
+}
+
+/// A failure of a job, for its exception history: what happened and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The whole message, naming the vertex.
+    pub message: String,
+    /// The vertex that failed, if one did.
+    pub vertex: Option<String>,
+    /// Its uid, for an operator.
+    pub uid: Option<String>,
+    /// The subtask that failed.
+    pub subtask: Option<u32>,
+    /// What kind of failure (`trap`, `deadline`, `limit:memory`, ...; see [`FailureKind`]).
+    pub kind: Option<String>,
+}
+
+impl Failure {
+    /// The failure `error` describes (the last failure, when restarts ran out).
+    pub fn of(error: &JobError) -> Failure {
+        let (vertex, uid, subtask, kind) = match error {
+            JobError::Restarts(exhausted) => {
+                let inner = Failure::of(&exhausted.cause);
+                (inner.vertex, inner.uid, inner.subtask, inner.kind)
+            }
+            JobError::Task {
+                name,
+                uid,
+                subtask,
+                kind,
+                ..
+            } => (
+                Some(name.clone()),
+                uid.clone(),
+                Some(*subtask),
+                Some(kind.to_string()),
+            ),
+            JobError::Component { name, uid, .. } => (
+                Some(name.clone()),
+                Some(uid.clone()),
+                None,
+                Some("component".to_string()),
+            ),
+            _ => (None, None, None, None),
+        };
+        Failure {
+            message: error.to_string(),
+            vertex,
+            uid,
+            subtask,
+            kind,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// The sending side of a job's events; events nobody reads are dropped beyond a bound.

@@ -30,6 +30,8 @@ pub(crate) struct JobParts {
     pub components: HashMap<usize, OperatorComponent>,
     /// Processing time for every task.
     pub clock: Clock,
+    /// A restore lets go of state of operators the job no longer has.
+    pub allow_non_restored: bool,
 }
 
 impl Job {
@@ -65,6 +67,7 @@ impl Job {
                 plan,
                 components,
                 clock: Clock::system(),
+                allow_non_restored: false,
             }),
         })
     }
@@ -73,6 +76,13 @@ impl Job {
     /// processing time read. Tests use a [`Clock::manual`] to expire state exactly.
     pub fn with_clock(mut self, clock: Clock) -> Job {
         Arc::make_mut(&mut self.parts).clock = clock;
+        self
+    }
+
+    /// Lets a restore drop the state of operators (by uid) that the job no longer has, instead
+    /// of refusing the checkpoint or savepoint (Flink's `--allowNonRestoredState`).
+    pub fn allow_non_restored_state(mut self, allow: bool) -> Job {
+        Arc::make_mut(&mut self.parts).allow_non_restored = allow;
         self
     }
 
@@ -123,7 +133,7 @@ impl Job {
         let events_out = Events(event_tx);
         let mut done = None;
         if let Some(store) = &store {
-            if from == RestoreFrom::Latest {
+            if matches!(from, RestoreFrom::Latest | RestoreFrom::LatestOr(_)) {
                 if let Some(completion) = store.completion()? {
                     // A crash may have come while its checkpoints were being deleted.
                     store.discard_all()?;
@@ -146,8 +156,14 @@ impl Job {
         let restore = match (from, &store) {
             _ if done.is_some() => None,
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
-            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec)?,
-            (RestoreFrom::Path(dir), _) => Some(Restored::load(&dir, spec)?),
+            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec, 0)?,
+            (RestoreFrom::LatestOr(dir), Some(store)) => match Restored::latest(store, spec, 0)? {
+                Some(latest) => Some(latest),
+                None => Some(Restored::load(&dir, spec, self.parts.allow_non_restored)?),
+            },
+            (RestoreFrom::Path(dir) | RestoreFrom::LatestOr(dir), _) => {
+                Some(Restored::load(&dir, spec, self.parts.allow_non_restored)?)
+            }
         };
         let metrics = Arc::new(Metrics::new(
             spec.vertices
@@ -166,17 +182,21 @@ impl Job {
                 .spawn(move || {
                     // Held until the job has ended.
                     let _lock = lock;
-                    match done {
+                    let end = match done {
                         Some(end) => Ok(end),
                         None => supervisor::supervise(
                             parts,
                             metrics,
-                            flags,
+                            Arc::clone(&flags),
                             store,
                             restore.map(Arc::new),
                             events_out,
                         ),
-                    }
+                    };
+                    flags
+                        .savepoints
+                        .fail_all("the job ended before the savepoint was taken");
+                    end
                 })
                 .map_err(JobError::Spawn)?
         };

@@ -16,18 +16,20 @@ mod metrics;
 pub(crate) mod output;
 pub(crate) mod restore;
 mod running;
+mod savepoint;
 mod supervisor;
 mod task;
 mod validate;
 
 pub use error::{Cause, JobError};
 pub(crate) use events::Events;
-pub use events::{JobEnd, JobEvent};
+pub use events::{Failure, JobEnd, JobEvent};
 pub use job::Job;
 pub(crate) use job::JobParts;
 pub use metrics::{CheckpointStatus, Metrics, VertexMetrics};
 pub(crate) use running::Shared;
 pub use running::{JobControl, JobSummary, RunningJob, VertexSummary};
+pub use savepoint::{Savepoint, SavepointFailed, SavepointHandle};
 
 use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::FailureKind;

@@ -18,10 +18,15 @@ pub(crate) struct Restored {
 }
 
 impl Restored {
-    /// Reads and verifies the checkpoint in `dir` and checks that it fits `spec`.
-    pub(crate) fn load(dir: &Path, spec: &JobSpec) -> Result<Restored, CheckpointError> {
+    /// Reads and verifies the checkpoint or savepoint in `dir` and checks that it fits
+    /// `spec` (see [`fits`]).
+    pub(crate) fn load(
+        dir: &Path,
+        spec: &JobSpec,
+        allow_non_restored: bool,
+    ) -> Result<Restored, CheckpointError> {
         let meta = storage::load(dir)?;
-        fits(&meta, spec).map_err(|reason| CheckpointError::Incompatible {
+        fits(&meta, spec, allow_non_restored).map_err(|reason| CheckpointError::Incompatible {
             path: dir.to_path_buf(),
             reason,
         })?;
@@ -31,15 +36,19 @@ impl Restored {
         })
     }
 
-    /// The newest checkpoint in `store` that verifies and fits `spec`, if any.
+    /// The newest checkpoint in `store`, with an id from `since` on, that verifies and fits
+    /// `spec`, if any.
     pub(crate) fn latest(
         store: &storage::CheckpointStore,
         spec: &JobSpec,
+        since: u64,
     ) -> Result<Option<Restored>, CheckpointError> {
-        Ok(store.latest(|m| fits(m, spec))?.map(|meta| Restored {
-            dir: store.dir_of(meta.checkpoint),
-            meta,
-        }))
+        Ok(store
+            .latest(since, |m| fits(m, spec, false))?
+            .map(|meta| Restored {
+                dir: store.dir_of(meta.checkpoint),
+                meta,
+            }))
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -126,10 +135,16 @@ impl Restored {
 
 /// Whether checkpoint `meta` can be restored into `spec`: the same job and key groups;
 /// sources and sinks (whose positions are per subtask) at the same parallelism; every
-/// operator with state in the checkpoint still in the job (matched by uid). Operators may
-/// change parallelism: their state is split by key group.
-pub(crate) fn fits(meta: &Metadata, spec: &JobSpec) -> Result<(), String> {
-    if meta.job != spec.name {
+/// operator with state in the checkpoint still in the job (matched by uid), unless
+/// `allow_non_restored` (Flink's `--allowNonRestoredState`) lets that state go. Operators may
+/// change parallelism: their state is split by key group. A savepoint restores into a job of
+/// any name.
+pub(crate) fn fits(
+    meta: &Metadata,
+    spec: &JobSpec,
+    allow_non_restored: bool,
+) -> Result<(), String> {
+    if meta.job != spec.name && !meta.savepoint {
         return Err(format!(
             "it belongs to job \"{}\", not \"{}\"",
             meta.job, spec.name
@@ -176,10 +191,18 @@ pub(crate) fn fits(meta: &Metadata, spec: &JobSpec) -> Result<(), String> {
             .iter()
             .find(|v| matches!(&v.kind, VertexKind::Operator { uid: u, .. } if u == uid));
         match now {
+            None if (keyed || operator) && allow_non_restored => {
+                tracing::warn!(
+                    "not restoring the state of operator uid \"{uid}\" (\"{}\"): the job has no \
+                     operator with that uid (allow_non_restored_state)",
+                    m.name
+                );
+            }
             None if keyed || operator => {
                 return Err(format!(
                     "it holds state of operator uid \"{uid}\" (\"{}\"), which the job no longer \
-                     has; restore the operator with that uid or start with --fresh",
+                     has; give an operator that uid, or let its state go with \
+                     --allow-non-restored-state (or start with --fresh)",
                     m.name
                 ));
             }
@@ -228,6 +251,7 @@ mod tests {
             checkpoint: 1,
             timestamp_ms: 0,
             max_parallelism: spec.max_parallelism,
+            savepoint: false,
             vertices: spec
                 .vertices
                 .iter()
@@ -257,26 +281,45 @@ mod tests {
     fn what_a_checkpoint_can_be_restored_into() {
         let taken = spec("j", 2, 2);
         let meta = meta_of(&taken, false);
-        assert_eq!(fits(&meta, &taken), Ok(()));
+        assert_eq!(fits(&meta, &taken, false), Ok(()));
         assert_eq!(
-            fits(&meta, &spec("j", 2, 4)),
+            fits(&meta, &spec("j", 2, 4), false),
             Ok(()),
             "keyed state rescales"
         );
-        let err = fits(&meta, &spec("other", 2, 2)).unwrap_err();
+        let err = fits(&meta, &spec("other", 2, 2), false).unwrap_err();
         assert!(err.contains("belongs to job \"j\""), "{err}");
-        let err = fits(&meta, &spec("j", 3, 2)).unwrap_err();
+        let err = fits(&meta, &spec("j", 3, 2), false).unwrap_err();
         assert!(err.contains("source \"gen\" ran at parallelism 2"), "{err}");
-        let err = fits(&meta_of(&taken, true), &spec("j", 2, 3)).unwrap_err();
+        let err = fits(&meta_of(&taken, true), &spec("j", 2, 3), false).unwrap_err();
         assert!(err.contains("operator state of 2 subtasks"), "{err}");
         let mut renamed = spec("j", 2, 2);
         if let VertexKind::Operator { uid, .. } = &mut renamed.vertices[1].kind {
             *uid = "count-v2".into();
         }
-        let err = fits(&meta, &renamed).unwrap_err();
+        let err = fits(&meta, &renamed, false).unwrap_err();
         assert!(err.contains("operator uid \"count\""), "{err}");
+        assert!(err.contains("--allow-non-restored-state"), "{err}");
+        assert_eq!(
+            fits(&meta, &renamed, true),
+            Ok(()),
+            "its state may be let go"
+        );
+        let savepoint = Metadata {
+            savepoint: true,
+            ..meta.clone()
+        };
+        assert_eq!(
+            fits(&savepoint, &spec("other", 2, 2), false),
+            Ok(()),
+            "a savepoint restores into a job of another name"
+        );
         let mut wider = spec("j", 2, 2);
         wider.max_parallelism = 256;
-        assert!(fits(&meta, &wider).unwrap_err().contains("max_parallelism"));
+        assert!(
+            fits(&meta, &wider, false)
+                .unwrap_err()
+                .contains("max_parallelism")
+        );
     }
 }

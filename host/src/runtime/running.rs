@@ -1,6 +1,7 @@
 //! A started job ([`RunningJob`]): watching it, stopping or cancelling it ([`JobControl`]),
 //! waiting for its end ([`JobSummary`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use super::savepoint::{Request, Requests, SavepointHandle};
 use super::{CheckpointStatus, JobEnd, JobError, JobEvent, Metrics};
 use crate::role::Role;
 
@@ -18,8 +20,13 @@ pub(crate) struct Shared {
     cancelled: Arc<AtomicBool>,
     /// The job's flags; `None` in the job's own instance.
     job: Option<Arc<Shared>>,
-    /// Sources end their input at the next poll, and the job drains and finishes.
+    /// The job stops: at a stop checkpoint or, when draining (or without checkpoints), by
+    /// ending its input.
     stopping: AtomicBool,
+    /// A stop ends the input: sources end at the next poll and the job drains and finishes.
+    draining: AtomicBool,
+    /// Savepoints asked for (the job's instance only).
+    pub(super) savepoints: Requests,
 }
 
 impl Shared {
@@ -58,6 +65,11 @@ impl Shared {
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_stopping())
     }
+
+    /// Whether a stop drains the job (ends its input) rather than stopping at a checkpoint.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_draining())
+    }
 }
 
 /// A started job.
@@ -91,6 +103,31 @@ impl JobControl {
     /// See [`RunningJob::cancel`].
     pub fn cancel(&self) {
         self.shared.cancel();
+    }
+
+    /// Takes a savepoint into `dir` (which must not exist yet, or be empty): a checkpoint
+    /// triggered at once, in the canonical format that either state backend restores, whose
+    /// files are then copied into `dir` (Flink's triggered savepoint). Two-phase-commit sinks
+    /// commit at it as at any checkpoint. The job goes on; a savepoint that fails does not
+    /// fail the job. Needs a `[checkpoint]` table (its directory holds it while it is taken).
+    pub fn savepoint(&self, dir: impl Into<PathBuf>) -> SavepointHandle {
+        let (request, handle) = Request::new(dir.into());
+        self.shared.savepoints.push(request);
+        handle
+    }
+
+    /// Stops the job with a savepoint into `dir` (Flink's stop-with-savepoint): as
+    /// [`JobControl::stop`], and the stop checkpoint is a savepoint. With `drain` the sources
+    /// end their input instead, so that the job processes what it has read and its operators
+    /// close (end-of-input timers fire); the savepoint is then that of the finished job.
+    pub fn stop_with_savepoint(&self, dir: impl Into<PathBuf>, drain: bool) -> SavepointHandle {
+        let (request, handle) = Request::new(dir.into());
+        self.shared.savepoints.set_stop(request);
+        if drain {
+            self.shared.draining.store(true, Ordering::SeqCst);
+        }
+        self.stop();
+        handle
     }
 
     /// Whether a stop was asked for.
@@ -129,6 +166,11 @@ impl RunningJob {
     /// Its live counters.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Its live counters, to keep after [`RunningJob::wait`] took the job.
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// Whether the job takes checkpoints.

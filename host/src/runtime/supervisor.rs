@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::attempt::{Finals, Outcome, TICK, run, spawn};
-use super::checkpointing::{all_tasks, commit_finals, commit_recorded, summarize};
+use super::checkpointing::{all_tasks, commit_finals, commit_recorded, export, summarize};
 use super::restore::Restored;
-use super::{Events, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared};
+use super::{Events, Failure, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::RestartStrategy;
 use crate::checkpoint::coordinator::{Completed, TaskState};
 use crate::checkpoint::restart::{RestartDecision, Restarts};
@@ -31,6 +31,13 @@ pub(crate) fn supervise(
     let origin = Instant::now();
     let spec = &parts.spec;
     let mut restarts = Restarts::new(spec.restart.clone());
+    // After a failure the job restores the newest checkpoint of this run, or else what it
+    // started from: never an older checkpoint of an earlier run it did not start from.
+    let first_id = match &store {
+        Some(store) => store.next_id()?,
+        None => 0,
+    };
+    let initial = restore.clone();
     loop {
         if let Some(r) = &restore {
             tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
@@ -49,7 +56,7 @@ pub(crate) fn supervise(
         let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt, &events);
         let error = match outcome {
             Outcome::Finished(finals) => {
-                return finish_job(&parts, store.as_ref(), &finals, origin).map(|()| {
+                return finish_job(&parts, &flags, store.as_ref(), &finals, origin).map(|()| {
                     // Without checkpoints a stop ends the input: the job drained.
                     if store.is_none() && flags.is_stopping() {
                         JobEnd::Stopped {
@@ -71,7 +78,7 @@ pub(crate) fn supervise(
             Outcome::Failed(e) => e,
         };
         if flags.is_stopping() {
-            return stopped_at_newest(spec, store.as_ref(), format!("{error}"));
+            return stopped_at_newest(spec, store.as_ref(), first_id, format!("{error}"));
         }
         if error.is_permanent() {
             tracing::warn!("not restarting the job: a restart cannot heal {error}");
@@ -95,7 +102,7 @@ pub(crate) fn supervise(
                     spec.restart.name()
                 );
                 events.send(JobEvent::Restarting {
-                    cause: error.to_string(),
+                    failure: Failure::of(&error),
                     delay,
                     restart: restarts.attempts(),
                 });
@@ -109,13 +116,17 @@ pub(crate) fn supervise(
                         return stopped_at_newest(
                             spec,
                             store.as_ref(),
+                            first_id,
                             format!("it was waiting to restart after: {error}"),
                         );
                     }
                     std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
                 }
                 if let Some(store) = &store {
-                    restore = Restored::latest(store, spec)?.map(Arc::new);
+                    restore = match Restored::latest(store, spec, first_id)? {
+                        Some(newer) => Some(Arc::new(newer)),
+                        None => initial.clone(),
+                    };
                 }
             }
         }
@@ -123,15 +134,16 @@ pub(crate) fn supervise(
 }
 
 /// A stop that could not take a checkpoint of its own, because the job failed (with `problem`)
-/// or was waiting to restart: the job stops at its newest complete checkpoint, where the next
-/// start resumes. Sinks committed everything up to it; what came after is not committed.
+/// or was waiting to restart: the job stops at its newest complete checkpoint of this run
+/// (from `since` on), where the next start resumes. Sinks committed everything up to it; what came after is not committed.
 fn stopped_at_newest(
     spec: &JobSpec,
     store: Option<&CheckpointStore>,
+    since: u64,
     problem: String,
 ) -> Result<JobEnd, JobError> {
     let checkpoint = match store {
-        Some(store) => Restored::latest(store, spec)?.map(|r| r.id()),
+        Some(store) => Restored::latest(store, spec, since)?.map(|r| r.id()),
         None => None,
     };
     Ok(JobEnd::Stopped {
@@ -151,6 +163,7 @@ fn stopped_at_newest(
 /// leaves a state the next run completes without writing anything twice.
 fn finish_job(
     parts: &JobParts,
+    flags: &Shared,
     store: Option<&CheckpointStore>,
     finals: &Finals,
     origin: Instant,
@@ -170,6 +183,10 @@ fn finish_job(
     failpoint::hit("finish.after-final-checkpoint");
     commit_recorded(spec, &meta)?;
     failpoint::hit("finish.after-commit");
+    // A stop with drain: the savepoint is of the job's end.
+    if let Some(request) = flags.savepoints.take_stop() {
+        export(store, done.id, request);
+    }
     store.write_completion(&Completion {
         job: spec.name.clone(),
         finished_ms: unix_ms(),

@@ -393,12 +393,12 @@ fn run_source(
         Control::Complete(n) => chain.notify_complete(n).map(|()| None),
     };
     // Without checkpoints there is nothing to stop at: a stop ends the input (drains).
-    let drain_on_stop = setup.spec.checkpoint.is_none();
+    let no_checkpoints = setup.spec.checkpoint.is_none();
     loop {
         if setup.shared.is_cancelled() {
             return Err(Stop::Disconnected);
         }
-        if drain_on_stop && setup.shared.is_stopping() {
+        if setup.shared.is_stopping() && (no_checkpoints || setup.shared.is_draining()) {
             return Ok(None);
         }
         while let Ok(c) = setup.control.try_recv() {
@@ -442,8 +442,8 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
     let mut aligner = Aligner::new(alignment, inputs.len());
     let origin = Instant::now();
     let mut ended = vec![false; inputs.len()];
-    // The checkpoint the job stops at, once its barrier has come on any input.
-    let mut stop_at = None;
+    // The barriers come on some input and not yet aligned, by checkpoint.
+    let mut barriers = std::collections::BTreeMap::new();
     while aligner.open_inputs() > 0 {
         // The inputs readable now; rebuilt whenever a barrier or an end changes that.
         let readable: Vec<usize> = (0..inputs.len())
@@ -476,9 +476,7 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
                     continue;
                 }
                 Ok(Message::Barrier(barrier)) => {
-                    if barrier.kind == BarrierKind::Stop {
-                        stop_at = Some(barrier.id);
-                    }
+                    barriers.entry(barrier.id).or_insert(barrier);
                     aligner
                         .on_barrier(i, barrier.id, origin.elapsed())
                         .map_err(|e| chain.fail_task("checkpoint barrier protocol", e))?
@@ -494,13 +492,11 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
                 tracing::debug!(task = ?chain.task, "checkpoint {n} abandoned during alignment");
             }
             if let Some(a) = aligned {
-                let kind = if stop_at == Some(a.id) {
-                    BarrierKind::Stop
-                } else {
-                    BarrierKind::Checkpoint
-                };
-                chain.checkpoint(Barrier { id: a.id, kind }, None, a.alignment)?;
-                if kind == BarrierKind::Stop {
+                // Older barriers were abandoned: this one subsumes them.
+                let barrier = barriers.remove(&a.id).expect("an aligned barrier came");
+                barriers = barriers.split_off(&a.id);
+                chain.checkpoint(barrier, None, a.alignment)?;
+                if barrier.kind == BarrierKind::Stop {
                     return chain.park(a.id, setup).map(|()| Some(a.id));
                 }
             }
@@ -544,6 +540,7 @@ impl Chain {
             let state = match &mut self.stages[i] {
                 Stage::Operator(op) => {
                     let mut snapshot = Snapshot {
+                        format: barrier.format,
                         bytes: Vec::with_capacity(self.snapshot_sizes[i] + 4096),
                         key_groups: key_group_range(
                             self.spec.max_parallelism,

@@ -28,7 +28,7 @@ use super::{
     TtlVisibility,
 };
 use crate::key_group::key_group;
-use crate::operator::SharedFiles;
+use crate::operator::{SharedFiles, SnapshotFormat};
 
 const MAGIC: &[u8; 8] = b"WEIRKS02";
 const OPERATOR_MAGIC: &[u8; 8] = b"WEIROS01";
@@ -150,18 +150,27 @@ impl KeyedState {
         Ok(())
     }
 
-    /// Writes checkpoint `n` of every state and of `timers` to `out`: with RocksDB and
-    /// `incremental`, a manifest of the database's files, and returns those the checkpoint
-    /// does not have yet; else a full snapshot.
+    /// Writes checkpoint `n` of every state and of `timers` to `out`: in the native format
+    /// with RocksDB and `incremental`, a manifest of the database's files, and returns those
+    /// the checkpoint does not have yet; else a full snapshot.
     pub fn checkpoint<'a>(
         &mut self,
         n: u64,
+        format: SnapshotFormat,
         timers: impl Iterator<Item = Timer<'a>>,
         out: &mut Vec<u8>,
     ) -> Result<Option<SharedFiles>, StateError> {
         match &mut self.backend {
-            Backend::Rocks(r) if self.incremental => r.checkpoint(n, timers, out).map(Some),
-            _ => self.snapshot(timers, out).map(|()| None),
+            Backend::Rocks(r) if self.incremental && format == SnapshotFormat::Native => {
+                r.checkpoint(n, timers, out).map(Some)
+            }
+            Backend::Rocks(r) => {
+                // The checkpoint's retention may delete the last incremental checkpoint, and
+                // with it the files a next one would refer to: the next one uploads anew.
+                r.forget_uploads();
+                self.snapshot(timers, out).map(|()| None)
+            }
+            Backend::Memory(_) => self.snapshot(timers, out).map(|()| None),
         }
     }
 

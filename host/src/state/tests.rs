@@ -4,6 +4,7 @@ use weir_wire::{ListWrite, MapOp, Reader, ValueOp, put_list_op, put_map_op, put_
 
 use super::*;
 use crate::key_group::key_group_range;
+use crate::operator::SnapshotFormat;
 
 /// A store of `backend` for key groups `groups` of 128, on `clock`; the directory holds
 /// RocksDB's files.
@@ -634,7 +635,7 @@ fn checkpoint(s: &mut KeyedState, n: u64, shared: &std::path::Path) -> (Vec<u8>,
     let timers = [(weir_wire::TimeDomain::EventTime, 7, &b"key-7"[..])];
     let mut manifest = Vec::new();
     let files = s
-        .checkpoint(n, timers.into_iter(), &mut manifest)
+        .checkpoint(n, SnapshotFormat::Native, timers.into_iter(), &mut manifest)
         .unwrap()
         .expect("an incremental checkpoint");
     std::fs::create_dir_all(shared).unwrap();

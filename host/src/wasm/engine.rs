@@ -23,6 +23,8 @@ use super::{Processor, ProcessorPre};
 
 /// The WIT package version this host implements.
 pub const WIT_VERSION: &str = "0.1.0";
+/// The WIT world an operator component implements.
+pub const WORLD: &str = "weir:stream/processor@0.1.0";
 const OPERATOR_EXPORT: &str = "weir:stream/operator@0.1.0";
 
 /// A `.wasm` file that cannot be used as an operator, with what to do about it.
@@ -151,9 +153,16 @@ pub struct OperatorComponent {
     pub(crate) limits: Limits,
     /// What each instance may reach outside its sandbox.
     pub(crate) grants: Grants,
+    /// The interfaces it imports.
+    imports: Arc<[String]>,
 }
 
 impl OperatorComponent {
+    /// The interfaces the component imports (weir's and standard WASI ones).
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
     /// The component whose instances may reach what `grants` grants.
     pub fn with_grants(self, grants: Grants) -> Self {
         OperatorComponent { grants, ..self }
@@ -297,7 +306,7 @@ impl WasmEngine {
         let wasm = std::fs::read(path).map_err(read)?;
         check_header(path, &wasm)?;
         // Before compiling: a file that is no weir operator is not compiled (nor cached).
-        check_world(path, &wasm)?;
+        let imports = check_world(path, &wasm)?;
         let component = self.compile(path, wasm, limits.compile_time)?;
         let link = |e: wasmtime::Error| WasmError::Link {
             path: path.to_path_buf(),
@@ -325,6 +334,7 @@ impl WasmEngine {
             deadlines: self.options.epoch_interruption,
             limits: *limits,
             grants: Grants::default(),
+            imports: imports.into(),
         })
     }
 
@@ -496,8 +506,8 @@ fn component_names(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<String>
 }
 
 /// Checks, before compiling, that the component exports this host's operator interface and
-/// imports nothing unknown.
-fn check_world(path: &Path, wasm: &[u8]) -> Result<(), WasmError> {
+/// imports nothing unknown; returns its imports.
+fn check_world(path: &Path, wasm: &[u8]) -> Result<Vec<String>, WasmError> {
     let (imports, exports) = component_names(path, wasm)?;
     let exports: Vec<&str> = exports.iter().map(String::as_str).collect();
     if !exports.contains(&OPERATOR_EXPORT) {
@@ -549,12 +559,18 @@ fn check_world(path: &Path, wasm: &[u8]) -> Result<(), WasmError> {
             imports: unknown.iter().map(|i| i.to_string()).collect(),
         });
     }
-    Ok(())
+    Ok(imports)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_world_is_of_this_wit_version() {
+        assert!(WORLD.ends_with(&format!("@{WIT_VERSION}")));
+        assert_eq!(OPERATOR_EXPORT.replace("operator", "processor"), WORLD);
+    }
 
     #[test]
     fn header_checks() {

@@ -11,7 +11,7 @@ mod limits;
 mod operator;
 
 pub use capabilities::{DirGrant, Grants};
-pub use engine::{EngineOptions, OperatorComponent, WasmEngine, WasmError};
+pub use engine::{EngineOptions, OperatorComponent, WORLD, WasmEngine, WasmError};
 pub use limits::{Limit, Limits};
 pub(crate) use operator::WasmOperator;
 

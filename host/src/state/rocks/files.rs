@@ -178,6 +178,13 @@ impl Rocks {
         })
     }
 
+    /// Forgets which files earlier checkpoints put into `shared/`: the next incremental
+    /// checkpoint uploads all of its files.
+    pub(crate) fn forget_uploads(&mut self) {
+        self.confirmed.clear();
+        self.pending.clear();
+    }
+
     /// Checkpoint `n` completed: its files are in `shared/` for good, and later checkpoints
     /// refer to them instead of uploading them again.
     pub(crate) fn notify_complete(&mut self, n: u64) {

@@ -246,7 +246,7 @@ impl HostState {
         }
         snapshot.shared = self
             .state
-            .checkpoint(n, self.timers.iter(), &mut snapshot.bytes)
+            .checkpoint(n, snapshot.format, self.timers.iter(), &mut snapshot.bytes)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
         Ok(())
     }

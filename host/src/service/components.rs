@@ -1,0 +1,309 @@
+//! Uploaded components, content-addressed: `<data>/components/<sha256>.wasm` beside its record
+//! `<sha256>.json`. An upload streams into a temporary file within the size limit, is hashed as
+//! it comes, and is validated and compiled (as `weir validate` would) before it is kept under
+//! its hash; an invalid one leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::api::ComponentInfo;
+use super::error::{ErrorCode, ServiceError};
+use super::store::{now_ms, read_json, write_json};
+use crate::wasm::{Limits, WORLD, WasmEngine};
+
+/// What the service keeps of a component besides its bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    sha256: String,
+    size_bytes: u64,
+    name: Option<String>,
+    version: Option<String>,
+    world: String,
+    imports: Vec<String>,
+    uploaded_ms: u64,
+}
+
+/// The component store.
+#[derive(Debug)]
+pub(crate) struct Components {
+    dir: PathBuf,
+    engine: Arc<WasmEngine>,
+    /// What an upload is checked against (`wasm_size` bounds its size).
+    limits: Limits,
+    records: Mutex<BTreeMap<String, Record>>,
+}
+
+/// An upload on its way to disk.
+#[derive(Debug)]
+pub struct Upload {
+    file: File,
+    path: PathBuf,
+    hasher: Sha256,
+    size: u64,
+    limit: u64,
+    name: Option<String>,
+    version: Option<String>,
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        // Kept only by `finish`, which renames it away first.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Upload {
+    /// Appends `chunk`; refuses to go past the size limit.
+    pub fn write(&mut self, chunk: &[u8]) -> Result<(), ServiceError> {
+        self.size += chunk.len() as u64;
+        if self.size > self.limit {
+            return Err(ServiceError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the component is larger than the limit of {} bytes (`weir serve \
+                     --max-component-size`, the `wasm_size` limit)",
+                    self.limit
+                ),
+            ));
+        }
+        self.hasher.update(chunk);
+        self.file
+            .write_all(chunk)
+            .map_err(|e| ServiceError::io("write", &self.path, e))
+    }
+}
+
+/// Checks a component name or version: 1 to 64 of `A-Z a-z 0-9 . _ -`, no `@`.
+fn check_label(what: &str, label: &str) -> Result<(), ServiceError> {
+    let ok = (1..=64).contains(&label.len())
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::invalid(format!(
+            "component {what} {label:?} is not valid: use 1 to 64 letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+impl Components {
+    /// The store in `dir` (created if missing), with what it holds.
+    pub(crate) fn open(
+        dir: PathBuf,
+        engine: Arc<WasmEngine>,
+        limits: Limits,
+    ) -> Result<Components, ServiceError> {
+        std::fs::create_dir_all(&dir).map_err(|e| ServiceError::io("create", &dir, e))?;
+        let mut records = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| ServiceError::io("list", &dir, e))? {
+            let path = entry.map_err(|e| ServiceError::io("list", &dir, e))?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with(".upload-") {
+                // An upload the process did not finish.
+                let _ = std::fs::remove_file(&path);
+            } else if name.ends_with(".json") {
+                let record: Record = read_json(&path)?;
+                if dir.join(format!("{}.wasm", record.sha256)).exists() {
+                    records.insert(record.sha256.clone(), record);
+                }
+            }
+        }
+        Ok(Components {
+            dir,
+            engine,
+            limits,
+            records: Mutex::new(records),
+        })
+    }
+
+    fn records(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Record>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts an upload of a component called `name` at `version` (both optional).
+    pub(crate) fn begin(
+        &self,
+        name: Option<String>,
+        version: Option<String>,
+    ) -> Result<Upload, ServiceError> {
+        if let Some(name) = &name {
+            check_label("name", name)?;
+        }
+        match (&name, &version) {
+            (None, Some(_)) => {
+                return Err(ServiceError::invalid(
+                    "a component version needs a name: give `name` too",
+                ));
+            }
+            (_, Some(v)) => check_label("version", v)?,
+            _ => {}
+        }
+        let path = self.dir.join(format!(".upload-{}", super::store::new_id()));
+        let file = File::create(&path).map_err(|e| ServiceError::io("create", &path, e))?;
+        Ok(Upload {
+            file,
+            path,
+            hasher: Sha256::new(),
+            size: 0,
+            limit: self.limits.wasm_size.as_u64(),
+            name,
+            version,
+        })
+    }
+
+    /// Validates and compiles a finished upload and keeps it. Uploading bytes the store has
+    /// already answers the component as it is (with a name added, if it had none).
+    pub(crate) fn finish(&self, mut upload: Upload) -> Result<ComponentInfo, ServiceError> {
+        upload
+            .file
+            .sync_all()
+            .map_err(|e| ServiceError::io("sync", &upload.path, e))?;
+        let sha256 = format!("{:x}", upload.hasher.clone().finalize());
+        if let (Some(name), version) = (&upload.name, &upload.version) {
+            let taken = self.records().values().any(|r| {
+                r.name.as_ref() == Some(name) && r.version == *version && r.sha256 != sha256
+            });
+            if taken {
+                return Err(ServiceError::conflict(format!(
+                    "component {} is taken by other bytes; upload this one under another \
+                     version",
+                    label(name, version.as_deref())
+                )));
+            }
+        }
+        let component = self.engine.load(&upload.path, &self.limits).map_err(|e| {
+            let message = e
+                .to_string()
+                .replace(&upload.path.display().to_string(), "the uploaded component");
+            ServiceError::new(ErrorCode::InvalidComponent, message)
+        })?;
+        let wasm = self.dir.join(format!("{sha256}.wasm"));
+        let mut records = self.records();
+        let record = match records.get(&sha256) {
+            Some(existing) if existing.name.is_some() || upload.name.is_none() => existing.clone(),
+            _ => Record {
+                sha256: sha256.clone(),
+                size_bytes: upload.size,
+                name: upload.name.take(),
+                version: upload.version.take(),
+                world: WORLD.to_string(),
+                imports: component.imports().to_vec(),
+                uploaded_ms: now_ms(),
+            },
+        };
+        if !wasm.exists() {
+            std::fs::rename(&upload.path, &wasm).map_err(|e| ServiceError::io("keep", &wasm, e))?;
+        }
+        write_json(&self.dir.join(format!("{sha256}.json")), &record)?;
+        records.insert(sha256, record.clone());
+        Ok(info(record, Vec::new()))
+    }
+
+    /// Every component, with the jobs that use each (`used_by`: sha256 → job ids).
+    pub(crate) fn list(&self, used_by: &BTreeMap<String, Vec<String>>) -> Vec<ComponentInfo> {
+        self.records()
+            .values()
+            .map(|r| {
+                info(
+                    r.clone(),
+                    used_by.get(&r.sha256).cloned().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// The component `sha256`.
+    pub(crate) fn get(
+        &self,
+        sha256: &str,
+        used_by: Vec<String>,
+    ) -> Result<ComponentInfo, ServiceError> {
+        let record = self.records().get(sha256).cloned();
+        record
+            .map(|r| info(r, used_by))
+            .ok_or_else(|| unknown(&format!("sha256:{sha256}")))
+    }
+
+    /// Deletes component `sha256` (the caller checked that no job uses it).
+    pub(crate) fn delete(&self, sha256: &str) -> Result<(), ServiceError> {
+        let mut records = self.records();
+        if records.remove(sha256).is_none() {
+            return Err(unknown(&format!("sha256:{sha256}")));
+        }
+        for ext in ["json", "wasm"] {
+            let path = self.dir.join(format!("{sha256}.{ext}"));
+            std::fs::remove_file(&path).map_err(|e| ServiceError::io("delete", &path, e))?;
+        }
+        Ok(())
+    }
+
+    /// The sha256 of the component a spec names: `sha256:<hex>`, `name@version`, or `name`
+    /// (its newest upload).
+    pub(crate) fn resolve(&self, reference: &str) -> Result<String, String> {
+        let records = self.records();
+        if let Some(hex) = reference.strip_prefix("sha256:") {
+            return if records.contains_key(hex) {
+                Ok(hex.to_string())
+            } else {
+                Err(format!(
+                    "no component sha256:{hex} was uploaded; upload it first (`weir upload`)"
+                ))
+            };
+        }
+        let (name, version) = match reference.split_once('@') {
+            Some((n, v)) => (n, Some(v)),
+            None => (reference, None),
+        };
+        records
+            .values()
+            .filter(|r| r.name.as_deref() == Some(name))
+            .filter(|r| version.is_none() || r.version.as_deref() == version)
+            .max_by_key(|r| r.uploaded_ms)
+            .map(|r| r.sha256.clone())
+            .ok_or_else(|| {
+                format!(
+                    "no component {reference:?} was uploaded; upload it (`weir upload --name \
+                     {name}`), or name it by `sha256:<hex>`"
+                )
+            })
+    }
+
+    /// Where the bytes of component `sha256` are.
+    pub(crate) fn path(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}.wasm"))
+    }
+}
+
+fn label(name: &str, version: Option<&str>) -> String {
+    match version {
+        Some(v) => format!("{name}@{v}"),
+        None => name.to_string(),
+    }
+}
+
+fn unknown(what: &str) -> ServiceError {
+    ServiceError::not_found(format!(
+        "no component {what}; list them with GET /v1/components"
+    ))
+}
+
+fn info(r: Record, used_by: Vec<String>) -> ComponentInfo {
+    ComponentInfo {
+        sha256: r.sha256,
+        size_bytes: r.size_bytes,
+        name: r.name,
+        version: r.version,
+        world: r.world,
+        imports: r.imports,
+        uploaded_ms: r.uploaded_ms,
+        used_by,
+    }
+}

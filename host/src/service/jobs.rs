@@ -1,0 +1,414 @@
+//! One job the service manages: its record on disk, its run (if it runs), and the thread that
+//! watches the run and writes what happens into the record.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::api::{
+    CheckpointInfo, CheckpointSummary, ExceptionInfo, JobDetails, JobOverview, JobStatus,
+    Operation, OperationKind, OperationStatus, VertexStatus,
+};
+use super::error::ServiceError;
+use super::store::{now_ms, write_json};
+use crate::runtime::{Failure, JobControl, JobEnd, JobError, JobEvent, Metrics, RunningJob};
+use crate::{SavepointFailed, SavepointHandle};
+
+/// Entries kept in a job's exception history.
+const EXCEPTIONS: usize = 100;
+
+/// What the service keeps of a job (`<data>/jobs/<id>/job.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct JobRecord {
+    pub id: String,
+    pub name: String,
+    pub status: JobStatus,
+    pub submitted_ms: u64,
+    pub ended_ms: Option<u64>,
+    /// The spec as the service runs it: TOML, components named `sha256:<hex>`.
+    pub spec: String,
+    /// What relative paths of the spec resolve against.
+    pub base_dir: PathBuf,
+    /// The components the spec uses (sha256).
+    pub components: Vec<String>,
+    /// The savepoint it starts from when it has no checkpoint yet.
+    pub savepoint: Option<PathBuf>,
+    pub allow_non_restored_state: bool,
+    pub restarts: u32,
+    pub exceptions: Vec<ExceptionInfo>,
+    pub operations: Vec<Operation>,
+}
+
+impl JobRecord {
+    pub(crate) fn overview(&self) -> JobOverview {
+        JobOverview {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            status: self.status,
+            submitted_ms: self.submitted_ms,
+            ended_ms: self.ended_ms,
+            restarts: self.restarts,
+        }
+    }
+
+    fn operation(&mut self, request_id: &str) -> Option<&mut Operation> {
+        self.operations
+            .iter_mut()
+            .find(|o| o.request_id == request_id)
+    }
+
+    fn exception(&mut self, failure: &Failure, fatal: bool) {
+        self.exceptions.push(ExceptionInfo {
+            time_ms: now_ms(),
+            message: failure.message.clone(),
+            vertex: failure.vertex.clone(),
+            uid: failure.uid.clone(),
+            subtask: failure.subtask,
+            kind: failure.kind.clone(),
+            fatal,
+        });
+        let excess = self.exceptions.len().saturating_sub(EXCEPTIONS);
+        self.exceptions.drain(..excess);
+    }
+}
+
+/// A run of a job in this process.
+pub(crate) struct Run {
+    pub control: JobControl,
+    metrics: Arc<Metrics>,
+    /// The last sample of the counters and the rates computed from the one before.
+    rates: Mutex<Rates>,
+}
+
+struct Rates {
+    at: Instant,
+    counts: Vec<(u64, u64)>,
+    rates: Vec<(f64, f64)>,
+}
+
+/// A rescale waiting for the job's stop: the new parallelism by vertex, and the savepoint.
+pub(crate) struct PendingRescale {
+    pub request_id: String,
+    pub parallelism: BTreeMap<String, u32>,
+    pub savepoint: SavepointHandle,
+}
+
+/// A job of the service.
+pub(crate) struct ManagedJob {
+    /// `<data>/jobs/<id>/`.
+    pub dir: PathBuf,
+    // Lock order: `record`, then `run`.
+    record: Mutex<JobRecord>,
+    run: Mutex<Option<Arc<Run>>>,
+    pub rescale: Mutex<Option<PendingRescale>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ManagedJob {
+    pub(crate) fn new(dir: PathBuf, record: JobRecord) -> ManagedJob {
+        ManagedJob {
+            dir,
+            record: Mutex::new(record),
+            run: Mutex::new(None),
+            rescale: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn record(&self) -> MutexGuard<'_, JobRecord> {
+        lock(&self.record)
+    }
+
+    pub(crate) fn run(&self) -> Option<Arc<Run>> {
+        lock(&self.run).clone()
+    }
+
+    /// Changes the record with `change` and writes it.
+    pub(crate) fn update(&self, change: impl FnOnce(&mut JobRecord)) -> Result<(), ServiceError> {
+        let mut record = self.record();
+        change(&mut record);
+        self.save(&record)
+    }
+
+    pub(crate) fn save(&self, record: &JobRecord) -> Result<(), ServiceError> {
+        write_json(&self.dir.join("job.json"), record)
+    }
+
+    /// Records a write failure of the record rather than losing it silently.
+    fn update_logged(&self, change: impl FnOnce(&mut JobRecord)) {
+        if let Err(e) = self.update(change) {
+            tracing::error!("cannot record the state of job {}: {e}", self.dir.display());
+        }
+    }
+
+    /// Where the checkpoints of the job are.
+    pub(crate) fn checkpoint_dir(&self) -> PathBuf {
+        self.dir.join("checkpoints")
+    }
+
+    /// Where the service puts the savepoint of request `request_id`.
+    pub(crate) fn savepoint_dir(data_dir: &Path, job: &str, request_id: &str) -> PathBuf {
+        data_dir.join("savepoints").join(job).join(request_id)
+    }
+
+    /// The job now runs as `running`.
+    pub(crate) fn started(&self, running: &RunningJob, control: JobControl) -> Arc<Run> {
+        let metrics = running.shared_metrics();
+        let counts = counts(&metrics);
+        let run = Arc::new(Run {
+            control,
+            rates: Mutex::new(Rates {
+                at: Instant::now(),
+                rates: vec![(0.0, 0.0); counts.len()],
+                counts,
+            }),
+            metrics,
+        });
+        *lock(&self.run) = Some(Arc::clone(&run));
+        run
+    }
+
+    /// Follows `running` until it ends, recording its status, restarts and failures; then
+    /// hands its end to `ended`.
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        running: RunningJob,
+        ended: impl FnOnce(&Arc<ManagedJob>, &Result<JobEnd, JobError>) + Send + 'static,
+    ) {
+        let job = Arc::clone(self);
+        let events = running.events();
+        let spawned = std::thread::Builder::new()
+            .name("job-watch".into())
+            .spawn(move || {
+                let follow = {
+                    let job = Arc::clone(&job);
+                    std::thread::spawn(move || {
+                        for event in events {
+                            job.on_event(event);
+                        }
+                    })
+                };
+                let result = running.wait().map(|summary| summary.end);
+                let _ = follow.join();
+                *lock(&job.run) = None;
+                job.on_end(&result);
+                ended(&job, &result);
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread to watch a job: {e}");
+        }
+    }
+
+    fn on_event(&self, event: JobEvent) {
+        match event {
+            JobEvent::Starting { .. } => self.update_logged(|r| {
+                if !matches!(r.status, JobStatus::Cancelling) {
+                    r.status = JobStatus::Running;
+                }
+            }),
+            JobEvent::Restarting { failure, .. } => self.update_logged(|r| {
+                r.restarts += 1;
+                r.exception(&failure, false);
+                if !matches!(r.status, JobStatus::Cancelling) {
+                    r.status = JobStatus::Restarting;
+                }
+            }),
+            JobEvent::Stopping { .. } => {}
+        }
+    }
+
+    /// Records how the run ended. The status of a job the service is shutting down is left
+    /// as it is: the next start of the service resumes it.
+    fn on_end(&self, result: &Result<JobEnd, JobError>) {
+        self.update_logged(|r| {
+            let status = match result {
+                Ok(JobEnd::Finished | JobEnd::AlreadyFinished(_)) => JobStatus::Finished,
+                Ok(JobEnd::Stopped { .. }) => JobStatus::Stopped,
+                Err(JobError::Cancelled) => JobStatus::Cancelled,
+                Err(e) => {
+                    r.exception(&Failure::of(e), true);
+                    JobStatus::Failed
+                }
+            };
+            r.status = status;
+            r.ended_ms = Some(now_ms());
+            for op in &mut r.operations {
+                if op.status != OperationStatus::InProgress {
+                    continue;
+                }
+                match op.kind {
+                    // A stop without a savepoint is done when the job is.
+                    OperationKind::Stop if op.savepoint.is_none() => {
+                        op.status = if status == JobStatus::Stopped || status == JobStatus::Finished
+                        {
+                            OperationStatus::Completed
+                        } else {
+                            OperationStatus::Failed
+                        };
+                        if op.status == OperationStatus::Failed {
+                            op.error = Some(format!("the job ended as {status:?}"));
+                        }
+                        op.ended_ms = Some(now_ms());
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+
+    /// Records the answer of the savepoint of operation `request_id`.
+    pub(crate) fn savepoint_done(
+        &self,
+        request_id: &str,
+        answer: &Result<crate::Savepoint, SavepointFailed>,
+    ) {
+        self.update_logged(|r| {
+            if let Some(op) = r.operation(request_id) {
+                match answer {
+                    Ok(savepoint) => {
+                        op.savepoint = Some(savepoint.path.display().to_string());
+                        if op.kind != OperationKind::Rescale {
+                            op.status = OperationStatus::Completed;
+                            op.ended_ms = Some(now_ms());
+                        }
+                    }
+                    Err(e) => {
+                        op.status = OperationStatus::Failed;
+                        op.error = Some(e.to_string());
+                        op.ended_ms = Some(now_ms());
+                    }
+                }
+            }
+        });
+    }
+
+    /// Ends operation `request_id` as `status`, with `error`.
+    pub(crate) fn end_operation(
+        &self,
+        request_id: &str,
+        status: OperationStatus,
+        error: Option<String>,
+    ) {
+        self.update_logged(|r| {
+            if let Some(op) = r.operation(request_id) {
+                op.status = status;
+                op.error = error;
+                op.ended_ms = Some(now_ms());
+            }
+        });
+    }
+
+    /// The job's whole status.
+    pub(crate) fn details(&self) -> JobDetails {
+        let record = self.record().clone();
+        let (vertices, checkpoints) = match self.run() {
+            Some(run) => (run.vertices(&record.spec), run.checkpoints()),
+            None => (Vec::new(), CheckpointSummary::default()),
+        };
+        JobDetails {
+            overview: record.overview(),
+            vertices,
+            checkpoints,
+            restored_from_savepoint: record.savepoint.map(|p| p.display().to_string()),
+            operations: record.operations,
+            spec: record.spec,
+        }
+    }
+}
+
+fn counts(metrics: &Metrics) -> Vec<(u64, u64)> {
+    metrics
+        .summaries()
+        .iter()
+        .map(|v| (v.records_in, v.records_out))
+        .collect()
+}
+
+impl Run {
+    /// The vertices with their counters and rates (over at least the last second).
+    fn vertices(&self, spec: &str) -> Vec<VertexStatus> {
+        let now = counts(&self.metrics);
+        let rates = {
+            let mut r = lock(&self.rates);
+            let elapsed = r.at.elapsed().as_secs_f64();
+            if elapsed >= 1.0 {
+                r.rates = now
+                    .iter()
+                    .zip(&r.counts)
+                    .map(|(n, o)| {
+                        (
+                            n.0.saturating_sub(o.0) as f64 / elapsed,
+                            n.1.saturating_sub(o.1) as f64 / elapsed,
+                        )
+                    })
+                    .collect();
+                r.counts = now.clone();
+                r.at = Instant::now();
+            }
+            r.rates.clone()
+        };
+        let uids = uids(spec);
+        self.metrics
+            .vertices
+            .iter()
+            .zip(now.iter().zip(rates))
+            .map(|(v, (count, rate))| VertexStatus {
+                name: v.name.clone(),
+                role: v.role.to_string(),
+                uid: uids.get(&v.name).cloned(),
+                parallelism: v.parallelism,
+                records_in: count.0,
+                records_out: count.1,
+                records_in_per_second: rate.0,
+                records_out_per_second: rate.1,
+            })
+            .collect()
+    }
+
+    fn checkpoints(&self) -> CheckpointSummary {
+        let status = self.metrics.checkpoint_status();
+        CheckpointSummary {
+            completed: status.completed,
+            failed: status.failed,
+            last: status.last.as_ref().map(checkpoint_info),
+        }
+    }
+}
+
+/// The uid of each operator of a spec, by vertex name.
+fn uids(spec: &str) -> BTreeMap<String, String> {
+    let Ok(table) = spec.parse::<toml::Table>() else {
+        return BTreeMap::new();
+    };
+    let operators = table.get("operator").and_then(|o| o.as_array());
+    operators
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            let name = o.get("name")?.as_str()?;
+            let uid = o.get("uid").and_then(|u| u.as_str()).unwrap_or(name);
+            Some((name.to_string(), uid.to_string()))
+        })
+        .collect()
+}
+
+pub(crate) fn checkpoint_info(e: &crate::checkpoint::HistoryEntry) -> CheckpointInfo {
+    CheckpointInfo {
+        id: e.id,
+        status: match e.status {
+            crate::checkpoint::CheckpointOutcome::Completed => "completed",
+            crate::checkpoint::CheckpointOutcome::Aborted => "aborted",
+        }
+        .into(),
+        reason: e.reason.clone(),
+        triggered_ms: e.triggered_ms,
+        duration_ms: e.duration_ms,
+        size_bytes: e.size_bytes,
+        full_size_bytes: e.full_size_bytes,
+    }
+}

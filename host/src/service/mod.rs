@@ -1,0 +1,814 @@
+//! The job manager behind `weir serve`: uploaded components as content-addressed artifacts,
+//! many jobs in one process (each on threads of its own, as `weir run` runs one), savepoints,
+//! stops, cancels and rescales, and a data directory that outlives the process.
+//!
+//! ```text
+//! <data>/.lock                           held by the service that uses the directory
+//! <data>/components/<sha256>.wasm|.json  uploaded components and their records
+//! <data>/jobs/<id>/job.json              a job's record: spec, status, history
+//! <data>/jobs/<id>/checkpoints/          its checkpoints; <data>/jobs/<id>/state/ its RocksDB
+//! <data>/savepoints/<id>/<request-id>/   savepoints taken through the service
+//! ```
+//!
+//! A job that was running when the process ended (however it ended) resumes from its newest
+//! checkpoint when the service starts again; ended jobs keep their final status.
+//!
+//! The HTTP API is the binary's (`weir serve`); this is the part a test or another front end
+//! can drive directly.
+
+pub mod api;
+mod components;
+pub mod error;
+mod jobs;
+mod store;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use components::Components;
+pub use components::Upload;
+pub use error::{ErrorCode, ServiceError};
+use jobs::{JobRecord, ManagedJob, PendingRescale};
+
+use self::api::{
+    Checkpoints, ComponentInfo, Exceptions, JobDetails, JobOverview, JobStatus, Operation,
+    OperationKind, OperationStatus, RescaleRequest, SavepointRequest, StopRequest, SubmitRequest,
+};
+use self::store::{check_request_id, is_id, new_id, now_ms, read_json};
+use crate::checkpoint::{CheckpointError, CheckpointHistory, RestoreFrom};
+use crate::job::spec::{JobSpec, ParseError, VertexKind};
+use crate::runtime::{Job, JobControl, JobEnd, JobError};
+use crate::wasm::{Limits, WasmEngine};
+
+/// How a service is set up.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// Where it keeps everything.
+    pub data_dir: PathBuf,
+    /// The largest component it takes (bytes); also the `wasm_size` limit of its jobs'
+    /// operators unless a spec sets a smaller one.
+    pub max_component_size: u64,
+}
+
+/// The job manager.
+pub struct Service {
+    data_dir: PathBuf,
+    engine: Arc<WasmEngine>,
+    components: Components,
+    jobs: Mutex<BTreeMap<String, Arc<ManagedJob>>>,
+    /// Set while the process shuts down: jobs that end now keep their status, to resume.
+    shutting_down: AtomicBool,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("data_dir", &self.data_dir)
+            .finish()
+    }
+}
+
+/// The checkpoint interval of a job whose spec has no `[checkpoint]` table.
+const DEFAULT_INTERVAL: &str = "10s";
+
+impl Service {
+    /// Opens the data directory (creating it; refused if another service holds it), and
+    /// resumes every job that was running.
+    pub fn open(
+        options: ServiceOptions,
+        engine: Arc<WasmEngine>,
+    ) -> Result<Arc<Service>, ServiceError> {
+        let data = options.data_dir;
+        std::fs::create_dir_all(data.join("jobs"))
+            .map_err(|e| ServiceError::io("create", &data.join("jobs"), e))?;
+        let lock_path = data.join(".lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| ServiceError::io("open", &lock_path, e))?;
+        if lock.try_lock().is_err() {
+            return Err(ServiceError::conflict(format!(
+                "another weir serve uses the data directory {}; stop it or give this one \
+                 another --data-dir",
+                data.display()
+            )));
+        }
+        let limits = Limits {
+            wasm_size: bytesize::ByteSize::b(options.max_component_size),
+            ..Limits::default()
+        };
+        let components = Components::open(data.join("components"), Arc::clone(&engine), limits)?;
+        let service = Arc::new(Service {
+            data_dir: data.clone(),
+            engine,
+            components,
+            jobs: Mutex::new(BTreeMap::new()),
+            shutting_down: AtomicBool::new(false),
+            _lock: lock,
+        });
+        service.resume()?;
+        Ok(service)
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<ManagedJob>>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads every job record; starts again those that were running.
+    fn resume(self: &Arc<Self>) -> Result<(), ServiceError> {
+        let dir = self.data_dir.join("jobs");
+        for entry in std::fs::read_dir(&dir).map_err(|e| ServiceError::io("list", &dir, e))? {
+            let path = entry.map_err(|e| ServiceError::io("list", &dir, e))?.path();
+            let Some(id) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .filter(|n| is_id(n))
+            else {
+                continue;
+            };
+            let record: JobRecord = match read_json(&path.join("job.json")) {
+                Ok(r) => r,
+                Err(e) => {
+                    // A submit the process did not finish leaves no record.
+                    tracing::warn!("skipping job {id}: {e}");
+                    continue;
+                }
+            };
+            let job = Arc::new(ManagedJob::new(path.clone(), record));
+            self.jobs().insert(id.to_string(), Arc::clone(&job));
+            let status = job.record().status;
+            job.update(|r| {
+                for op in &mut r.operations {
+                    if op.status == OperationStatus::InProgress {
+                        op.status = OperationStatus::Failed;
+                        op.error = Some(
+                            "the service stopped before it completed; the job resumed from its \
+                             newest checkpoint"
+                                .into(),
+                        );
+                        op.ended_ms = Some(now_ms());
+                    }
+                }
+                if status == JobStatus::Cancelling {
+                    r.status = JobStatus::Cancelled;
+                    r.ended_ms = Some(now_ms());
+                }
+            })?;
+            if status.is_final() || status == JobStatus::Cancelling {
+                continue;
+            }
+            tracing::info!("resuming job {id} (\"{}\")", job.record().name);
+            let from = match job.record().savepoint.clone() {
+                Some(savepoint) => RestoreFrom::LatestOr(savepoint),
+                None => RestoreFrom::Latest,
+            };
+            if let Err(e) = self.launch(&job, from) {
+                tracing::warn!("job {id} did not resume: {e}");
+                job.update(|r| {
+                    r.status = JobStatus::Failed;
+                    r.ended_ms = Some(now_ms());
+                    r.exceptions.push(api::ExceptionInfo {
+                        time_ms: now_ms(),
+                        message: format!("it did not resume after the service restarted: {e}"),
+                        vertex: None,
+                        uid: None,
+                        subtask: None,
+                        kind: None,
+                        fatal: true,
+                    });
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts an upload of a component (see [`Service::finish_upload`]).
+    pub fn begin_upload(
+        &self,
+        name: Option<String>,
+        version: Option<String>,
+    ) -> Result<Upload, ServiceError> {
+        self.components.begin(name, version)
+    }
+
+    /// Validates, compiles and keeps an uploaded component.
+    pub fn finish_upload(&self, upload: Upload) -> Result<ComponentInfo, ServiceError> {
+        let mut info = self.components.finish(upload)?;
+        info.used_by = self.used_by().remove(&info.sha256).unwrap_or_default();
+        Ok(info)
+    }
+
+    /// Which jobs use which component.
+    fn used_by(&self) -> BTreeMap<String, Vec<String>> {
+        let mut used: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, job) in self.jobs().iter() {
+            for sha in &job.record().components {
+                used.entry(sha.clone()).or_default().push(id.clone());
+            }
+        }
+        used
+    }
+
+    /// Every component.
+    pub fn components(&self) -> Vec<ComponentInfo> {
+        self.components.list(&self.used_by())
+    }
+
+    /// Component `sha256`.
+    pub fn component(&self, sha256: &str) -> Result<ComponentInfo, ServiceError> {
+        let used = self.used_by().remove(sha256).unwrap_or_default();
+        self.components.get(sha256, used)
+    }
+
+    /// Deletes component `sha256`; refused while a job (of any status) uses it, since a
+    /// restore of the job needs it.
+    pub fn delete_component(&self, sha256: &str) -> Result<(), ServiceError> {
+        let jobs = self.jobs();
+        let users: Vec<&String> = jobs
+            .iter()
+            .filter(|(_, j)| j.record().components.iter().any(|c| c == sha256))
+            .map(|(id, _)| id)
+            .collect();
+        if !users.is_empty() {
+            return Err(ServiceError::conflict(format!(
+                "component sha256:{sha256} is used by job(s) {}; a restore of those needs it \
+                 (delete it once they are gone)",
+                users
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        self.components.delete(sha256)
+    }
+
+    /// Submits a job: checks its spec and components, and starts it.
+    pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<JobOverview, ServiceError> {
+        let id = new_id();
+        let dir = self.data_dir.join("jobs").join(&id);
+        let base_dir = match &request.base_dir {
+            Some(b) if Path::new(b).is_absolute() => PathBuf::from(b),
+            Some(b) => {
+                return Err(ServiceError::invalid(format!(
+                    "base_dir {b:?} is not an absolute path; give the directory relative paths \
+                     of the spec resolve against"
+                )));
+            }
+            None => dir.clone(),
+        };
+        let text = match &request.spec {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Object(_) => {
+                let table: toml::Table =
+                    serde_json::from_value(request.spec.clone()).map_err(|e| {
+                        spec_error(format!("the JSON spec is not a valid job spec: {e}"))
+                    })?;
+                toml::to_string(&table).map_err(|e| spec_error(e.to_string()))?
+            }
+            _ => {
+                return Err(spec_error(
+                    "`spec` must be the TOML text of a job spec or a JSON object",
+                ));
+            }
+        };
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e| spec_error(format!("the spec is not valid TOML: {e}")))?;
+        let components = self.canonicalize(&mut table, &dir)?;
+        let savepoint = match &request.savepoint {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                if !path.join("_metadata").is_file() {
+                    return Err(ServiceError::not_found(format!(
+                        "there is no savepoint at {}: a savepoint directory holds a _metadata \
+                         file",
+                        path.display()
+                    )));
+                }
+                Some(path)
+            }
+            None => None,
+        };
+        let spec_text = toml::to_string(&table).expect("a table serializes");
+        let spec = self.spec(&spec_text, &base_dir)?;
+        std::fs::create_dir_all(&dir).map_err(|e| ServiceError::io("create", &dir, e))?;
+        let record = JobRecord {
+            id: id.clone(),
+            name: spec.name.clone(),
+            status: JobStatus::Created,
+            submitted_ms: now_ms(),
+            ended_ms: None,
+            spec: spec_text,
+            base_dir,
+            components,
+            savepoint: savepoint.clone(),
+            allow_non_restored_state: request.allow_non_restored_state,
+            restarts: 0,
+            exceptions: Vec::new(),
+            operations: Vec::new(),
+        };
+        let job = Arc::new(ManagedJob::new(dir.clone(), record));
+        let from = savepoint.map_or(RestoreFrom::Fresh, RestoreFrom::Path);
+        let saved = {
+            let record = job.record();
+            job.save(&record)
+        };
+        let started = saved.and_then(|()| self.launch(&job, from));
+        if let Err(e) = started {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        self.jobs().insert(id, Arc::clone(&job));
+        let overview = job.record().overview();
+        Ok(overview)
+    }
+
+    /// Rewrites a submitted spec as the service runs it: components named by `sha256:`,
+    /// checkpoints and RocksDB state under the job's directory. Returns the components used.
+    fn canonicalize(
+        &self,
+        table: &mut toml::Table,
+        dir: &Path,
+    ) -> Result<Vec<String>, ServiceError> {
+        let mut used = Vec::new();
+        if let Some(toml::Value::Array(operators)) = table.get_mut("operator") {
+            for op in operators.iter_mut() {
+                let Some(op) = op.as_table_mut() else {
+                    continue;
+                };
+                let name = op
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("?")
+                    .to_string();
+                if let Some(wasm) = op.get_mut("wasm") {
+                    let reference = wasm.as_str().ok_or_else(|| {
+                        spec_error(format!(
+                            "operator \"{name}\": `wasm` must name an uploaded component \
+                             (\"sha256:<hex>\", \"name@version\" or \"name\")"
+                        ))
+                    })?;
+                    let sha = self
+                        .components
+                        .resolve(reference)
+                        .map_err(|e| spec_error(format!("operator \"{name}\": {e}")))?;
+                    *wasm = toml::Value::String(format!("sha256:{sha}"));
+                    used.push(sha);
+                }
+            }
+        }
+        let checkpoint = table
+            .entry("checkpoint")
+            .or_insert_with(|| {
+                let mut t = toml::Table::new();
+                t.insert("interval".into(), DEFAULT_INTERVAL.into());
+                toml::Value::Table(t)
+            })
+            .as_table_mut()
+            .ok_or_else(|| spec_error("[checkpoint] must be a table"))?;
+        checkpoint.insert(
+            "dir".into(),
+            dir.join("checkpoints").display().to_string().into(),
+        );
+        let state = table
+            .entry("state")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| spec_error("[state] must be a table"))?;
+        state.insert("dir".into(), dir.join("state").display().to_string().into());
+        used.sort();
+        used.dedup();
+        Ok(used)
+    }
+
+    /// The runnable spec of spec text (components named `sha256:`), relative to `base_dir`.
+    fn spec(&self, text: &str, base_dir: &Path) -> Result<JobSpec, ServiceError> {
+        let mut table: toml::Table = text.parse().map_err(|e| spec_error(format!("{e}")))?;
+        if let Some(toml::Value::Array(operators)) = table.get_mut("operator") {
+            for op in operators.iter_mut().filter_map(|o| o.as_table_mut()) {
+                if let Some(sha) = op
+                    .get("wasm")
+                    .and_then(|w| w.as_str())
+                    .and_then(|w| w.strip_prefix("sha256:"))
+                {
+                    let path = self.components.path(sha);
+                    op.insert("wasm".into(), path.display().to_string().into());
+                }
+            }
+        }
+        let text = toml::to_string(&table).expect("a table serializes");
+        JobSpec::parse(&text, base_dir, "job").map_err(|e| match e {
+            ParseError::Syntax(m) | ParseError::Invalid(m) => spec_error(m),
+        })
+    }
+
+    /// Starts `job` from `from`, and watches it.
+    fn launch(
+        self: &Arc<Self>,
+        job: &Arc<ManagedJob>,
+        from: RestoreFrom,
+    ) -> Result<(), ServiceError> {
+        let (spec_text, base_dir, allow) = {
+            let r = job.record();
+            (
+                r.spec.clone(),
+                r.base_dir.clone(),
+                r.allow_non_restored_state,
+            )
+        };
+        let spec = self.spec(&spec_text, &base_dir)?;
+        let runnable = Job::new(spec, &self.engine)
+            .map_err(|e| ServiceError::new(ErrorCode::InvalidSpec, e.to_string()))?
+            .allow_non_restored_state(allow);
+        let control = JobControl::new();
+        let running = runnable
+            .start_controlled(from, control.clone())
+            .map_err(start_error)?;
+        job.started(&running, control);
+        job.update(|r| {
+            r.status = JobStatus::Running;
+            r.ended_ms = None;
+        })?;
+        let service = Arc::downgrade(self);
+        job.watch(running, move |job, end| {
+            if let Some(service) = service.upgrade() {
+                service.ended(job, end);
+            }
+        });
+        Ok(())
+    }
+
+    /// A run of `job` ended with `end`: a rescale restarts it at its new parallelism.
+    fn ended(self: &Arc<Self>, job: &Arc<ManagedJob>, end: &Result<JobEnd, JobError>) {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            // Resumed by the next start of the service.
+            let _ = job.update(|r| {
+                r.status = JobStatus::Running;
+                r.ended_ms = None;
+            });
+            return;
+        }
+        let pending = job.rescale.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(rescale) = pending else { return };
+        let savepoint = match (end, rescale.savepoint.wait()) {
+            (Ok(JobEnd::Stopped { .. }), Ok(savepoint)) => savepoint,
+            (_, answer) => {
+                let why = match answer {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "the job ended before its stop".into(),
+                };
+                job.end_operation(
+                    &rescale.request_id,
+                    OperationStatus::Failed,
+                    Some(format!("the savepoint to rescale from failed: {why}")),
+                );
+                self.resume_after_failed_rescale(job, end);
+                return;
+            }
+        };
+        let old = job.record().clone();
+        let rescaled = rescaled_spec(&old.spec, &rescale.parallelism)
+            .and_then(|text| {
+                job.update(|r| {
+                    r.spec = text;
+                    r.savepoint = Some(savepoint.path.clone());
+                })
+            })
+            .and_then(|()| self.launch(job, RestoreFrom::Path(savepoint.path.clone())));
+        match rescaled {
+            Ok(()) => job.end_operation(&rescale.request_id, OperationStatus::Completed, None),
+            Err(e) => {
+                job.end_operation(
+                    &rescale.request_id,
+                    OperationStatus::Failed,
+                    Some(format!("the job did not start at the new parallelism: {e}")),
+                );
+                let _ = job.update(|r| {
+                    r.spec = old.spec.clone();
+                    r.savepoint = old.savepoint.clone();
+                });
+                self.resume_after_failed_rescale(job, end);
+            }
+        }
+    }
+
+    /// After a rescale that failed, the job goes on at its old parallelism from its newest
+    /// checkpoint, if it had only stopped for the rescale.
+    fn resume_after_failed_rescale(
+        self: &Arc<Self>,
+        job: &Arc<ManagedJob>,
+        end: &Result<JobEnd, JobError>,
+    ) {
+        if !matches!(end, Ok(JobEnd::Stopped { .. })) {
+            return;
+        }
+        let from = match job.record().savepoint.clone() {
+            Some(savepoint) => RestoreFrom::LatestOr(savepoint),
+            None => RestoreFrom::Latest,
+        };
+        if let Err(e) = self.launch(job, from) {
+            tracing::warn!("the job did not resume after a failed rescale: {e}");
+        }
+    }
+
+    fn job(&self, id: &str) -> Result<Arc<ManagedJob>, ServiceError> {
+        if !is_id(id) {
+            return Err(ServiceError::not_found(format!(
+                "no job {id:?}: job ids are 32 hex digits (list them with GET /v1/jobs)"
+            )));
+        }
+        self.jobs().get(id).cloned().ok_or_else(|| {
+            ServiceError::not_found(format!("no job {id}; list them with GET /v1/jobs"))
+        })
+    }
+
+    /// Every job, newest first.
+    pub fn list(&self) -> Vec<JobOverview> {
+        let mut jobs: Vec<JobOverview> = self
+            .jobs()
+            .values()
+            .map(|j| j.record().overview())
+            .collect();
+        jobs.sort_by(|a, b| b.submitted_ms.cmp(&a.submitted_ms).then(a.id.cmp(&b.id)));
+        jobs
+    }
+
+    /// The whole status of job `id`.
+    pub fn details(&self, id: &str) -> Result<JobDetails, ServiceError> {
+        Ok(self.job(id)?.details())
+    }
+
+    /// Job `id`'s checkpoint history.
+    pub fn checkpoints(&self, id: &str) -> Result<Checkpoints, ServiceError> {
+        let job = self.job(id)?;
+        let name = job.record().name.clone();
+        let path = job.checkpoint_dir().join(name).join("history.json");
+        let history: CheckpointHistory = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Ok(Checkpoints {
+            history: history
+                .checkpoints
+                .iter()
+                .map(jobs::checkpoint_info)
+                .collect(),
+        })
+    }
+
+    /// Job `id`'s failures.
+    pub fn exceptions(&self, id: &str) -> Result<Exceptions, ServiceError> {
+        Ok(Exceptions {
+            exceptions: self.job(id)?.record().exceptions.clone(),
+        })
+    }
+
+    /// The job's run, or why there is none.
+    fn running(job: &ManagedJob) -> Result<Arc<jobs::Run>, ServiceError> {
+        let status = job.record().status;
+        job.run().ok_or_else(|| {
+            ServiceError::conflict(format!(
+                "the job is not running (it is {}); nothing to do",
+                serde_json::to_value(status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            ))
+        })
+    }
+
+    /// Cancels job `id`: its tasks end at once, output after its last checkpoint is not
+    /// committed.
+    pub fn cancel(&self, id: &str) -> Result<JobOverview, ServiceError> {
+        let job = self.job(id)?;
+        let run = Self::running(&job)?;
+        job.update(|r| r.status = JobStatus::Cancelling)?;
+        run.control.cancel();
+        let overview = job.record().overview();
+        Ok(overview)
+    }
+
+    /// Registers operation `kind` under the caller's request id (or a new one). An id seen
+    /// before answers the operation it named (`Err(Ok(op))`), or a conflict if it named
+    /// another kind of operation.
+    fn begin_operation(
+        job: &ManagedJob,
+        kind: OperationKind,
+        request_id: Option<String>,
+    ) -> Result<Operation, Result<Operation, ServiceError>> {
+        let request_id = match request_id {
+            Some(id) => {
+                check_request_id(&id).map_err(Err)?;
+                id
+            }
+            None => new_id(),
+        };
+        let mut record = job.record();
+        if let Some(op) = record
+            .operations
+            .iter()
+            .find(|o| o.request_id == request_id)
+        {
+            return Err(if op.kind == kind {
+                Ok(op.clone())
+            } else {
+                Err(ServiceError::conflict(format!(
+                    "request id {request_id} names an earlier operation of another kind; use a \
+                     new id"
+                )))
+            });
+        }
+        let op = Operation {
+            request_id,
+            kind,
+            status: OperationStatus::InProgress,
+            requested_ms: now_ms(),
+            ended_ms: None,
+            savepoint: None,
+            error: None,
+        };
+        record.operations.push(op.clone());
+        job.save(&record).map_err(Err)?;
+        Ok(op)
+    }
+
+    /// Follows `handle` in a thread of its own and records its answer in operation `op`.
+    fn follow_savepoint(job: &Arc<ManagedJob>, op: &Operation, handle: crate::SavepointHandle) {
+        let (job, request_id) = (Arc::clone(job), op.request_id.clone());
+        let _ = std::thread::Builder::new()
+            .name("savepoint-watch".into())
+            .spawn(move || job.savepoint_done(&request_id, &handle.wait()));
+    }
+
+    /// Takes a savepoint of job `id`; answers at once with the operation to poll.
+    pub fn savepoint(
+        &self,
+        id: &str,
+        request: SavepointRequest,
+    ) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        let run = Self::running(&job)?;
+        let op = match Self::begin_operation(&job, OperationKind::Savepoint, request.request_id) {
+            Ok(op) => op,
+            Err(answer) => return answer,
+        };
+        let dir = ManagedJob::savepoint_dir(&self.data_dir, id, &op.request_id);
+        let handle = run.control.savepoint(dir);
+        Self::follow_savepoint(&job, &op, handle);
+        Ok(op)
+    }
+
+    /// Stops job `id`, with a savepoint unless asked otherwise; answers at once.
+    pub fn stop(&self, id: &str, request: StopRequest) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        let run = Self::running(&job)?;
+        if job
+            .rescale
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return Err(ServiceError::conflict(
+                "the job is being rescaled; stop it once the rescale is done",
+            ));
+        }
+        let op = match Self::begin_operation(&job, OperationKind::Stop, request.request_id) {
+            Ok(op) => op,
+            Err(answer) => return answer,
+        };
+        if request.savepoint {
+            let dir = ManagedJob::savepoint_dir(&self.data_dir, id, &op.request_id);
+            let handle = run.control.stop_with_savepoint(dir, request.drain);
+            Self::follow_savepoint(&job, &op, handle);
+        } else {
+            run.control.stop();
+        }
+        Ok(op)
+    }
+
+    /// Changes the parallelism of operators of job `id`: a stop with a savepoint, and a
+    /// restart from it at the new parallelism (keyed state is split by key group). Answers at
+    /// once.
+    pub fn rescale(&self, id: &str, request: RescaleRequest) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        let run = Self::running(&job)?;
+        // Check the new spec before anything stops.
+        let spec_text = rescaled_spec(&job.record().spec, &request.parallelism)?;
+        let base_dir = job.record().base_dir.clone();
+        let spec = self.spec(&spec_text, &base_dir)?;
+        for name in request.parallelism.keys() {
+            let vertex = spec.vertices.iter().find(|v| &v.name == name);
+            if !matches!(vertex.map(|v| &v.kind), Some(VertexKind::Operator { .. })) {
+                return Err(ServiceError::invalid(format!(
+                    "\"{name}\" is no operator of the job; only operators rescale (a source's \
+                     and a sink's positions are per subtask)"
+                )));
+            }
+        }
+        let mut pending = job.rescale.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.is_some() {
+            return Err(ServiceError::conflict(
+                "the job is being rescaled already; wait for that rescale",
+            ));
+        }
+        let op = match Self::begin_operation(&job, OperationKind::Rescale, request.request_id) {
+            Ok(op) => op,
+            Err(answer) => return answer,
+        };
+        let dir = ManagedJob::savepoint_dir(&self.data_dir, id, &op.request_id);
+        let handle = run.control.stop_with_savepoint(dir, false);
+        *pending = Some(PendingRescale {
+            request_id: op.request_id.clone(),
+            parallelism: request.parallelism,
+            savepoint: handle,
+        });
+        Ok(op)
+    }
+
+    /// Operation `request_id` of job `id`.
+    pub fn operation(&self, id: &str, request_id: &str) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        let record = job.record();
+        record
+            .operations
+            .iter()
+            .find(|o| o.request_id == request_id)
+            .cloned()
+            .ok_or_else(|| {
+                ServiceError::not_found(format!(
+                    "job {id} has no operation {request_id:?}; GET /v1/jobs/{id} lists them"
+                ))
+            })
+    }
+
+    /// Stops every running job at a checkpoint and waits for them to end; their records stay
+    /// `running`, so that the next start of the service resumes them.
+    pub fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let jobs: Vec<Arc<ManagedJob>> = self.jobs().values().cloned().collect();
+        for job in &jobs {
+            if let Some(run) = job.run() {
+                run.control.stop();
+            }
+        }
+        for job in &jobs {
+            while job.run().is_some() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn spec_error(message: impl Into<String>) -> ServiceError {
+    ServiceError::new(ErrorCode::InvalidSpec, message)
+}
+
+/// The error of a job that did not start.
+fn start_error(e: JobError) -> ServiceError {
+    match e {
+        JobError::Checkpoint(CheckpointError::Incompatible { .. }) => {
+            ServiceError::new(ErrorCode::SavepointDoesNotFit, e.to_string())
+        }
+        JobError::Checkpoint(CheckpointError::Corrupt { .. }) => {
+            ServiceError::invalid(e.to_string())
+        }
+        e => ServiceError::new(ErrorCode::Internal, e.to_string()),
+    }
+}
+
+/// `spec` with operators at the parallelism `parallelism` gives them.
+fn rescaled_spec(spec: &str, parallelism: &BTreeMap<String, u32>) -> Result<String, ServiceError> {
+    if parallelism.is_empty() {
+        return Err(ServiceError::invalid(
+            "`parallelism` names no vertex; give {\"<operator>\": <parallelism>}",
+        ));
+    }
+    let mut table: toml::Table = spec.parse().map_err(|e| spec_error(format!("{e}")))?;
+    for (name, p) in parallelism {
+        let vertex = table
+            .iter_mut()
+            .filter(|(kind, _)| matches!(kind.as_str(), "source" | "operator" | "sink"))
+            .filter_map(|(_, v)| v.as_array_mut())
+            .flat_map(|a| a.iter_mut())
+            .filter_map(|v| v.as_table_mut())
+            .find(|v| v.get("name").and_then(|n| n.as_str()) == Some(name));
+        match vertex {
+            Some(v) => {
+                v.insert("parallelism".into(), toml::Value::Integer(i64::from(*p)));
+            }
+            None => {
+                return Err(ServiceError::invalid(format!(
+                    "the job has no vertex \"{name}\""
+                )));
+            }
+        }
+    }
+    Ok(toml::to_string(&table).expect("a table serializes"))
+}

@@ -1,0 +1,200 @@
+//! Savepoints through `weir run`: a stop with a savepoint (`--stop-savepoint`) and a restore
+//! from it (`--from-savepoint`) into a job of another name, at another operator parallelism
+//! and on the other state backend, give the output of a run without stops; what does not fit
+//! is refused with the reason.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use std::process::Child;
+
+use crate::lifecycle::{committed_lines, finish, log, probe_input, signal};
+use crate::support::{Workspace, key_value_file_sink, toml_path, wasm, weir, weir_command};
+
+/// `weir run`'s exit code for a stopped job.
+const STOPPED: i32 = 3;
+
+/// The state probe (value and list state, event-time timers) keyed at parallelism `probe`
+/// on `backend`, as job `name` with checkpoints in `chk`; every job shares the sink's
+/// directory `out`, which the savepoint's sink transactions refer to.
+fn probe_job(ws: &Workspace, name: &str, probe: u32, backend: &str, input: &Path) -> PathBuf {
+    ws.write(
+        &format!("{name}.toml"),
+        format!(
+            r#"[job]
+name = "{name}"
+parallelism = 2
+
+[checkpoint]
+interval = "50ms"
+dir = {chk}
+
+[state]
+backend = "{backend}"
+dir = {state}
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[operator]]
+name = "keyer"
+uid = "keyer"
+{keyer}
+input = "lines"
+parallelism = 1
+
+[[operator]]
+name = "probe"
+uid = "probe"
+{probe_wasm}
+input = "keyer"
+edge = "key_by"
+parallelism = {probe}
+{sink}"#,
+            chk = toml_path(&ws.path(&format!("chk-{name}"))),
+            state = toml_path(&ws.path(&format!("state-{name}"))),
+            input = toml_path(input),
+            keyer = wasm("weir_test_keyer"),
+            probe_wasm = wasm("weir_test_state_probe"),
+            sink = key_value_file_sink("probe", &ws.path("out")) + "edge = \"key_by\"\n",
+        ),
+    )
+}
+
+/// Starts `weir run <args> <spec>` with its log (level info) in `<log>.log`.
+fn start(ws: &Workspace, spec: &Path, log: &str, args: &[&str]) -> Child {
+    let file = std::fs::File::create(ws.path(&format!("{log}.log"))).expect("a log file");
+    let mut all = vec!["run", "--no-progress"];
+    all.extend_from_slice(args);
+    weir_command(&all, spec)
+        .env("WEIR_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("start weir")
+}
+
+/// Runs `spec` with `args`, stops it with a savepoint into `savepoint` once it has run a
+/// while, and checks that it stopped with one.
+fn stop_with_savepoint(ws: &Workspace, spec: &Path, args: &[&str], savepoint: &Path, run: &str) {
+    let mut all = vec!["--stop-savepoint", savepoint.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let mut child = start(ws, spec, run, &all);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log(ws, run).contains("checkpoint 3 complete") {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{run} ended early:\n{}",
+            log(ws, run)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{run} took no checkpoint:\n{}",
+            log(ws, run)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&child, "INT");
+    let out = finish(child, Duration::from_secs(120));
+    let report = format!("{run}: {}\n{}", out.status, log(ws, run));
+    assert_eq!(out.status.code(), Some(STOPPED), "{report}");
+    assert!(
+        log(ws, run).contains("savepoint") && savepoint.join("_metadata").exists(),
+        "{report}"
+    );
+    assert!(
+        !std::fs::read_dir(savepoint).unwrap().any(|e| {
+            let head = std::fs::read(e.unwrap().path()).unwrap_or_default();
+            head.starts_with(b"WEIRRI")
+        }),
+        "a savepoint refers to no shared file"
+    );
+}
+
+#[test]
+fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() {
+    let ws = Workspace::new();
+    let seed = fastrand::u64(..);
+    eprintln!("savepoint seed {seed}");
+    let (text, expected) = probe_input(1_500_000, seed);
+    let input = ws.write("input.txt", text);
+    let (sp1, sp2) = (ws.path("savepoints/one"), ws.path("savepoints/two"));
+
+    // Memory at parallelism 2 → RocksDB at 3 (another job) → memory at 1 (a third).
+    let first = probe_job(&ws, "first", 2, "memory", &input);
+    stop_with_savepoint(&ws, &first, &[], &sp1, "first");
+    let second = probe_job(&ws, "second", 3, "rocksdb", &input);
+    let from = ["--from-savepoint", sp1.to_str().unwrap()];
+    stop_with_savepoint(&ws, &second, &from, &sp2, "second");
+    let third = probe_job(&ws, "third", 1, "memory", &input);
+    let run = weir(&["run", "-s", sp2.to_str().unwrap()], &third);
+    assert!(run.success(), "{}", run.stderr());
+
+    let lines = committed_lines(&ws);
+    assert_eq!(
+        lines.len(),
+        expected.len(),
+        "as many lines as a run without stops"
+    );
+    assert!(lines == expected, "the output of a run without stops");
+    // The savepoints are the user's: the jobs' ends deleted their checkpoints, not these.
+    assert!(sp1.join("_metadata").exists() && sp2.join("_metadata").exists());
+}
+
+#[test]
+fn a_savepoint_that_does_not_fit_is_refused_with_the_reason() {
+    let ws = Workspace::new();
+    let (text, _) = probe_input(1_000_000, 7);
+    let input = ws.write("input.txt", text);
+    let savepoint = ws.path("sp");
+    let spec = probe_job(&ws, "taken", 2, "memory", &input);
+    stop_with_savepoint(&ws, &spec, &[], &savepoint, "taken");
+
+    // The probe's uid changed: its state would be lost.
+    let renamed = ws.write(
+        "renamed.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("uid = \"probe\"", "uid = \"probe-v2\"")
+            .replace("name = \"taken\"", "name = \"renamed\""),
+    );
+    let sp = savepoint.to_str().unwrap();
+    let run = weir(&["run", "--from-savepoint", sp], &renamed);
+    run.assert_clean_failure();
+    let err = run.stderr();
+    assert!(
+        err.contains("operator uid \"probe\"") && err.contains("--allow-non-restored-state"),
+        "{err}"
+    );
+    // Allowed, the job runs without that state.
+    let run = weir(
+        &["run", "--from-savepoint", sp, "--allow-non-restored-state"],
+        &renamed,
+    );
+    assert!(run.success(), "{}", run.stderr());
+
+    // A missing or damaged savepoint is named.
+    let run = weir(
+        &["run", "-s", ws.path("nothing-here").to_str().unwrap()],
+        &spec,
+    );
+    run.assert_clean_failure();
+    assert!(run.stderr().contains("nothing-here"), "{}", run.stderr());
+    let damaged = ws.path("damaged");
+    std::fs::create_dir_all(&damaged).unwrap();
+    for entry in std::fs::read_dir(&savepoint).unwrap() {
+        let entry = entry.unwrap();
+        let mut bytes = std::fs::read(entry.path()).unwrap();
+        if entry.file_name() != "_metadata" && !bytes.is_empty() {
+            let at = bytes.len() / 2;
+            bytes[at] ^= 0xff;
+        }
+        std::fs::write(damaged.join(entry.file_name()), bytes).unwrap();
+    }
+    let run = weir(&["run", "-s", damaged.to_str().unwrap()], &spec);
+    run.assert_clean_failure();
+    assert!(run.stderr().contains("damaged"), "{}", run.stderr());
+}
