@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::{Level, Ttl};
+use crate::{Level, Redistribution, Ttl};
 
 /// The three keyed state kinds of the WIT `state` interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub(crate) trait Backend {
     fn current_processing_time(&mut self) -> i64;
     fn log(&mut self, level: Level, message: &str);
     /// Declares a non-keyed operator state (the resource constructor); returns its handle.
-    fn declare_operator_state(&mut self, name: &str) -> usize;
-    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>>;
-    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>);
+    fn declare_operator_state(&mut self, name: &str, mode: Redistribution) -> usize;
+    fn get_operator_state(&mut self, state: usize) -> Vec<Vec<u8>>;
+    fn set_operator_state(&mut self, state: usize, elements: &[Vec<u8>]);
 }

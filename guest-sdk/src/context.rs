@@ -11,7 +11,10 @@ use weir_wire::{Kind, RecordRef, TimeDomain, TimerOp, put_timer_op};
 use crate::backend::StateKind;
 use crate::runtime::{Core, borrow_core};
 use crate::state::{Access, StateEntry, StateId};
-use crate::{Error, Level, ListState, MapState, OperatorState, Result, Ttl, ValueState};
+use crate::{
+    Error, Level, ListState, MapState, OperatorListState, OperatorState, Redistribution, Result,
+    Ttl, ValueState,
+};
 
 /// The operator's view of the runtime while it handles a record or a timer.
 ///
@@ -191,6 +194,24 @@ impl<'a> Context<'a> {
         name: &str,
     ) -> OperatorState<'_, T> {
         OperatorState::new(self.core, name)
+    }
+
+    /// The non-keyed [`OperatorListState`] called `name`, of this subtask, split over the new
+    /// subtasks on a rescale ([`Redistribution::Split`]).
+    pub fn operator_list_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorListState<'_, T> {
+        OperatorListState::new(self.core, name, Redistribution::Split)
+    }
+
+    /// The non-keyed [`OperatorListState`] called `name`, of this subtask, whose elements
+    /// every subtask gets on a rescale ([`Redistribution::Union`]).
+    pub fn union_list_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorListState<'_, T> {
+        OperatorListState::new(self.core, name, Redistribution::Union)
     }
 
     /// The [`ValueState`] called `name`, of the current key.

@@ -93,7 +93,9 @@ pub use error::{Error, Result};
 pub use level::Level;
 pub use operator::{OpenContext, Operator};
 pub use record::{Record, Timer};
-pub use state::{ListState, MapState, OperatorState, ValueState};
+pub use state::{
+    ListState, MapState, OperatorListState, OperatorState, Redistribution, ValueState,
+};
 pub use ttl::{StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
 pub use weir_wire::{Kind, TimeDomain};
 
@@ -119,8 +121,8 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator, OperatorState,
-        Record, Result, TimeDomain, Timer, Ttl, ValueState,
+        Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator, OperatorListState,
+        OperatorState, Record, Redistribution, Result, TimeDomain, Timer, Ttl, ValueState,
     };
 }
 

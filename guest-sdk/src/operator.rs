@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 
 use crate::context::log_to;
 use crate::runtime::{Core, OpenInfo};
-use crate::{Context, Error, Level, OperatorState, Record, Result, Timer};
+use crate::{
+    Context, Error, Level, OperatorListState, OperatorState, Record, Redistribution, Result, Timer,
+};
 
 /// A stream operator: one required method, [`process`](Self::process); the other hooks do
 /// nothing by default.
@@ -301,6 +303,24 @@ impl<'a> OpenContext<'a> {
         name: &str,
     ) -> OperatorState<'a, T> {
         OperatorState::new(self.core, name)
+    }
+
+    /// The split [`OperatorListState`] called `name`, as [`Context::operator_list_state`]:
+    /// in `open` it holds this subtask's share of what the job restored.
+    pub fn operator_list_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorListState<'a, T> {
+        OperatorListState::new(self.core, name, Redistribution::Split)
+    }
+
+    /// The union [`OperatorListState`] called `name`, as [`Context::union_list_state`]: in
+    /// `open` it holds every element of every subtask the job restored from.
+    pub fn union_list_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> OperatorListState<'a, T> {
+        OperatorListState::new(self.core, name, Redistribution::Union)
     }
 
     /// Sends a line to the operator's log, as [`Context::log`].

@@ -11,7 +11,7 @@ use weir_wire::{BatchReader, FiredTimer, OutputWriter, TimeDomain, read_fired_ti
 
 use crate::backend::Backend;
 use crate::state::StateEntry;
-use crate::{Context, Error, OpenContext, Operator, Record, Result, Timer};
+use crate::{Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
 /// Output is sent to the host whenever this many bytes are buffered, and at the end of a batch.
 pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -21,7 +21,8 @@ pub(crate) struct Core {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) states: Vec<StateEntry>,
     /// Declared operator states: name and backend handle.
-    pub(crate) operator_states: Vec<(String, usize)>,
+    /// Operator states declared so far: name, mode, handle.
+    pub(crate) operator_states: Vec<(String, Redistribution, usize)>,
     /// Incremented per batch; state caches of an older epoch are stale.
     pub(crate) epoch: u64,
     pub(crate) output: OutputWriter,

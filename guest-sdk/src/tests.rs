@@ -356,13 +356,13 @@ impl Backend for BadHost {
         0
     }
     fn log(&mut self, _: Level, _: &str) {}
-    fn declare_operator_state(&mut self, _: &str) -> usize {
+    fn declare_operator_state(&mut self, _: &str, _: Redistribution) -> usize {
         0
     }
-    fn get_operator_state(&mut self, _: usize) -> Option<Vec<u8>> {
-        Some(vec![0xff; 11])
+    fn get_operator_state(&mut self, _: usize) -> Vec<Vec<u8>> {
+        vec![vec![0xff; 11]]
     }
-    fn set_operator_state(&mut self, _: usize, _: Option<&[u8]>) {}
+    fn set_operator_state(&mut self, _: usize, _: &[Vec<u8>]) {}
 }
 
 /// Restores a running total from operator state in `open`, saves it after every batch.
@@ -381,6 +381,35 @@ impl Operator for Total {
     fn finish_batch(&mut self, ctx: &mut Context) -> Result<()> {
         ctx.operator_state("total").set(&self.0)
     }
+}
+
+/// Keeps every value in a split list and the last in a union list; `mix` uses the split
+/// list's name with the other mode.
+#[derive(Default)]
+struct Lists;
+
+impl Operator for Lists {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let v = rec.value_str()?.to_owned();
+        if v == "mix" {
+            ctx.union_list_state::<String>("split").get()?;
+        }
+        ctx.operator_list_state::<String>("split").add(v.clone())?;
+        ctx.union_list_state::<String>("union").set(&[v])
+    }
+}
+
+#[test]
+fn operator_list_states_keep_lists_with_one_mode_per_name() {
+    let mut h = Harness::<Lists>::new();
+    h.process([("k", "a"), ("j", "b")]);
+    assert_eq!(h.operator_list_state::<String>("split"), ["a", "b"]);
+    assert_eq!(h.operator_list_state::<String>("union"), ["b"]);
+    h.restart();
+    h.process([("k", "c")]);
+    assert_eq!(h.operator_list_state::<String>("split"), ["a", "b", "c"]);
+    let err = h.try_process([("k", "mix")]).unwrap_err().to_string();
+    assert!(err.contains("redistribution"), "{err}");
 }
 
 #[test]

@@ -6,7 +6,10 @@ use std::sync::Once;
 
 use crate::backend::{Backend, StateKind};
 use crate::runtime::{Instance, OpenInfo};
-use crate::{Level, Operator, Result, StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
+use crate::{
+    Level, Operator, Redistribution, Result, StateVisibility, Ttl, TtlTimeCharacteristic,
+    UpdateType,
+};
 
 #[allow(unsafe_code, missing_docs, clippy::all)]
 pub mod bindings {
@@ -116,17 +119,22 @@ impl Backend for WitBackend {
         log::log(wit_level(level), message);
     }
 
-    fn declare_operator_state(&mut self, name: &str) -> usize {
-        self.operator_states.push(state::OperatorState::new(name));
+    fn declare_operator_state(&mut self, name: &str, mode: Redistribution) -> usize {
+        let mode = match mode {
+            Redistribution::Split => types::Redistribution::Split,
+            Redistribution::Union => types::Redistribution::Union,
+        };
+        self.operator_states
+            .push(state::OperatorState::new(name, mode));
         self.operator_states.len() - 1
     }
 
-    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>> {
+    fn get_operator_state(&mut self, state: usize) -> Vec<Vec<u8>> {
         self.operator_states[state].get()
     }
 
-    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>) {
-        self.operator_states[state].set(value);
+    fn set_operator_state(&mut self, state: usize, elements: &[Vec<u8>]) {
+        self.operator_states[state].set(elements);
     }
 }
 

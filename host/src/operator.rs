@@ -124,8 +124,9 @@ pub trait Operator: Send {
         None
     }
 
-    /// Restores what [`Operator::snapshot_operator_state`] returned in the subtask of the
-    /// same index; called before `open`.
+    /// Restores this subtask's share of what [`Operator::snapshot_operator_state`] returned in
+    /// the subtasks that wrote it (its own at the same parallelism, else redistributed);
+    /// called before `open`.
     fn restore_operator_state(&mut self, _snapshot: &[u8]) -> Result<(), OperatorError> {
         Ok(())
     }

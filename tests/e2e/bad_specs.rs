@@ -305,5 +305,5 @@ fn a_component_of_another_world() {
 fn a_component_of_another_version() {
     let bytes =
         std::fs::read(operator("weir_test_wrong_version")).expect("the wrong-version guest");
-    bad_component(Some(&bytes), &["0.9.0", "0.1.0"]);
+    bad_component(Some(&bytes), &["0.9.0", "0.2.0"]);
 }

@@ -198,3 +198,79 @@ fn a_savepoint_that_does_not_fit_is_refused_with_the_reason() {
     run.assert_clean_failure();
     assert!(run.stderr().contains("damaged"), "{}", run.stderr());
 }
+
+/// The tally guest at parallelism `tally` with config `config`, over `count` numbers at 100k/s.
+fn tally_job(ws: &Workspace, tally: u32, config: &str, count: u64) -> PathBuf {
+    ws.write(
+        &format!("tally-{tally}.toml"),
+        format!(
+            r#"[job]
+name = "tally"
+
+[checkpoint]
+interval = "50ms"
+dir = {chk}
+
+[[source]]
+name = "seq"
+type = "generator"
+count = {count}
+rate = 100000
+
+[[operator]]
+name = "tally"
+uid = "tally"
+{wasm}
+input = "seq"
+edge = "rebalance"
+parallelism = {tally}
+config = {config}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "tally"
+edge = "rebalance"
+path = {out}
+"#,
+            chk = toml_path(&ws.path("chk")),
+            wasm = wasm("weir_test_tally"),
+            out = toml_path(&ws.path("out")),
+        ),
+    )
+}
+
+#[test]
+fn operator_state_is_split_or_unioned_when_the_parallelism_changes() {
+    const COUNT: u64 = 600_000;
+    let ws = Workspace::new();
+    let savepoint = ws.path("sp");
+    let before = tally_job(&ws, 2, "{ union = true }", COUNT);
+    stop_with_savepoint(&ws, &before, &[], &savepoint, "before");
+    let after = tally_job(&ws, 3, "{ union = true, tag = \"b:\" }", COUNT);
+    let run = weir(
+        &["run", "--no-progress", "-s", savepoint.to_str().unwrap()],
+        &after,
+    );
+    assert!(run.success(), "{run}");
+
+    let lines = committed_lines(&ws);
+    // Split: the three new subtasks continued from the two old totals, each of which went to
+    // exactly one of them, so the last numbers of the new subtasks add up to every record.
+    let mut last = [0u64; 3];
+    for line in &lines {
+        if let Some(rest) = line.strip_prefix("b:s") {
+            let (subtask, n) = rest.split_once(' ').unwrap();
+            let s: usize = subtask.parse().unwrap();
+            last[s] = last[s].max(n.parse().unwrap());
+        }
+    }
+    assert!(last.iter().all(|&n| n > 0), "{last:?}");
+    assert_eq!(last.iter().sum::<u64>(), COUNT, "split state: {last:?}");
+    // Union: every new subtask got both old subtasks' elements; the first run had none.
+    for s in 0..3 {
+        let line = format!("b:u{s} 0,1");
+        assert!(lines.contains(&line), "no {line:?}");
+    }
+    assert!(lines.contains(&"u0 ".to_string()) && lines.contains(&"u1 ".to_string()));
+}

@@ -340,7 +340,7 @@ fn a_jobs_whole_life_through_the_api() {
         Some(TOKEN),
     );
     assert_eq!(status, 201, "{count}");
-    assert_eq!(count["world"], "weir:stream/processor@0.1.0");
+    assert_eq!(count["world"], "weir:stream/processor@0.2.0");
     assert!(
         count["imports"]
             .as_array()

@@ -12,6 +12,7 @@
 //! - `bench-postgres [--rows N] [--runs R]`: rows/s into PostgreSQL per sink mode, and the time
 //!   from a row's write to its visibility
 //! - `bench-state [--keys N]...`: memory vs RocksDB state, full vs incremental checkpoints
+//! - `bench-serve [--keys K] [--words N]`: the service's operations and its cost
 //! - `openapi`: write the HTTP API's document to `docs/openapi.json`
 //! - `fuzz-api [--cases N]`: schemathesis against `weir serve` (part of `test`)
 
@@ -24,6 +25,7 @@ mod api;
 mod bench;
 mod bench_checkpoints;
 mod bench_postgres;
+mod bench_serve;
 mod bench_state;
 mod demo;
 mod guests;
@@ -58,6 +60,10 @@ commands:
   bench-state [--keys N]...   memory vs RocksDB: throughput, checkpoint duration and
                               bytes (full vs incremental) after 1% of the keys
                               changed, restore time (default 1M and 10M keys)
+  bench-serve [--keys K] [--words N]
+                              weir serve: submit-to-first-record, savepoint time and
+                              size (1M and 10M keys, both backends), rescale
+                              downtime, throughput against weir run
   openapi                     write the HTTP API's document to docs/openapi.json
   fuzz-api [--cases N]        fuzz `weir serve` from its document with schemathesis
                               (default 100 cases per operation)";
@@ -86,6 +92,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-checkpoints" => bench_checkpoints::run(bench_checkpoints::Options::parse(rest)?),
         "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
         "bench-state" => bench_state::run(rest),
+        "bench-serve" => bench_serve::run(rest),
         "openapi" => no_args(rest).and_then(|()| api::openapi()),
         "fuzz-api" => api::fuzz(rest),
         "help" | "-h" | "--help" => {

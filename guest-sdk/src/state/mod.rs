@@ -15,7 +15,7 @@ mod value;
 
 pub use list::ListState;
 pub use map::MapState;
-pub use operator::OperatorState;
+pub use operator::{OperatorListState, OperatorState, Redistribution};
 pub use value::ValueState;
 
 use list::ListCache;

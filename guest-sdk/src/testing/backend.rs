@@ -17,7 +17,7 @@ use weir_wire::{
 
 use super::Output;
 use crate::backend::{Backend, StateKind};
-use crate::{Level, Ttl};
+use crate::{Level, Redistribution, Ttl};
 
 enum Stored {
     Value(Vec<u8>),
@@ -44,7 +44,7 @@ pub(super) struct Store {
     logs: Vec<(Level, String)>,
     calls: HostCalls,
     /// Operator states by name; the index of a name is its handle.
-    operator_states: Vec<(String, Option<Vec<u8>>)>,
+    operator_states: Vec<(String, Redistribution, Vec<Vec<u8>>)>,
 }
 
 /// How often the runtime called each host import (for tests of the boundary cost).
@@ -95,9 +95,11 @@ impl Store {
     }
 
     /// The value of operator state `name`.
-    pub(super) fn operator_state(&self, name: &str) -> Option<&[u8]> {
-        let (_, value) = self.operator_states.iter().find(|(n, _)| n == name)?;
-        value.as_deref()
+    pub(super) fn operator_state(&self, name: &str) -> &[Vec<u8>] {
+        self.operator_states
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map_or(&[], |(_, _, elements)| elements)
     }
 
     /// The registered timers of `key` in `domain`, in time order.
@@ -341,22 +343,29 @@ impl Backend for MemoryBackend {
         self.0.borrow_mut().logs.push((level, message.to_owned()));
     }
 
-    fn declare_operator_state(&mut self, name: &str) -> usize {
+    fn declare_operator_state(&mut self, name: &str, mode: Redistribution) -> usize {
         let states = &mut self.0.borrow_mut().operator_states;
-        match states.iter().position(|(n, _)| n == name) {
-            Some(i) => i,
+        match states.iter().position(|(n, ..)| n == name) {
+            Some(i) => {
+                // As the host does: one mode per name.
+                assert_eq!(
+                    states[i].1, mode,
+                    "operator state \"{name}\" is declared with two redistribution modes"
+                );
+                i
+            }
             None => {
-                states.push((name.to_owned(), None));
+                states.push((name.to_owned(), mode, Vec::new()));
                 states.len() - 1
             }
         }
     }
 
-    fn get_operator_state(&mut self, state: usize) -> Option<Vec<u8>> {
-        self.0.borrow().operator_states[state].1.clone()
+    fn get_operator_state(&mut self, state: usize) -> Vec<Vec<u8>> {
+        self.0.borrow().operator_states[state].2.clone()
     }
 
-    fn set_operator_state(&mut self, state: usize, value: Option<&[u8]>) {
-        self.0.borrow_mut().operator_states[state].1 = value.map(<[u8]>::to_vec);
+    fn set_operator_state(&mut self, state: usize, elements: &[Vec<u8>]) {
+        self.0.borrow_mut().operator_states[state].2 = elements.to_vec();
     }
 }

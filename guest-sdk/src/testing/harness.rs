@@ -429,8 +429,20 @@ impl<T: Operator + Default> Harness<T> {
     /// assert_eq!(h.operator_state::<String>("last").as_deref(), Some("y"));
     /// ```
     pub fn operator_state<V: DeserializeOwned>(&self, name: &str) -> Option<V> {
+        self.operator_list_state(name).into_iter().next()
+    }
+
+    /// The elements of operator list state `name` (empty if it has none).
+    ///
+    /// # Panics
+    /// When the stored bytes do not decode as `V`.
+    pub fn operator_list_state<V: DeserializeOwned>(&self, name: &str) -> Vec<V> {
         let store = self.store.borrow();
-        store.operator_state(name).map(|v| decode_or_panic(name, v))
+        store
+            .operator_state(name)
+            .iter()
+            .map(|e| decode_or_panic(name, e))
+            .collect()
     }
 
     /// The value of value state `name` for `key`, `None` if it has none.

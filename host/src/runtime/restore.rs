@@ -1,14 +1,18 @@
 //! Restoring a checkpoint: finding the newest one that verifies and fits the job, and what
 //! each task reads from it. Whether a checkpoint fits a job is the runtime's question: only it
 //! knows which parts of a job must match (sources and sinks keep their parallelism, keyed state
-//! rescales by key group).
+//! rescales by key group, operator state by its redistribution mode).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::Cause;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::storage::{self, Metadata, SubtaskState};
 use crate::job::spec::{JobSpec, VertexKind};
+#[cfg(doc)]
+use crate::state::redistribute;
+use crate::state::{OperatorStates, restore_operator_states};
 
 /// A checkpoint being restored.
 #[derive(Debug)]
@@ -116,20 +120,26 @@ impl Restored {
             .collect()
     }
 
-    /// The operator state of subtask `s` of operator `uid`, read and verified. [`fits`] has
-    /// checked that the parallelism is the same when there is any.
-    pub(crate) fn operator_state(
-        &self,
-        uid: &str,
-        s: u32,
-    ) -> Result<Option<Vec<u8>>, CheckpointError> {
-        match self.operator(uid).and_then(|v| v.subtasks.get(s as usize)) {
-            Some(SubtaskState::Operator {
-                operator_state: Some(f),
-                ..
-            }) => storage::read_state(&self.dir, f).map(Some),
-            _ => Ok(None),
+    /// The operator state of every subtask of operator `uid` that wrote it, read, verified
+    /// and in subtask order (empty for a subtask that had none); see [`redistribute`].
+    pub(crate) fn operator_states(&self, uid: &str) -> Result<Vec<OperatorStates>, Cause> {
+        let Some(vertex) = self.operator(uid) else {
+            return Ok(Vec::new());
+        };
+        let mut states = Vec::with_capacity(vertex.subtasks.len());
+        for subtask in &vertex.subtasks {
+            states.push(match subtask {
+                SubtaskState::Operator {
+                    operator_state: Some(f),
+                    ..
+                } => restore_operator_states(&storage::read_state(&self.dir, f)?)?,
+                _ => OperatorStates::new(),
+            });
         }
+        if states.iter().all(OperatorStates::is_empty) {
+            states.clear();
+        }
+        Ok(states)
     }
 }
 
@@ -137,8 +147,8 @@ impl Restored {
 /// sources and sinks (whose positions are per subtask) at the same parallelism; every
 /// operator with state in the checkpoint still in the job (matched by uid), unless
 /// `allow_non_restored` (Flink's `--allowNonRestoredState`) lets that state go. Operators may
-/// change parallelism: their state is split by key group. A savepoint restores into a job of
-/// any name.
+/// change parallelism: their keyed state is split by key group, their operator state as its
+/// redistribution mode says. A savepoint restores into a job of any name.
 pub(crate) fn fits(
     meta: &Metadata,
     spec: &JobSpec,
@@ -175,30 +185,22 @@ pub(crate) fn fits(
     }
     for m in &meta.vertices {
         let Some(uid) = &m.uid else { continue };
-        let has = |pick: fn(&SubtaskState) -> bool| m.subtasks.iter().any(pick);
-        let keyed = has(|s| matches!(s, SubtaskState::Operator { state: Some(_), .. }));
-        let operator = has(|s| {
+        let has_state = m.subtasks.iter().any(|s| {
             matches!(
                 s,
-                SubtaskState::Operator {
-                    operator_state: Some(_),
-                    ..
-                }
+                SubtaskState::Operator { state: Some(_), .. }
+                    | SubtaskState::Operator {
+                        operator_state: Some(_),
+                        ..
+                    }
             )
         });
-        let now = spec
+        let kept = spec
             .vertices
             .iter()
-            .find(|v| matches!(&v.kind, VertexKind::Operator { uid: u, .. } if u == uid));
-        match now {
-            None if (keyed || operator) && allow_non_restored => {
-                tracing::warn!(
-                    "not restoring the state of operator uid \"{uid}\" (\"{}\"): the job has no \
-                     operator with that uid (allow_non_restored_state)",
-                    m.name
-                );
-            }
-            None if keyed || operator => {
+            .any(|v| matches!(&v.kind, VertexKind::Operator { uid: u, .. } if u == uid));
+        if has_state && !kept {
+            if !allow_non_restored {
                 return Err(format!(
                     "it holds state of operator uid \"{uid}\" (\"{}\"), which the job no longer \
                      has; give an operator that uid, or let its state go with \
@@ -206,14 +208,11 @@ pub(crate) fn fits(
                     m.name
                 ));
             }
-            Some(v) if operator && v.parallelism != m.parallelism => {
-                return Err(format!(
-                    "operator \"{}\" (uid {uid}) has operator state of {} subtasks, which cannot \
-                     be split across {}; keep its parallelism at {} (or start with --fresh)",
-                    v.name, m.parallelism, v.parallelism, m.parallelism
-                ));
-            }
-            _ => {}
+            tracing::warn!(
+                "not restoring the state of operator uid \"{uid}\" (\"{}\"): the job has no \
+                 operator with that uid (allow_non_restored_state)",
+                m.name
+            );
         }
     }
     Ok(())
@@ -291,8 +290,11 @@ mod tests {
         assert!(err.contains("belongs to job \"j\""), "{err}");
         let err = fits(&meta, &spec("j", 3, 2), false).unwrap_err();
         assert!(err.contains("source \"gen\" ran at parallelism 2"), "{err}");
-        let err = fits(&meta_of(&taken, true), &spec("j", 2, 3), false).unwrap_err();
-        assert!(err.contains("operator state of 2 subtasks"), "{err}");
+        assert_eq!(
+            fits(&meta_of(&taken, true), &spec("j", 2, 3), false),
+            Ok(()),
+            "operator state is redistributed"
+        );
         let mut renamed = spec("j", 2, 2);
         if let VertexKind::Operator { uid, .. } = &mut renamed.vertices[1].kind {
             *uid = "count-v2".into();

@@ -36,7 +36,7 @@ use crate::key_group::key_group_range;
 use crate::native;
 use crate::operator::Snapshot;
 use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError};
-use crate::state::StateSetup;
+use crate::state::{StateSetup, redistribute, snapshot_operator_states};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
@@ -356,8 +356,10 @@ fn build_stage(
                     op.restore(&bytes, &r.shared_dir())
                         .map_err(|e| fail(e.into()))?;
                 }
-                if let Some(bytes) = r.operator_state(uid, s).map_err(|e| fail(e.into()))? {
-                    op.restore_operator_state(&bytes)
+                let old = r.operator_states(uid).map_err(fail)?;
+                let share = redistribute(&old, vertex.parallelism, s);
+                if !share.is_empty() {
+                    op.restore_operator_state(&snapshot_operator_states(&share))
                         .map_err(|e| fail(e.into()))?;
                 }
             }

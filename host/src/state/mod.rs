@@ -42,7 +42,10 @@ pub(crate) mod ttl;
 mod value_table;
 
 pub(crate) use rocks::link_or_copy;
-pub use snapshot::{OperatorStates, restore_operator_states, snapshot_operator_states};
+pub use snapshot::{
+    OperatorList, OperatorStates, Redistribution, redistribute, restore_operator_states,
+    snapshot_operator_states,
+};
 pub(crate) use timers::Timers;
 pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 

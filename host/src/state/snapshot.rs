@@ -31,33 +31,97 @@ use crate::key_group::key_group;
 use crate::operator::{SharedFiles, SnapshotFormat};
 
 const MAGIC: &[u8; 8] = b"WEIRKS02";
-const OPERATOR_MAGIC: &[u8; 8] = b"WEIROS01";
+const OPERATOR_MAGIC: &[u8; 8] = b"WEIROS02";
+/// The format before lists: one value per name.
+const OPERATOR_MAGIC_V1: &[u8; 8] = b"WEIROS01";
 
-/// Non-keyed operator state of one subtask: a byte string per name.
-pub type OperatorStates = BTreeMap<String, Vec<u8>>;
+/// How an operator state's list is spread over the subtasks when a restore changes the
+/// parallelism (the WIT `redistribution`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Redistribution {
+    /// The subtasks' lists are joined in subtask order and cut into even, contiguous parts.
+    #[default]
+    Split,
+    /// Every subtask gets every element.
+    Union,
+}
 
-/// The snapshot of operator state: magic `WEIROS01`, u32 count, then name and value each.
+/// One operator state of a subtask: its mode and its elements.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorList {
+    /// How it spreads at another parallelism.
+    pub mode: Redistribution,
+    /// Its elements, in order.
+    pub elements: Vec<Vec<u8>>,
+}
+
+impl OperatorList {
+    /// The bytes of its elements.
+    pub fn bytes(&self) -> usize {
+        self.elements.iter().map(Vec::len).sum()
+    }
+}
+
+/// Non-keyed operator state of one subtask: a list per name.
+pub type OperatorStates = BTreeMap<String, OperatorList>;
+
+/// The snapshot of operator state: magic `WEIROS02`, u32 count, then per state its name, mode
+/// u8 (0 split, 1 union), u32 elements and each element.
 pub fn snapshot_operator_states(states: &OperatorStates) -> Vec<u8> {
     let mut out = OPERATOR_MAGIC.to_vec();
     put_u32(&mut out, states.len() as u32);
-    for (name, value) in states {
+    for (name, list) in states {
         put_bytes(&mut out, name.as_bytes());
-        put_bytes(&mut out, value);
+        put_u8(&mut out, list.mode as u8);
+        put_u32(&mut out, list.elements.len() as u32);
+        for e in &list.elements {
+            put_bytes(&mut out, e);
+        }
     }
     out
 }
 
-/// Reads what [`snapshot_operator_states`] wrote.
+/// Reads what [`snapshot_operator_states`] wrote (or the one-value-per-name format before it,
+/// each value a split list of one element).
 pub fn restore_operator_states(bytes: &[u8]) -> Result<OperatorStates, SnapshotError> {
-    let body = bytes
-        .strip_prefix(OPERATOR_MAGIC)
-        .ok_or(SnapshotError::Magic)?;
+    let (body, lists) = match bytes.strip_prefix(OPERATOR_MAGIC) {
+        Some(body) => (body, true),
+        None => (
+            bytes
+                .strip_prefix(OPERATOR_MAGIC_V1)
+                .ok_or(SnapshotError::Magic)?,
+            false,
+        ),
+    };
     let mut r = Reader::new(body, "operator-state snapshot");
     let mut states = OperatorStates::new();
     for _ in 0..r.count(8)? {
         let name = std::str::from_utf8(r.bytes()?)
-            .map_err(|_| SnapshotError::Invalid("an operator state name is not UTF-8".into()))?;
-        states.insert(name.to_string(), r.bytes()?.to_vec());
+            .map_err(|_| SnapshotError::Invalid("an operator state name is not UTF-8".into()))?
+            .to_string();
+        let list = if lists {
+            let mode = match r.u8()? {
+                0 => Redistribution::Split,
+                1 => Redistribution::Union,
+                m => {
+                    return Err(SnapshotError::Invalid(format!(
+                        "operator state \"{name}\" has an unknown redistribution mode {m}"
+                    )));
+                }
+            };
+            let n = r.count(4)?;
+            let mut elements = Vec::with_capacity(n);
+            for _ in 0..n {
+                elements.push(r.bytes()?.to_vec());
+            }
+            OperatorList { mode, elements }
+        } else {
+            OperatorList {
+                mode: Redistribution::Split,
+                elements: vec![r.bytes()?.to_vec()],
+            }
+        };
+        states.insert(name, list);
     }
     if !r.is_empty() {
         return Err(SnapshotError::Invalid(
@@ -65,6 +129,34 @@ pub fn restore_operator_states(bytes: &[u8]) -> Result<OperatorStates, SnapshotE
         ));
     }
     Ok(states)
+}
+
+/// The operator state subtask `subtask` of `parallelism` gets from the states `old` of the
+/// subtasks that wrote them (in subtask order): its own at the same parallelism, else each
+/// list spread as its mode says.
+pub fn redistribute(old: &[OperatorStates], parallelism: u32, subtask: u32) -> OperatorStates {
+    if old.len() == parallelism as usize {
+        return old.get(subtask as usize).cloned().unwrap_or_default();
+    }
+    let mut joined = OperatorStates::new();
+    for states in old {
+        for (name, list) in states {
+            let all = joined.entry(name.clone()).or_insert_with(|| OperatorList {
+                mode: list.mode,
+                elements: Vec::new(),
+            });
+            all.elements.extend(list.elements.iter().cloned());
+        }
+    }
+    for list in joined.values_mut() {
+        if list.mode == Redistribution::Split {
+            let n = list.elements.len();
+            let (p, s) = (parallelism as usize, subtask as usize);
+            let (from, to) = (s * n / p, (s + 1) * n / p);
+            list.elements = list.elements.drain(from..to).collect();
+        }
+    }
+    joined
 }
 
 /// A keyed-state snapshot that cannot be restored.
@@ -421,9 +513,16 @@ mod tests {
 
     #[test]
     fn operator_states_round_trip_and_damage_is_an_error() {
+        let list = |mode, elements: &[&[u8]]| OperatorList {
+            mode,
+            elements: elements.iter().map(|e| e.to_vec()).collect(),
+        };
         let mut states = OperatorStates::new();
-        states.insert("total".into(), vec![7, 0, 1]);
-        states.insert("empty".into(), Vec::new());
+        states.insert(
+            "total".into(),
+            list(Redistribution::Split, &[&[7, 0, 1], &[]]),
+        );
+        states.insert("seen".into(), list(Redistribution::Union, &[]));
         let bytes = snapshot_operator_states(&states);
         assert_eq!(restore_operator_states(&bytes).unwrap(), states);
         assert!(restore_operator_states(&bytes[..bytes.len() - 1]).is_err());
@@ -435,5 +534,54 @@ mod tests {
             restore_operator_states(&keyed),
             Err(SnapshotError::Magic)
         ));
+        // The format before lists: a value per name, read as a list of one.
+        let mut v1 = OPERATOR_MAGIC_V1.to_vec();
+        put_u32(&mut v1, 1);
+        put_bytes(&mut v1, b"total");
+        put_bytes(&mut v1, &[9]);
+        let old = restore_operator_states(&v1).unwrap();
+        assert_eq!(old["total"], list(Redistribution::Split, &[&[9]]));
+    }
+
+    #[test]
+    fn operator_lists_are_split_or_unioned_at_another_parallelism() {
+        let subtask = |split: &[u8], union: u8| {
+            let mut s = OperatorStates::new();
+            s.insert(
+                "split".into(),
+                OperatorList {
+                    mode: Redistribution::Split,
+                    elements: split.iter().map(|&e| vec![e]).collect(),
+                },
+            );
+            s.insert(
+                "union".into(),
+                OperatorList {
+                    mode: Redistribution::Union,
+                    elements: vec![vec![union]],
+                },
+            );
+            s
+        };
+        let old = [subtask(&[1, 2, 3], 10), subtask(&[4, 5], 11)];
+        let elements = |s: &OperatorStates, name: &str| -> Vec<u8> {
+            s.get(name)
+                .map(|l| l.elements.iter().map(|e| e[0]).collect())
+                .unwrap_or_default()
+        };
+        // The same parallelism: each its own.
+        assert_eq!(redistribute(&old, 2, 1), old[1]);
+        // Three subtasks: the five split elements in even, contiguous parts; every union
+        // element to each.
+        let new: Vec<OperatorStates> = (0..3).map(|s| redistribute(&old, 3, s)).collect();
+        let parts: Vec<Vec<u8>> = new.iter().map(|s| elements(s, "split")).collect();
+        assert_eq!(parts, vec![vec![1], vec![2, 3], vec![4, 5]]);
+        for s in &new {
+            assert_eq!(elements(s, "union"), vec![10, 11]);
+        }
+        // One subtask: everything.
+        let one = redistribute(&new, 1, 0);
+        assert_eq!(elements(&one, "split"), vec![1, 2, 3, 4, 5]);
+        assert_eq!(elements(&one, "union"), vec![10, 11, 10, 11, 10, 11]);
     }
 }

@@ -22,10 +22,10 @@ use super::limits::{Limits, bytes};
 use super::{Processor, ProcessorPre};
 
 /// The WIT package version this host implements.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 /// The WIT world an operator component implements.
-pub const WORLD: &str = "weir:stream/processor@0.1.0";
-const OPERATOR_EXPORT: &str = "weir:stream/operator@0.1.0";
+pub const WORLD: &str = "weir:stream/processor@0.2.0";
+const OPERATOR_EXPORT: &str = "weir:stream/operator@0.2.0";
 
 /// A `.wasm` file that cannot be used as an operator, with what to do about it.
 #[derive(Debug, thiserror::Error)]

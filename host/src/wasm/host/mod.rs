@@ -27,7 +27,8 @@ use crate::clock::Clock;
 use crate::operator::OperatorContext;
 use crate::operator::{OperatorError, Snapshot};
 use crate::state::{
-    FastMap, KeyedState, OperatorStates, Slots, StateError, StateId, StateSetup, Timers,
+    FastMap, KeyedState, OperatorList, OperatorStates, Redistribution, Slots, StateError, StateId,
+    StateSetup, Timers,
 };
 use crate::state::{restore_operator_states, snapshot_operator_states};
 
@@ -83,9 +84,9 @@ pub(crate) struct HostState {
     operator_state: OperatorStates,
     /// Operator-state names by resource rep.
     operator_names: Vec<String>,
-    /// Resource rep by operator-state name.
-    operator_reps: FastMap<String, u32>,
-    /// The bytes of every operator-state value.
+    /// Resource rep and declared mode by operator-state name.
+    operator_reps: FastMap<String, (u32, Redistribution)>,
+    /// The bytes of every operator-state element.
     operator_bytes: usize,
     limiter: Limiter,
     /// The guest's stdout, stderr and log messages, rate-limited.
@@ -274,7 +275,7 @@ impl HostState {
     pub(crate) fn restore_operator_state(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
         self.operator_state = restore_operator_states(snapshot)
             .map_err(|e| OperatorError::Contract(e.to_string()))?;
-        self.operator_bytes = self.operator_state.values().map(Vec::len).sum();
+        self.operator_bytes = self.operator_state.values().map(OperatorList::bytes).sum();
         Ok(())
     }
 

@@ -4,7 +4,9 @@
 use wasmtime::component::Resource;
 
 use super::{HostState, quoted};
-use crate::state::{StateId, StateKind, Ttl, TtlUpdate, TtlVisibility};
+use crate::state::{
+    OperatorList, Redistribution, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
+};
 use crate::wasm::weir::stream::{state, types};
 
 impl HostState {
@@ -119,13 +121,32 @@ keyed_state_resource!(HostListState, ListState, StateKind::List);
 keyed_state_resource!(HostMapState, MapState, StateKind::Map);
 
 impl state::HostOperatorState for HostState {
-    fn new(&mut self, name: String) -> wasmtime::Result<Resource<state::OperatorState>> {
+    fn new(
+        &mut self,
+        name: String,
+        mode: types::Redistribution,
+    ) -> wasmtime::Result<Resource<state::OperatorState>> {
+        let mode = match mode {
+            types::Redistribution::Split => Redistribution::Split,
+            types::Redistribution::Union => Redistribution::Union,
+        };
         let rep = match self.operator_reps.get(&name) {
-            Some(&rep) => rep,
+            Some(&(_, declared)) if declared != mode => {
+                return Err(wasmtime::format_err!(
+                    "operator state {} is declared with redistribution {declared:?} and now \
+                     with {mode:?}; use one mode per name",
+                    quoted(&name)
+                ));
+            }
+            Some(&(rep, _)) => rep,
             None => {
                 self.check_declaration("operator state", &name)?;
                 let rep = self.operator_names.len() as u32;
-                self.operator_reps.insert(name.clone(), rep);
+                self.operator_reps.insert(name.clone(), (rep, mode));
+                // A restored list takes the mode its code declares now.
+                if let Some(list) = self.operator_state.get_mut(&name) {
+                    list.mode = mode;
+                }
                 self.operator_names.push(name);
                 rep
             }
@@ -133,26 +154,37 @@ impl state::HostOperatorState for HostState {
         Ok(Resource::new_own(rep))
     }
 
-    fn get(&mut self, s: Resource<state::OperatorState>) -> wasmtime::Result<Option<Vec<u8>>> {
+    fn get(&mut self, s: Resource<state::OperatorState>) -> wasmtime::Result<Vec<Vec<u8>>> {
         let name = self.operator_name(s.rep())?;
-        Ok(self.operator_state.get(name).cloned())
+        Ok(self
+            .operator_state
+            .get(name)
+            .map(|l| l.elements.clone())
+            .unwrap_or_default())
     }
 
     fn set(
         &mut self,
         s: Resource<state::OperatorState>,
-        value: Option<Vec<u8>>,
+        elements: Vec<Vec<u8>>,
     ) -> wasmtime::Result<()> {
         let name = self.operator_name(s.rep())?.to_string();
-        if let Some(v) = &value {
-            self.check_value_size(v.len(), || format!("operator state {}", quoted(&name)))?;
-            self.operator_bytes += v.len();
+        for e in &elements {
+            self.check_value_size(e.len(), || format!("operator state {}", quoted(&name)))?;
         }
-        let old = match value {
-            Some(v) => self.operator_state.insert(name.clone(), v),
-            None => self.operator_state.remove(&name),
+        let mode = self
+            .operator_reps
+            .get(&name)
+            .map(|&(_, m)| m)
+            .unwrap_or_default();
+        let new = OperatorList { mode, elements };
+        self.operator_bytes += new.bytes();
+        let old = if new.elements.is_empty() {
+            self.operator_state.remove(&name)
+        } else {
+            self.operator_state.insert(name.clone(), new)
         };
-        self.operator_bytes -= old.map_or(0, |v| v.len());
+        self.operator_bytes -= old.map_or(0, |l| l.bytes());
         self.check_host_memory(|| format!("writing operator state {}", quoted(&name)))
     }
 

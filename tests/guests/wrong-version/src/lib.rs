@@ -1,4 +1,4 @@
-//! Test guest: exports `weir:stream/operator@0.9.0` instead of `@0.1.0`, which the host must
+//! Test guest: exports `weir:stream/operator@0.9.0` instead of this host's version, which the host must
 //! refuse with an error naming the versions.
 
 // The export glue is `unsafe` canonical-ABI code that wit-bindgen generates.

@@ -1,0 +1,410 @@
+//! `cargo xtask bench-serve`: what the service costs and how fast its operations are, on a
+//! real `weir serve` over HTTP:
+//!
+//! - submit-to-first-record: from `POST /v1/jobs` to the first record at the sink, with the
+//!   components compiled and cached already (median of 5);
+//! - savepoints: duration (request to completion) and size at each key count, memory and
+//!   RocksDB, of a keyed count that holds that many keys;
+//! - rescale downtime at the first key count: the longest pause in the sink's records from the
+//!   rescale request to the job running at the new parallelism;
+//! - the server's cost: a word count's time under `weir serve` against `weir run`, same spec.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::bench::{number, prepare, run_job, toml_str};
+use crate::guests;
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut keys = vec![1_000_000, 10_000_000];
+    let mut words = 20_000_000;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--keys" => keys = vec![number(&mut args, "--keys")?],
+            "--words" => words = number(&mut args, "--words")?,
+            other => bail!("unknown option `{other}`; use --keys K, --words N"),
+        }
+    }
+    let (weir, dir) = prepare("bench-serve")?;
+    let _ = std::fs::remove_dir_all(dir.join("data"));
+    let server = Server::start(&weir, &dir)?;
+    let split = server.upload(&guests::operators_dir().join("wordcount_split.wasm"))?;
+    let count = server.upload(&guests::operators_dir().join("wordcount_count.wasm"))?;
+
+    // Submit to first record.
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let spec = words_spec("latency", 1_000_000, Some(100_000), &split, &count);
+        let started = Instant::now();
+        let id = server.submit(&spec)?;
+        server.wait(&id, Duration::from_secs(60), |job| sink_in(job) > 0)?;
+        latencies.push(started.elapsed());
+        server.post(&format!("/v1/jobs/{id}/cancel"), json!({}))?;
+    }
+    latencies.sort();
+
+    // Savepoints of a keyed count holding `k` keys, on both backends.
+    let mut savepoints = Vec::new();
+    let mut rescale = None;
+    for &k in &keys {
+        for backend in ["memory", "rocksdb"] {
+            let spec = keys_spec(k, backend, &count);
+            let id = server.submit(&spec)?;
+            server.wait(&id, Duration::from_secs(600), |job| sink_in(job) >= 2 * k)?;
+            let op = server.post(&format!("/v1/jobs/{id}/savepoints"), json!({}))?;
+            let op = server.operation(&id, &op)?;
+            let size = dir_size(Path::new(op["savepoint"].as_str().unwrap_or_default()));
+            let ms =
+                op["ended_ms"].as_u64().unwrap_or(0) - op["requested_ms"].as_u64().unwrap_or(0);
+            println!(
+                "savepoint at {k} keys on {backend}: {ms} ms, {:.1} MB",
+                size as f64 / 1e6
+            );
+            savepoints.push((k, backend, ms, size));
+            if rescale.is_none() && backend == "memory" {
+                rescale = Some(rescale_downtime(&server, &id)?);
+            }
+            server.post(&format!("/v1/jobs/{id}/cancel"), json!({}))?;
+        }
+    }
+
+    // The server's cost on a running word count.
+    let spec = words_spec("throughput", words, None, &split, &count);
+    let started = Instant::now();
+    let id = server.submit(&spec)?;
+    server.wait(&id, Duration::from_secs(900), |job| {
+        job["status"] == "finished"
+    })?;
+    let served = started.elapsed().as_secs_f64();
+    let local = words_spec(
+        "throughput-run",
+        words,
+        None,
+        &toml_str(&guests::operators_dir().join("wordcount_split.wasm")),
+        &toml_str(&guests::operators_dir().join("wordcount_count.wasm")),
+    );
+    let local = local
+        + &format!(
+            "\n[checkpoint]\ninterval = \"10s\"\ndir = {}\n",
+            toml_str(&dir.join("chk"))
+        );
+    let path = dir.join("throughput.toml");
+    std::fs::write(&path, local)?;
+    let started = Instant::now();
+    run_job(&weir, &path, &dir.join("summary.json"), &[])?;
+    let ran = started.elapsed().as_secs_f64();
+    drop(server);
+
+    println!();
+    println!(
+        "submit to first record (warm component cache): median {:.0} ms, min {:.0} ms, max {:.0} ms",
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[0]),
+        ms(latencies[latencies.len() - 1])
+    );
+    println!(
+        "  {:>10} {:>8} {:>14} {:>10}",
+        "keys", "backend", "savepoint ms", "size MB"
+    );
+    for (k, backend, ms, size) in savepoints {
+        println!(
+            "  {k:>10} {backend:>8} {ms:>14} {:>10.1}",
+            size as f64 / 1e6
+        );
+    }
+    if let Some((downtime, total)) = rescale {
+        println!(
+            "rescale 2 -> 4 at {} keys: no sink record for {:.0} ms; request to running {:.0} ms",
+            keys[0],
+            ms(downtime),
+            ms(total)
+        );
+    }
+    println!(
+        "word count, {words} lines, parallelism 2: weir serve {:.2} s ({:.2} M lines/s), \
+         weir run {:.2} s ({:.2} M lines/s)",
+        served,
+        words as f64 / served / 1e6,
+        ran,
+        words as f64 / ran / 1e6
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The records the sink of `job` received in its current run.
+fn sink_in(job: &Value) -> u64 {
+    job["vertices"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["role"] == "sink"))
+        .and_then(|v| v["records_in"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Rescales job `id`'s count from 2 to 4 subtasks, watching its sink: the longest time
+/// without a new record, and the time from the request until records flow again.
+fn rescale_downtime(server: &Server, id: &str) -> Result<(Duration, Duration)> {
+    let started = Instant::now();
+    let op = server.post(
+        &format!("/v1/jobs/{id}/rescale"),
+        json!({ "parallelism": { "count": 4 } }),
+    )?;
+    let request_id = op["request_id"].as_str().unwrap_or_default().to_string();
+    let (mut last, mut last_change, mut longest) = (u64::MAX, Instant::now(), Duration::ZERO);
+    loop {
+        let job = server.get(&format!("/v1/jobs/{id}"))?;
+        let n = sink_in(&job);
+        if n != last {
+            longest = longest.max(last_change.elapsed());
+            last = n;
+            last_change = Instant::now();
+            let op = server.get(&format!("/v1/jobs/{id}/operations/{request_id}"))?;
+            if op["status"] == "completed" && n > 0 && job["status"] == "running" {
+                return Ok((longest, started.elapsed()));
+            }
+            if op["status"] == "failed" {
+                bail!("the rescale failed: {op}");
+            }
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            bail!("the rescale did not finish within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A word count over generated lines, components by reference.
+fn words_spec(name: &str, lines: u64, rate: Option<u64>, split: &str, count: &str) -> String {
+    let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
+    format!(
+        r#"[job]
+name = "{name}"
+parallelism = 2
+
+[[source]]
+name = "lines"
+type = "generator"
+mode = "words"
+count = {lines}
+{rate}
+[[operator]]
+name = "split"
+uid = "split"
+wasm = {split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+wasm = {count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+edge = "key_by"
+"#,
+        split = quote(split),
+        count = quote(count),
+    )
+}
+
+/// `s` as a TOML string, unless it is one already.
+fn quote(s: &str) -> String {
+    if s.starts_with('"') {
+        s.to_string()
+    } else {
+        format!("\"{s}\"")
+    }
+}
+
+/// A keyed count over `keys` keys, unbounded, checkpointed every 10 s.
+fn keys_spec(keys: u64, backend: &str, count: &str) -> String {
+    format!(
+        r#"[job]
+name = "keys-{keys}-{backend}"
+parallelism = 2
+
+[checkpoint]
+interval = "10s"
+
+[state]
+backend = "{backend}"
+
+[[source]]
+name = "keys"
+type = "generator"
+mode = "keyed_cycle"
+vocabulary = {keys}
+
+[[operator]]
+name = "count"
+uid = "count"
+wasm = "{count}"
+input = "keys"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+edge = "key_by"
+"#
+    )
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A `weir serve` of the benchmark.
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(weir: &Path, dir: &Path) -> Result<Server> {
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, format!("{TOKEN}\n"))?;
+        let mut child = Command::new(weir)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start weir serve")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let Some(addr) = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        else {
+            bail!("weir serve did not say where it listens: {line:?}");
+        };
+        Ok(Server {
+            child,
+            base: format!("http://{addr}"),
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .new_agent(),
+        })
+    }
+
+    fn answer(
+        &self,
+        what: &str,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Value> {
+        let mut response = response.with_context(|| what.to_string())?;
+        let status = response.status();
+        let value: Value = response.body_mut().read_json().unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{what}: HTTP {status}: {value}");
+        }
+        Ok(value)
+    }
+
+    fn get(&self, path: &str) -> Result<Value> {
+        let r = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .call();
+        self.answer(path, r)
+    }
+
+    fn post(&self, path: &str, body: Value) -> Result<Value> {
+        let r = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .send_json(body);
+        self.answer(path, r)
+    }
+
+    /// Uploads a component; its reference for a spec.
+    fn upload(&self, path: &Path) -> Result<String> {
+        let bytes = std::fs::read(path)?;
+        let r = self
+            .agent
+            .post(format!("{}/v1/components", self.base))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .header("Content-Type", "application/wasm")
+            .send(&bytes[..]);
+        let info = self.answer("upload", r)?;
+        Ok(format!(
+            "sha256:{}",
+            info["sha256"].as_str().unwrap_or_default()
+        ))
+    }
+
+    fn submit(&self, spec: &str) -> Result<String> {
+        let job = self.post("/v1/jobs", json!({ "spec": spec }))?;
+        Ok(job["id"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Polls job `id` until `done` holds.
+    fn wait(&self, id: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let job = self.get(&format!("/v1/jobs/{id}"))?;
+            if done(&job) {
+                return Ok(());
+            }
+            if job["status"] == "failed" {
+                bail!("job {id} failed: {job}");
+            }
+            if Instant::now() > deadline {
+                bail!("job {id} did not get there within {limit:?}: {job}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Polls operation `op` of job `id` until it is done.
+    fn operation(&self, id: &str, op: &Value) -> Result<Value> {
+        let request_id = op["request_id"].as_str().unwrap_or_default();
+        loop {
+            let op = self.get(&format!("/v1/jobs/{id}/operations/{request_id}"))?;
+            match op["status"].as_str() {
+                Some("completed") => return Ok(op),
+                Some("failed") => bail!("operation failed: {op}"),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+}
