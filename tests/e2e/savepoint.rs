@@ -126,8 +126,16 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     // Memory at parallelism 2 → RocksDB at 3 (another job) → memory at 1 (a third).
     let first = probe_job(&ws, "first", 2, "memory", &input);
     stop_with_savepoint(&ws, &first, &[], &sp1, "first");
+    // A savepoint is self-contained: moved elsewhere, it restores from there.
+    let moved = ws.path("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    for entry in std::fs::read_dir(&sp1).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), moved.join(entry.file_name())).unwrap();
+    }
+    std::fs::remove_dir_all(&sp1).unwrap();
     let second = probe_job(&ws, "second", 3, "rocksdb", &input);
-    let from = ["--from-savepoint", sp1.to_str().unwrap()];
+    let from = ["--from-savepoint", moved.to_str().unwrap()];
     stop_with_savepoint(&ws, &second, &from, &sp2, "second");
     let third = probe_job(&ws, "third", 1, "memory", &input);
     let run = weir(&["run", "-s", sp2.to_str().unwrap()], &third);
@@ -141,7 +149,7 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     );
     assert!(lines == expected, "the output of a run without stops");
     // The savepoints are the user's: the jobs' ends deleted their checkpoints, not these.
-    assert!(sp1.join("_metadata").exists() && sp2.join("_metadata").exists());
+    assert!(moved.join("_metadata").exists() && sp2.join("_metadata").exists());
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!   be a 5xx or break the document.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
@@ -54,33 +55,13 @@ pub fn fuzz(args: &[String]) -> Result<()> {
         ]))?;
     }
     let work = tempfile::tempdir()?;
-    let tokens = work.path().join("tokens");
-    std::fs::write(&tokens, format!("{TOKEN}\n"))?;
-    let mut server = Command::new(&weir)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-component-size",
-            "1 MiB",
-        ])
-        .arg("--data-dir")
-        .arg(work.path().join("data"))
-        .arg("--tokens")
-        .arg(&tokens)
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start weir serve")?;
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("piped")).read_line(&mut line)?;
-    let Some(addr) = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-    else {
-        let _ = server.kill();
-        bail!("weir serve did not say where it listens: {line:?}");
-    };
+    let server = Served::start(
+        &weir,
+        work.path(),
+        TOKEN,
+        &["--max-component-size", "1 MiB"],
+    )?;
+    let addr = &server.addr;
     let result = exec(
         Command::new(&st)
             .arg("run")
@@ -95,7 +76,52 @@ pub fn fuzz(args: &[String]) -> Result<()> {
             .args(["--seed", "1"])
             .current_dir(work.path()),
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     result
+}
+
+/// A `weir serve` on a free port of loopback, its data in `<dir>/data` and `token` its one
+/// token; killed when dropped.
+pub(crate) struct Served {
+    child: Child,
+    /// `host:port`.
+    pub(crate) addr: String,
+}
+
+impl Served {
+    pub(crate) fn start(weir: &Path, dir: &Path, token: &str, extra: &[&str]) -> Result<Served> {
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, format!("{token}\n"))?;
+        let mut child = Command::new(weir)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start weir serve")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .map(str::to_string);
+        let served = Served {
+            child,
+            addr: addr.unwrap_or_default(),
+        };
+        if served.addr.is_empty() {
+            bail!("weir serve did not say where it listens: {line:?}");
+        }
+        Ok(served)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

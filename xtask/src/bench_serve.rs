@@ -9,18 +9,18 @@
 //!   rescale request to the job running at the new parallelism;
 //! - the server's cost: a word count's time under `weir serve` against `weir run`, same spec.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use crate::api::Served;
 use crate::bench::{number, prepare, run_job, toml_str};
 use crate::guests;
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
+const MS: Duration = Duration::from_millis(1);
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut keys = vec![1_000_000, 10_000_000];
@@ -45,7 +45,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let spec = words_spec("latency", 1_000_000, Some(100_000), &split, &count);
         let started = Instant::now();
         let id = server.submit(&spec)?;
-        server.wait(&id, Duration::from_secs(60), |job| sink_in(job) > 0)?;
+        server.wait(&id, Duration::from_secs(60), MS, |job| sink_in(job) > 0)?;
         latencies.push(started.elapsed());
         server.post(&format!("/v1/jobs/{id}/cancel"), json!({}))?;
     }
@@ -58,7 +58,9 @@ pub fn run(args: &[String]) -> Result<()> {
         for backend in ["memory", "rocksdb"] {
             let spec = keys_spec(k, backend, &count);
             let id = server.submit(&spec)?;
-            server.wait(&id, Duration::from_secs(600), |job| sink_in(job) >= 2 * k)?;
+            server.wait(&id, Duration::from_secs(600), 100 * MS, |job| {
+                sink_in(job) >= k
+            })?;
             let op = server.post(&format!("/v1/jobs/{id}/savepoints"), json!({}))?;
             let op = server.operation(&id, &op)?;
             let size = dir_size(Path::new(op["savepoint"].as_str().unwrap_or_default()));
@@ -80,7 +82,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let spec = words_spec("throughput", words, None, &split, &count);
     let started = Instant::now();
     let id = server.submit(&spec)?;
-    server.wait(&id, Duration::from_secs(900), |job| {
+    // Polled rarely, so that the client costs the server nothing to speak of.
+    server.wait(&id, Duration::from_secs(900), 100 * MS, |job| {
         job["status"] == "finished"
     })?;
     let served = started.elapsed().as_secs_f64();
@@ -279,44 +282,19 @@ fn dir_size(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// A `weir serve` of the benchmark.
+/// A `weir serve` of the benchmark, with a client.
 struct Server {
-    child: Child,
+    _served: Served,
     base: String,
     agent: ureq::Agent,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
     fn start(weir: &Path, dir: &Path) -> Result<Server> {
-        let tokens = dir.join("tokens");
-        std::fs::write(&tokens, format!("{TOKEN}\n"))?;
-        let mut child = Command::new(weir)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.join("data"))
-            .arg("--tokens")
-            .arg(&tokens)
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start weir serve")?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-        let Some(addr) = line
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-        else {
-            bail!("weir serve did not say where it listens: {line:?}");
-        };
+        let served = Served::start(weir, dir, TOKEN, &[])?;
         Ok(Server {
-            child,
-            base: format!("http://{addr}"),
+            base: format!("http://{}", served.addr),
+            _served: served,
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
                 .build()
@@ -377,8 +355,14 @@ impl Server {
         Ok(job["id"].as_str().unwrap_or_default().to_string())
     }
 
-    /// Polls job `id` until `done` holds.
-    fn wait(&self, id: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Result<()> {
+    /// Polls job `id` every `every` until `done` holds.
+    fn wait(
+        &self,
+        id: &str,
+        limit: Duration,
+        every: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             let job = self.get(&format!("/v1/jobs/{id}"))?;
@@ -391,7 +375,7 @@ impl Server {
             if Instant::now() > deadline {
                 bail!("job {id} did not get there within {limit:?}: {job}");
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(every);
         }
     }
 

@@ -555,7 +555,10 @@ fn watch(
     loop {
         match events.recv_timeout(Duration::from_millis(250)) {
             Ok(event) => {
-                let line = describe_event(spec, &event);
+                // A failure is told once: with the restart, or as the job's end.
+                let Some(line) = describe_event(spec, &event) else {
+                    continue;
+                };
                 if progress {
                     multi.println(line).ok();
                 } else {
@@ -595,9 +598,10 @@ fn watch(
 }
 
 /// One line about an event of the job's life, for stderr.
-fn describe_event(spec: &JobSpec, event: &JobEvent) -> String {
+fn describe_event(spec: &JobSpec, event: &JobEvent) -> Option<String> {
     let job = &spec.name;
-    match event {
+    Some(match event {
+        JobEvent::Failing { .. } => return None,
         JobEvent::Starting {
             restored_from: None,
             restart: 0,
@@ -641,7 +645,7 @@ fn describe_event(spec: &JobSpec, event: &JobEvent) -> String {
         } => format!(
             "weir: job \"{job}\" failed: {failure}; restarting in {delay:.1?} (restart {restart})"
         ),
-    }
+    })
 }
 
 /// One line about checkpoints and restarts.

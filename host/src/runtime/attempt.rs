@@ -14,7 +14,7 @@ use super::checkpointing::Checkpointing;
 use super::output::{Message, Target};
 use super::restore::Restored;
 use super::task::{self, Control, TaskEnd, TaskSetup};
-use super::{Events, JobError, JobEvent, JobParts, Metrics, Shared};
+use super::{Events, Failure, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
 use crate::checkpoint::storage::CheckpointStore;
@@ -236,7 +236,14 @@ pub(super) fn run(
     // What the coordinator decided on the last event, carried out with the next poll.
     let mut decisions = Vec::new();
     let tasks = attempt.controls.len();
+    let mut failing = false;
     while ended < tasks {
+        if let (Some(e), false) = (&failure, failing) {
+            failing = true;
+            events.send(JobEvent::Failing {
+                failure: Failure::of(e),
+            });
+        }
         if !cancelled && flags.is_user_cancelled() {
             cancelled = true;
             attempt.shared.cancel();
@@ -351,6 +358,11 @@ pub(super) fn run(
         if stopped {
             stopped_at = stop_id;
         }
+    }
+    if let (Some(e), false) = (&failure, failing) {
+        events.send(JobEvent::Failing {
+            failure: Failure::of(e),
+        });
     }
     let outcome = match (failure, cancelled || flags.is_user_cancelled()) {
         (_, true) => Outcome::Cancelled,

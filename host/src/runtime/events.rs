@@ -49,6 +49,12 @@ pub enum JobEvent {
         /// The checkpoint it stops at.
         checkpoint: Option<u64>,
     },
+    /// A task failed with `failure`: the job's tasks are being stopped; then the job
+    /// restarts ([`JobEvent::Restarting`]) or fails.
+    Failing {
+        /// The failure.
+        failure: Failure,
+    },
     /// The job failed with `failure` and restarts (restart number `restart`) after `delay`.
     Restarting {
         /// The failure.

@@ -34,6 +34,8 @@ pub enum JobStatus {
     Created,
     /// Its tasks run.
     Running,
+    /// A task failed; its tasks are being stopped, to restart or to fail.
+    Failing,
     /// It failed and waits to restart under its restart strategy.
     Restarting,
     /// Its input ended and everything was committed.

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::api::ComponentInfo;
 use super::error::{ErrorCode, ServiceError};
-use super::store::{now_ms, read_json, write_json};
+use super::store::{check_name, now_ms, read_json, write_json};
 use crate::wasm::{Limits, WORLD, WasmEngine};
 
 /// What the service keeps of a component besides its bytes.
@@ -79,21 +79,6 @@ impl Upload {
     }
 }
 
-/// Checks a component name or version: 1 to 64 of `A-Z a-z 0-9 . _ -`, no `@`.
-fn check_label(what: &str, label: &str) -> Result<(), ServiceError> {
-    let ok = (1..=64).contains(&label.len())
-        && label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServiceError::invalid(format!(
-            "component {what} {label:?} is not valid: use 1 to 64 letters, digits, '.', '_' or '-'"
-        )))
-    }
-}
-
 impl Components {
     /// The store in `dir` (created if missing), with what it holds.
     pub(crate) fn open(
@@ -135,7 +120,7 @@ impl Components {
         version: Option<String>,
     ) -> Result<Upload, ServiceError> {
         if let Some(name) = &name {
-            check_label("name", name)?;
+            check_name("component name", name)?;
         }
         match (&name, &version) {
             (None, Some(_)) => {
@@ -143,7 +128,7 @@ impl Components {
                     "a component version needs a name: give `name` too",
                 ));
             }
-            (_, Some(v)) => check_label("version", v)?,
+            (_, Some(v)) => check_name("component version", v)?,
             _ => {}
         }
         let path = self.dir.join(format!(".upload-{}", super::store::new_id()));

@@ -218,6 +218,11 @@ impl ManagedJob {
                     r.status = JobStatus::Restarting;
                 }
             }),
+            JobEvent::Failing { .. } => self.update_logged(|r| {
+                if !matches!(r.status, JobStatus::Cancelling) {
+                    r.status = JobStatus::Failing;
+                }
+            }),
             JobEvent::Stopping { .. } => {}
         }
     }

@@ -37,7 +37,7 @@ use self::api::{
     Checkpoints, ComponentInfo, Exceptions, JobDetails, JobOverview, JobStatus, Operation,
     OperationKind, OperationStatus, RescaleRequest, SavepointRequest, StopRequest, SubmitRequest,
 };
-use self::store::{check_request_id, is_id, new_id, now_ms, read_json};
+use self::store::{check_name, is_id, new_id, now_ms, read_json};
 use crate::checkpoint::{CheckpointError, CheckpointHistory, RestoreFrom};
 use crate::job::spec::{JobSpec, ParseError, VertexKind};
 use crate::runtime::{Job, JobControl, JobEnd, JobError};
@@ -605,7 +605,7 @@ impl Service {
     ) -> Result<Operation, Result<Operation, ServiceError>> {
         let request_id = match request_id {
             Some(id) => {
-                check_request_id(&id).map_err(Err)?;
+                check_name("request_id", &id).map_err(Err)?;
                 id
             }
             None => new_id(),

@@ -51,19 +51,19 @@ pub(crate) fn is_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Checks a caller's request id: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot
-/// (it names a savepoint directory).
-pub(crate) fn check_request_id(id: &str) -> Result<(), ServiceError> {
-    let ok = (1..=64).contains(&id.len())
-        && !id.starts_with('.')
-        && id
+/// Checks a name a caller gives (a request id, a component name or version): 1 to 64 of
+/// `A-Z a-z 0-9 . _ -`, not starting with a dot, since some name directories.
+pub(crate) fn check_name(what: &str, value: &str) -> Result<(), ServiceError> {
+    let ok = (1..=64).contains(&value.len())
+        && !value.starts_with('.')
+        && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok {
         Ok(())
     } else {
         Err(ServiceError::invalid(format!(
-            "request_id {id:?} is not valid: use 1 to 64 letters, digits, '.', '_' or '-', not \
+            "{what} {value:?} is not valid: use 1 to 64 letters, digits, '.', '_' or '-', not \
              starting with '.'"
         )))
     }
@@ -91,8 +91,8 @@ mod tests {
             assert!(!is_id(bad), "{bad}");
         }
         for bad in ["", ".hidden", "..", "a/b", "a\\b", &"x".repeat(65), "é"] {
-            assert!(check_request_id(bad).is_err(), "{bad}");
+            assert!(check_name("request_id", bad).is_err(), "{bad}");
         }
-        assert!(check_request_id("retry-1_2.3").is_ok());
+        assert!(check_name("request_id", "retry-1_2.3").is_ok());
     }
 }

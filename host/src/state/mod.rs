@@ -193,13 +193,13 @@ pub struct StateId(usize);
 /// A refused or failed state access, naming the state and what to do.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StateError {
-    #[error(
-        "state \"{name}\" is declared as {declared} state but was first declared as {existing} state; use another name"
-    )]
+    #[error("{}", kind_mismatch(.name, *.existing, *.declared, *.restored))]
     KindMismatch {
         name: String,
         existing: StateKind,
         declared: StateKind,
+        /// The existing declaration came from a restored checkpoint or savepoint.
+        restored: bool,
     },
     #[error(
         "state \"{name}\" is declared with TTL {declared:?} but was first declared with {existing:?}; declare it the same way everywhere"
@@ -325,6 +325,23 @@ struct Declared {
     name: String,
     kind: StateKind,
     ttl: Option<Ttl>,
+    /// Declared by a restore, not (yet) by the operator's code.
+    restored: bool,
+}
+
+fn kind_mismatch(name: &str, existing: StateKind, declared: StateKind, restored: bool) -> String {
+    if restored {
+        format!(
+            "state \"{name}\" is declared as {declared} state, but the checkpoint or savepoint \
+             the job restored holds it as {existing} state; declare it as {existing} state, or \
+             give the new state another name"
+        )
+    } else {
+        format!(
+            "state \"{name}\" is declared as {declared} state but was first declared as \
+             {existing} state; use another name"
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -471,6 +488,7 @@ impl KeyedState {
                     name: name.into(),
                     existing: existing.kind,
                     declared: kind,
+                    restored: existing.restored,
                 });
             }
             if existing.ttl != ttl {
@@ -480,6 +498,7 @@ impl KeyedState {
                     declared: ttl,
                 });
             }
+            self.states[id.0].restored = false;
             return Ok(id);
         }
         self.open_rocks()?;
@@ -489,6 +508,7 @@ impl KeyedState {
             name: name.into(),
             kind,
             ttl,
+            restored: false,
         });
         self.by_name.insert(name.into(), id);
         Ok(id)

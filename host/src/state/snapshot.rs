@@ -316,6 +316,7 @@ impl KeyedState {
                 name: name.clone(),
                 kind,
                 ttl,
+                restored: true,
             });
             target.by_name.insert(name, id);
         }
@@ -380,7 +381,9 @@ impl KeyedState {
                     event_time: r.u8()? != 0,
                 }),
             };
-            ids.push(self.declare(&name, kind, ttl)?);
+            let id = self.declare(&name, kind, ttl)?;
+            self.states[id.0].restored = true;
+            ids.push(id);
         }
         let mut elems: Vec<&[u8]> = Vec::new();
         let mut changes: Vec<(&[u8], Option<&[u8]>)> = Vec::new();

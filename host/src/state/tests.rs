@@ -583,7 +583,15 @@ fn damaged_snapshots_fail_cleanly() {
     let mut back = KeyedState::new(128, 0..128);
     back.restore(&bytes, |_| {}).unwrap();
     let err = back.declare("v", StateKind::List, None).unwrap_err();
-    assert!(matches!(err, StateError::KindMismatch { .. }));
+    assert!(matches!(
+        err,
+        StateError::KindMismatch { restored: true, .. }
+    ));
+    assert!(
+        err.to_string()
+            .contains("the checkpoint or savepoint the job restored holds it as value state"),
+        "{err}"
+    );
 }
 
 #[test]
