@@ -945,3 +945,59 @@ fn the_cli_client_runs_a_job_on_a_server() {
     }
     assert!(!lines.is_empty());
 }
+
+#[test]
+fn a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once() {
+    const LINES: u64 = 100_000;
+    let ws = Workspace::new();
+    let data = ws.path("data");
+    let seed = fastrand::u64(..);
+    eprintln!("kill loop seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let server = Server::start(&ws, &data, &[]);
+    let (split, count) = (
+        server.component("wordcount_split"),
+        server.component("wordcount_count"),
+    );
+    let out = ws.path("out");
+    let spec = word_count(
+        "killed",
+        LINES,
+        Some(20_000),
+        &format!("sha256:{split}"),
+        &format!("sha256:{count}"),
+        2,
+        &out,
+    );
+    let id = server.submit(json!({ "spec": spec }));
+    let mut server = server;
+    for kill in 0..6 {
+        std::thread::sleep(Duration::from_millis(rng.u64(50..600)));
+        if kill % 2 == 1 {
+            // A savepoint in flight at the kill.
+            let _ = server.call(
+                "POST",
+                &format!("/v1/jobs/{id}/savepoints"),
+                Some(TOKEN),
+                Some(json!({})),
+            );
+        }
+        if kill == 2 {
+            // Ctrl-C: the server stops its jobs at a checkpoint, to resume at the next start.
+            assert_eq!(server.interrupt().code(), Some(0));
+        } else {
+            server.kill();
+        }
+        server = Server::start(&ws, &data, &[]);
+        let status = server.job(&id)["status"].clone();
+        assert!(
+            status == "running" || status == "finished",
+            "after kill {kill}: {status}"
+        );
+    }
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    assert!(
+        committed(&out) == reference(&ws, LINES),
+        "the output of a run without kills"
+    );
+}

@@ -174,11 +174,13 @@ impl ManagedJob {
     }
 
     /// Follows `running` until it ends, recording its status, restarts and failures; then
-    /// hands its end to `ended`.
+    /// hands its end to `ended`, which says whether the job goes on (a rescale, a shutdown of
+    /// the service): else the end is recorded. Nothing is recorded as ended before that is
+    /// known, so a crash in between leaves a job that resumes.
     pub(crate) fn watch(
         self: &Arc<Self>,
         running: RunningJob,
-        ended: impl FnOnce(&Arc<ManagedJob>, &Result<JobEnd, JobError>) + Send + 'static,
+        ended: impl FnOnce(&Arc<ManagedJob>, &Result<JobEnd, JobError>) -> bool + Send + 'static,
     ) {
         let job = Arc::clone(self);
         let events = running.events();
@@ -196,8 +198,9 @@ impl ManagedJob {
                 let result = running.wait().map(|summary| summary.end);
                 let _ = follow.join();
                 *lock(&job.run) = None;
-                job.on_end(&result);
-                ended(&job, &result);
+                if !ended(&job, &result) {
+                    job.on_end(&result);
+                }
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start a thread to watch a job: {e}");
@@ -227,8 +230,7 @@ impl ManagedJob {
         }
     }
 
-    /// Records how the run ended. The status of a job the service is shutting down is left
-    /// as it is: the next start of the service resumes it.
+    /// Records how the job ended.
     fn on_end(&self, result: &Result<JobEnd, JobError>) {
         self.update_logged(|r| {
             let status = match result {

@@ -143,7 +143,17 @@ impl Service {
             let job = Arc::new(ManagedJob::new(path.clone(), record));
             self.jobs().insert(id.to_string(), Arc::clone(&job));
             let status = job.record().status;
+            // A stop whose savepoint completed: the job ends there, or output after the
+            // savepoint would be written again by a job restored from it.
+            let stopped = !status.is_final()
+                && job.record().operations.iter().any(|o| {
+                    o.kind == OperationKind::Stop && o.status == OperationStatus::Completed
+                });
             job.update(|r| {
+                if stopped {
+                    r.status = JobStatus::Stopped;
+                    r.ended_ms = Some(now_ms());
+                }
                 for op in &mut r.operations {
                     if op.status == OperationStatus::InProgress {
                         op.status = OperationStatus::Failed;
@@ -160,7 +170,7 @@ impl Service {
                     r.ended_ms = Some(now_ms());
                 }
             })?;
-            if status.is_final() || status == JobStatus::Cancelling {
+            if stopped || status.is_final() || status == JobStatus::Cancelling {
                 continue;
             }
             tracing::info!("resuming job {id} (\"{}\")", job.record().name);
@@ -437,26 +447,24 @@ impl Service {
             r.ended_ms = None;
         })?;
         let service = Arc::downgrade(self);
-        job.watch(running, move |job, end| {
-            if let Some(service) = service.upgrade() {
-                service.ended(job, end);
-            }
+        job.watch(running, move |job, end| match service.upgrade() {
+            Some(service) => service.ended(job, end),
+            None => false,
         });
         Ok(())
     }
 
-    /// A run of `job` ended with `end`: a rescale restarts it at its new parallelism.
-    fn ended(self: &Arc<Self>, job: &Arc<ManagedJob>, end: &Result<JobEnd, JobError>) {
+    /// A run of `job` ended with `end`: whether the job goes on. A job the service stops
+    /// for its own shutdown stays `running`, to resume at the next start; a rescale restarts
+    /// it at its new parallelism (or, if that fails, at its old one).
+    fn ended(self: &Arc<Self>, job: &Arc<ManagedJob>, end: &Result<JobEnd, JobError>) -> bool {
         if self.shutting_down.load(Ordering::SeqCst) {
-            // Resumed by the next start of the service.
-            let _ = job.update(|r| {
-                r.status = JobStatus::Running;
-                r.ended_ms = None;
-            });
-            return;
+            return true;
         }
         let pending = job.rescale.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(rescale) = pending else { return };
+        let Some(rescale) = pending else {
+            return false;
+        };
         let savepoint = match (end, rescale.savepoint.wait()) {
             (Ok(JobEnd::Stopped { .. }), Ok(savepoint)) => savepoint,
             (_, answer) => {
@@ -469,8 +477,7 @@ impl Service {
                     OperationStatus::Failed,
                     Some(format!("the savepoint to rescale from failed: {why}")),
                 );
-                self.resume_after_failed_rescale(job, end);
-                return;
+                return self.resume_after_failed_rescale(job, end);
             }
         };
         let old = job.record().clone();
@@ -483,7 +490,10 @@ impl Service {
             })
             .and_then(|()| self.launch(job, RestoreFrom::Path(savepoint.path.clone())));
         match rescaled {
-            Ok(()) => job.end_operation(&rescale.request_id, OperationStatus::Completed, None),
+            Ok(()) => {
+                job.end_operation(&rescale.request_id, OperationStatus::Completed, None);
+                true
+            }
             Err(e) => {
                 job.end_operation(
                     &rescale.request_id,
@@ -494,27 +504,31 @@ impl Service {
                     r.spec = old.spec.clone();
                     r.savepoint = old.savepoint.clone();
                 });
-                self.resume_after_failed_rescale(job, end);
+                self.resume_after_failed_rescale(job, end)
             }
         }
     }
 
     /// After a rescale that failed, the job goes on at its old parallelism from its newest
-    /// checkpoint, if it had only stopped for the rescale.
+    /// checkpoint, if it had only stopped for the rescale; whether it does.
     fn resume_after_failed_rescale(
         self: &Arc<Self>,
         job: &Arc<ManagedJob>,
         end: &Result<JobEnd, JobError>,
-    ) {
+    ) -> bool {
         if !matches!(end, Ok(JobEnd::Stopped { .. })) {
-            return;
+            return false;
         }
         let from = match job.record().savepoint.clone() {
             Some(savepoint) => RestoreFrom::LatestOr(savepoint),
             None => RestoreFrom::Latest,
         };
-        if let Err(e) = self.launch(job, from) {
-            tracing::warn!("the job did not resume after a failed rescale: {e}");
+        match self.launch(job, from) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("the job did not resume after a failed rescale: {e}");
+                false
+            }
         }
     }
 

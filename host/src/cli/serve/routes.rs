@@ -49,7 +49,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self.0)).into_response()
+        // An error may come before the request's body was read, and hyper closes such a
+        // connection: saying so keeps a client from sending its next request on it.
+        let close = [(header::CONNECTION, "close")];
+        (status, close, Json(self.0)).into_response()
     }
 }
 
@@ -420,6 +423,9 @@ async fn job_exceptions(
 async fn cancel_job(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<JobPath>,
+    // Read (and ignored) so that a body sent along does not end the connection: hyper
+    // closes one whose request body was left unread, and a client reusing it would fail.
+    _body: axum::body::Bytes,
 ) -> ApiResult<(StatusCode, Json<JobOverview>)> {
     Ok((StatusCode::ACCEPTED, Json(state.service.cancel(&path.id)?)))
 }
