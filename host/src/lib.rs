@@ -55,7 +55,10 @@ pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{
     Cause, CheckpointStatus, Failure, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
-    Metrics, RunningJob, Savepoint, SavepointFailed, SavepointHandle, VertexMetrics, VertexSummary,
+    Metrics, OperatorUpgrade, Probation, RunningJob, Savepoint, SavepointFailed, SavepointHandle,
+    Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics, VertexSummary,
 };
 pub use state::{BackendKind, StateConfig};
-pub use wasm::{DirGrant, EngineOptions, Grants, Limit, Limits, WasmEngine, WasmError};
+pub use wasm::{
+    DirGrant, EngineOptions, Grants, Limit, Limits, OperatorComponent, WasmEngine, WasmError,
+};

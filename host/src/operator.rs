@@ -135,6 +135,13 @@ pub trait Operator: Send {
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         Vec::new()
     }
+
+    /// Gives up the instance and returns what the host holds for it beyond its code (keyed
+    /// state, timers, operator state), for an instance of new code to carry on with (an
+    /// upgrade); `None`: this kind of operator cannot be upgraded in place.
+    fn into_held(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
+        None
+    }
 }
 
 /// A limit a guest call can exceed (see `wasm::Limits` for their settings).

@@ -19,4 +19,5 @@ mod savepoint;
 mod service;
 mod state;
 mod support;
+mod upgrade;
 mod wordcount;

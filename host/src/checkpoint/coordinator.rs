@@ -106,6 +106,8 @@ pub(crate) struct Coordinator<S> {
     stop: Option<u64>,
     /// Savepoints triggered (their ids), pending or done.
     savepoints: BTreeSet<u64>,
+    /// No checkpoint is triggered on the interval while held (an upgrade's probation).
+    held: bool,
 }
 
 impl<S> Coordinator<S> {
@@ -133,7 +135,13 @@ impl<S> Coordinator<S> {
             failures_in_row: 0,
             stop: None,
             savepoints: BTreeSet::new(),
+            held: false,
         }
+    }
+
+    /// Holds back (or lets go) the checkpoints due on the interval.
+    pub(crate) fn hold(&mut self, held: bool) {
+        self.held = held;
     }
 
     /// Triggers a savepoint now, whatever is in progress (no checkpoint is triggered until it
@@ -187,6 +195,7 @@ impl<S> Coordinator<S> {
     /// `max_concurrent` in progress and a source still running to inject the barrier.
     pub(crate) fn next_trigger_at(&self) -> Option<Duration> {
         if self.pending.len() >= self.max_concurrent
+            || self.held
             || self.stop.is_some()
             || self.pending.keys().any(|id| self.savepoints.contains(id))
             || self.sources.iter().all(|s| self.finished.contains_key(s))
@@ -418,6 +427,21 @@ mod tests {
             "a failed savepoint does not fail the job: {out:?}"
         );
         assert_eq!(c.poll(ms(400)), vec![Decision::Trigger(5)]);
+    }
+
+    #[test]
+    fn held_checkpoints_wait_until_let_go() {
+        let mut c = coordinator(&config(100));
+        c.hold(true);
+        assert_eq!(c.poll(ms(500)), vec![], "held");
+        assert_eq!(
+            c.savepoint(ms(500)),
+            Some(1),
+            "what is asked for at once still runs"
+        );
+        ack_all(&mut c, 1, ms(510));
+        c.hold(false);
+        assert_eq!(c.poll(ms(610)), vec![Decision::Trigger(2)]);
     }
 
     #[test]

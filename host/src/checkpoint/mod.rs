@@ -54,6 +54,9 @@ pub(crate) enum BarrierKind {
     /// Processes nothing more and ends once the checkpoint completes: the job stops there
     /// (Flink's stop-with-savepoint without drain), and a restore continues from it.
     Stop,
+    /// Swaps in the new code of the operators an upgrade names (see `runtime::upgrade`), then
+    /// carries on.
+    Upgrade,
 }
 
 /// Flink's `execution.checkpointing.mode`.

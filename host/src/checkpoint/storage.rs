@@ -443,15 +443,23 @@ impl CheckpointStore {
         }
     }
 
-    /// Applies the retention policy after a checkpoint completed; see [`to_delete`].
-    pub(crate) fn retain(&self, num_retained: u32) -> Result<(), CheckpointError> {
+    /// Applies the retention policy after a checkpoint completed (see [`to_delete`]); `pinned`
+    /// is kept whatever the policy says.
+    pub(crate) fn retain(
+        &self,
+        num_retained: u32,
+        pinned: Option<u64>,
+    ) -> Result<(), CheckpointError> {
         let ids = self.ids()?;
         let complete: Vec<u64> = ids
             .iter()
             .copied()
             .filter(|&id| self.dir_of(id).join(METADATA).exists())
             .collect();
-        for id in to_delete(&ids, &complete, num_retained as usize) {
+        for id in to_delete(&ids, &complete, num_retained as usize)
+            .into_iter()
+            .filter(|&id| Some(id) != pinned)
+        {
             tracing::debug!("deleting checkpoint {id} (retention)");
             self.discard(id);
         }
@@ -813,10 +821,10 @@ mod tests {
         let store = CheckpointStore::open(tmp.path(), "j").unwrap();
         complete(&store, 1, b"a");
         store.write_state(2, "count-0", b"b", (0, 128)).unwrap();
-        store.retain(1).unwrap();
+        store.retain(1, None).unwrap();
         assert_eq!(store.ids().unwrap(), vec![1, 2], "2 is not complete yet");
         complete(&store, 3, b"c");
-        store.retain(1).unwrap();
+        store.retain(1, None).unwrap();
         assert_eq!(store.ids().unwrap(), vec![3]);
     }
 
@@ -860,12 +868,12 @@ mod tests {
         store
             .write_state(3, "count-0", &manifest(&["d"]), (0, 128))
             .unwrap();
-        store.retain(1).unwrap();
+        store.retain(1, None).unwrap();
         assert_eq!(store.ids().unwrap(), vec![2, 3]);
         assert_eq!(left(), ["b", "c", "d"], "a: only checkpoint 1 used it");
         store.discard(3);
         complete(&store, 4, &manifest(&["c"]));
-        store.retain(1).unwrap();
+        store.retain(1, None).unwrap();
         assert_eq!(left(), ["c"]);
         store.discard_all().unwrap();
         assert!(left().is_empty());

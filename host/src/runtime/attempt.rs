@@ -14,12 +14,13 @@ use super::checkpointing::Checkpointing;
 use super::output::{Message, Target};
 use super::restore::Restored;
 use super::task::{self, Control, TaskEnd, TaskSetup};
+use super::upgrade::{Pending, SwapPlan, Upgrade, UpgradeOutcome, Upgrades};
 use super::{Events, Failure, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::coordinator::{Coordinator, Decision, TaskId};
 use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
-use crate::job::spec::{EdgeKind, VertexKind};
+use crate::job::spec::{EdgeKind, OperatorCode, VertexKind};
 
 /// Batches a channel holds before its sender blocks.
 const CHANNEL_CAPACITY: usize = 8;
@@ -203,12 +204,13 @@ fn internal_error(panic: &(dyn std::any::Any + Send)) -> JobError {
 
 /// Coordinates the attempt's checkpoints until every task has ended.
 pub(super) fn run(
-    parts: &JobParts,
+    parts: &Arc<JobParts>,
     metrics: &Metrics,
     flags: &Shared,
     store: Option<&CheckpointStore>,
     attempt: Attempt,
     events: &Events,
+    upgrades: &mut Upgrades,
 ) -> Outcome {
     let spec = &parts.spec;
     let started = Instant::now();
@@ -226,6 +228,7 @@ pub(super) fn run(
         _ => None,
     };
     let mut checkpointing = Checkpointing::new(parts, metrics, store);
+    checkpointing.upgrade = upgrades.pending.as_ref().map(|p| p.checkpoint);
     let mut finals = Finals::new();
     let (mut ended, mut finished, mut suspended) = (0, 0, 0);
     let mut failure: Option<JobError> = None;
@@ -252,7 +255,21 @@ pub(super) fn run(
             // Wind down: no more triggers, nothing more to complete.
             decisions.clear();
         } else if let Some(c) = &mut coordinator {
+            let probation = upgrades.pending.as_ref().is_some_and(|p| p.swapped);
+            c.hold(
+                upgrades
+                    .pending
+                    .as_ref()
+                    .is_some_and(Pending::holds_checkpoints),
+            );
             for request in flags.savepoints.take() {
+                if probation {
+                    request.fail(
+                        "an upgrade of the job is on probation, and a savepoint would commit \
+                         the new code's output; take it once the upgrade is committed",
+                    );
+                    continue;
+                }
                 match c.savepoint(now()) {
                     Some(id) => {
                         checkpointing.savepoint(id, request);
@@ -262,6 +279,38 @@ pub(super) fn run(
                         "the job is stopping or finishing: no source runs to take it; \
                          stop the job with a savepoint instead",
                     ),
+                }
+            }
+            for request in flags.upgrades.take() {
+                match plan_upgrade(parts, &request.upgrade) {
+                    _ if upgrades.pending.is_some() => request.answer(UpgradeOutcome::Refused(
+                        "another upgrade of the job is in progress; wait for it to be committed \
+                         or rolled back"
+                            .into(),
+                    )),
+                    Err(why) => request.answer(UpgradeOutcome::Refused(why)),
+                    Ok((plan, new)) => match c.savepoint(now()) {
+                        None => request.answer(UpgradeOutcome::Refused(
+                            "the job is stopping or finishing: no source runs to carry the swap \
+                             barrier"
+                                .into(),
+                        )),
+                        Some(id) => {
+                            tracing::info!("upgrade: swapping code at checkpoint {id}");
+                            attempt.shared.plans.insert(id, plan);
+                            checkpointing.upgrade = Some(id);
+                            decisions.push(Decision::Trigger(id));
+                            upgrades.pending = Some(Pending {
+                                request,
+                                checkpoint: id,
+                                swapped: false,
+                                passed: false,
+                                since: std::time::Instant::now(),
+                                old: Arc::clone(parts),
+                                new,
+                            });
+                        }
+                    },
                 }
             }
             if !stop_requested && flags.is_stopping() {
@@ -286,14 +335,28 @@ pub(super) fn run(
                 "the job takes no checkpoints; add a [checkpoint] table to its spec to take \
                  savepoints",
             );
+            for request in flags.upgrades.take() {
+                request.answer(UpgradeOutcome::Refused(
+                    "the job takes no checkpoints; an upgrade swaps code at a checkpoint and \
+                     rolls back to it: add a [checkpoint] table to its spec"
+                        .into(),
+                ));
+            }
             if !stop_requested && flags.is_stopping() {
                 stop_requested = true;
                 events.send(JobEvent::Stopping { checkpoint: None });
             }
         }
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
+        if follow_upgrade(&decisions, upgrades, &mut failure) {
+            attempt.shared.cancel();
+        }
         let (failed, stopped) =
             checkpointing.apply(decisions.drain(..), &attempt, &finals, stop_id);
+        if let Some(committed) = commit_upgrade(upgrades) {
+            checkpointing.upgrade = None;
+            upgrades.committed = Some(committed);
+        }
         if let Some(e) = failed {
             failure.get_or_insert(e);
             attempt.shared.cancel();
@@ -353,8 +416,9 @@ pub(super) fn run(
     // The last task's end may have completed a checkpoint.
     if failure.is_none() && !cancelled {
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
+        follow_upgrade(&decisions, upgrades, &mut failure);
         let (failed, stopped) = checkpointing.apply(decisions, &attempt, &finals, stop_id);
-        failure = failed;
+        failure = failure.or(failed);
         if stopped {
             stopped_at = stop_id;
         }
@@ -383,6 +447,90 @@ pub(super) fn run(
     // Checkpoints triggered in this attempt that did not complete.
     let pending = checkpointing.unfinished();
     finish(attempt, outcome, store.map(|s| (s, pending)))
+}
+
+/// Follows the upgrade in progress through the coordinator's `decisions`: its swap checkpoint
+/// completing starts its probation, the first one after it ends it; the swap checkpoint
+/// failing fails the attempt (tasks may have swapped already), which rolls the upgrade back.
+/// Returns whether it failed the attempt.
+fn follow_upgrade(
+    decisions: &[Decision<Written>],
+    upgrades: &mut Upgrades,
+    failure: &mut Option<JobError>,
+) -> bool {
+    let Some(p) = &mut upgrades.pending else {
+        return false;
+    };
+    let mut failed = false;
+    for d in decisions {
+        match d {
+            Decision::Complete(done) if done.id == p.checkpoint => {
+                p.swapped = true;
+                p.since = std::time::Instant::now();
+            }
+            Decision::Complete(done) if p.swapped && done.id > p.checkpoint => {
+                p.passed = true;
+            }
+            Decision::Abort { id, reason } if *id == p.checkpoint => {
+                failure.get_or_insert(JobError::CheckpointFailed(format!(
+                    "the swap checkpoint {id} of an upgrade failed: {reason}"
+                )));
+                failed = true;
+            }
+            _ => {}
+        }
+    }
+    failed
+}
+
+/// Commits the upgrade in progress if its probation is over: answers it and returns the job
+/// with the new code, for every later restart.
+fn commit_upgrade(upgrades: &mut Upgrades) -> Option<Arc<JobParts>> {
+    if !upgrades.pending.as_ref().is_some_and(|p| p.passed) {
+        return None;
+    }
+    let p = upgrades.pending.take().expect("checked");
+    p.request.answer(UpgradeOutcome::Committed {
+        checkpoint: p.checkpoint,
+    });
+    Some(p.new)
+}
+
+/// Checks an upgrade against the job and returns what the tasks swap and the job with the
+/// new code and config.
+fn plan_upgrade(parts: &JobParts, upgrade: &Upgrade) -> Result<(SwapPlan, Arc<JobParts>), String> {
+    if upgrade.operators.is_empty() {
+        return Err("the upgrade names no operator".into());
+    }
+    let mut plan = SwapPlan::new();
+    let mut new = parts.clone();
+    let mut spec = (*parts.spec).clone();
+    for op in &upgrade.operators {
+        let v = spec
+            .vertices
+            .iter()
+            .position(|v| matches!(&v.kind, VertexKind::Operator { uid, .. } if *uid == op.uid))
+            .ok_or_else(|| format!("the job has no operator with uid \"{}\"", op.uid))?;
+        let VertexKind::Operator { code, config, .. } = &mut spec.vertices[v].kind else {
+            unreachable!("found as an operator");
+        };
+        if !matches!(code, OperatorCode::Wasm { .. }) {
+            return Err(format!(
+                "operator uid \"{}\" is a built-in; only WebAssembly operators are upgraded",
+                op.uid
+            ));
+        }
+        if plan.contains_key(&v) {
+            return Err(format!("operator uid \"{}\" is named twice", op.uid));
+        }
+        if let Some(c) = &op.config {
+            *config = c.clone();
+        }
+        new.components.insert(v, op.component.clone());
+        plan.insert(v, (op.component.clone(), op.config.clone()));
+    }
+    new.spec = Arc::new(spec);
+    Ok((plan, Arc::new(new)))
 }
 
 /// Joins the attempt's threads and deletes what its unfinished checkpoints wrote.

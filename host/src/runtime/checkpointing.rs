@@ -29,6 +29,9 @@ pub(super) struct Checkpointing<'a> {
     triggered_at: HashMap<u64, u64>,
     /// The requests of the savepoints in progress, by checkpoint id.
     savepoints: HashMap<u64, Request>,
+    /// The swap checkpoint of an upgrade: triggered with an upgrade barrier, and kept by
+    /// retention until the upgrade is committed or rolled back.
+    pub(super) upgrade: Option<u64>,
 }
 
 impl<'a> Checkpointing<'a> {
@@ -43,6 +46,7 @@ impl<'a> Checkpointing<'a> {
             store,
             triggered_at: HashMap::new(),
             savepoints: HashMap::new(),
+            upgrade: None,
         }
     }
 
@@ -104,6 +108,7 @@ fn apply(
         store,
         triggered_at,
         savepoints,
+        upgrade,
     } = ctx;
     let (parts, metrics) = (*parts, *metrics);
     let spec = &parts.spec;
@@ -114,6 +119,8 @@ fn apply(
             triggered_at.insert(id, unix_ms());
             let kind = if stop == Some(id) {
                 BarrierKind::Stop
+            } else if *upgrade == Some(id) {
+                BarrierKind::Upgrade
             } else {
                 BarrierKind::Checkpoint
             };
@@ -154,7 +161,8 @@ fn apply(
                 entry.duration_ms,
                 entry.size_bytes
             );
-            if let Err(e) = store.retain(spec.checkpoint.as_ref().map_or(1, |c| c.num_retained)) {
+            let retained = spec.checkpoint.as_ref().map_or(1, |c| c.num_retained);
+            if let Err(e) = store.retain(retained, *upgrade) {
                 tracing::warn!("checkpoint retention failed: {e}");
             }
             record(store, spec, metrics, entry);

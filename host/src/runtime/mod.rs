@@ -19,6 +19,7 @@ mod running;
 mod savepoint;
 mod supervisor;
 mod task;
+pub mod upgrade;
 mod validate;
 
 pub use error::{Cause, JobError};
@@ -30,6 +31,7 @@ pub use metrics::{CheckpointStatus, Metrics, VertexMetrics};
 pub(crate) use running::Shared;
 pub use running::{JobControl, JobSummary, RunningJob, VertexSummary};
 pub use savepoint::{Savepoint, SavepointFailed, SavepointHandle};
+pub use upgrade::{OperatorUpgrade, Probation, Upgrade, UpgradeHandle, UpgradeOutcome};
 
 use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::FailureKind;

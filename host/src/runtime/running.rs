@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::savepoint::{Request, Requests, SavepointHandle};
+use super::upgrade::{self, Upgrade, UpgradeHandle};
 use super::{CheckpointStatus, JobEnd, JobError, JobEvent, Metrics};
 use crate::role::Role;
 
@@ -27,6 +28,10 @@ pub(crate) struct Shared {
     draining: AtomicBool,
     /// Savepoints asked for (the job's instance only).
     pub(super) savepoints: Requests,
+    /// Upgrades asked for (the job's instance only).
+    pub(super) upgrades: upgrade::Requests,
+    /// The swap plans of the attempt's upgrade checkpoints (an attempt's instance only).
+    pub(super) plans: upgrade::Plans,
 }
 
 impl Shared {
@@ -113,6 +118,15 @@ impl JobControl {
     pub fn savepoint(&self, dir: impl Into<PathBuf>) -> SavepointHandle {
         let (request, handle) = Request::new(dir.into());
         self.shared.savepoints.push(request);
+        handle
+    }
+
+    /// Replaces the code (and optionally the config) of operators of the running job at a
+    /// checkpoint barrier, keeping their state; rolls back by itself if the new code fails
+    /// during its probation (see [`Upgrade`] and [`UpgradeOutcome`](super::UpgradeOutcome)).
+    pub fn upgrade(&self, upgrade: Upgrade) -> UpgradeHandle {
+        let (request, handle) = upgrade::Request::new(upgrade);
+        self.shared.upgrades.push(request);
         handle
     }
 

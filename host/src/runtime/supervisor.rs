@@ -11,6 +11,7 @@ use std::time::Instant;
 use super::attempt::{Finals, Outcome, TICK, run, spawn};
 use super::checkpointing::{all_tasks, commit_finals, commit_recorded, export, summarize};
 use super::restore::Restored;
+use super::upgrade::{Pending, UpgradeOutcome, Upgrades};
 use super::{Events, Failure, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::RestartStrategy;
 use crate::checkpoint::coordinator::{Completed, TaskState};
@@ -21,7 +22,7 @@ use crate::job::spec::JobSpec;
 
 /// Runs the job to its end: how it ended, or the failure that ended it.
 pub(crate) fn supervise(
-    parts: Arc<JobParts>,
+    mut parts: Arc<JobParts>,
     metrics: Arc<Metrics>,
     flags: Arc<Shared>,
     store: Option<CheckpointStore>,
@@ -29,7 +30,9 @@ pub(crate) fn supervise(
     events: Events,
 ) -> Result<JobEnd, JobError> {
     let origin = Instant::now();
-    let spec = &parts.spec;
+    // Upgrades change operators' code and config only: name, sinks and restart strategy stay.
+    let spec = &Arc::clone(&parts.spec);
+    let mut upgrades = Upgrades::default();
     let mut restarts = Restarts::new(spec.restart.clone());
     // After a failure the job restores the newest checkpoint of this run, or else what it
     // started from: never an older checkpoint of an earlier run it did not start from.
@@ -53,7 +56,31 @@ pub(crate) fn supervise(
         });
         let started = origin.elapsed();
         let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
-        let outcome = run(&parts, &metrics, &flags, store.as_ref(), attempt, &events);
+        let outcome = run(
+            &parts,
+            &metrics,
+            &flags,
+            store.as_ref(),
+            attempt,
+            &events,
+            &mut upgrades,
+        );
+        if let Some(committed) = upgrades.committed.take() {
+            parts = committed;
+        }
+        if !matches!(outcome, Outcome::Failed(_))
+            && let Some(p) = upgrades.pending.take()
+        {
+            // The job ended without a failure of the new code.
+            p.request.answer(match outcome {
+                Outcome::Cancelled => UpgradeOutcome::Refused(
+                    "the job was cancelled before the upgrade was committed".into(),
+                ),
+                _ => UpgradeOutcome::Committed {
+                    checkpoint: p.checkpoint,
+                },
+            });
+        }
         let error = match outcome {
             Outcome::Finished(finals) => {
                 return finish_job(&parts, &flags, store.as_ref(), &finals, origin).map(|()| {
@@ -77,6 +104,22 @@ pub(crate) fn supervise(
             Outcome::Cancelled => return Err(JobError::Cancelled),
             Outcome::Failed(e) => e,
         };
+        if let Some(p) = upgrades.pending.take() {
+            // The new code failed (or its swap did): back to the old code, from the swap
+            // checkpoint, without counting it against the restart strategy.
+            parts = Arc::clone(&p.old);
+            restore = roll_back(p, &error, &parts, store.as_ref(), first_id, &initial)?;
+            if flags.is_stopping() {
+                return stopped_at_newest(spec, store.as_ref(), first_id, format!("{error}"));
+            }
+            events.send(JobEvent::Restarting {
+                failure: Failure::of(&error),
+                delay: std::time::Duration::ZERO,
+                restart: restarts.attempts(),
+            });
+            metrics.checkpoints().restarts += 1;
+            continue;
+        }
         if flags.is_stopping() {
             return stopped_at_newest(spec, store.as_ref(), first_id, format!("{error}"));
         }
@@ -131,6 +174,46 @@ pub(crate) fn supervise(
             }
         }
     }
+}
+
+/// Rolls back upgrade `p`, which failed with `error`: answers it and returns what the job
+/// restores with the old code (`parts`). Once the swap checkpoint completed, that is the
+/// swap checkpoint, and the checkpoints the new code wrote after it are deleted: the old code
+/// only ever reads state the old code wrote. Before, the newest checkpoint of the run (the
+/// incomplete swap checkpoint is deleted), or what the run started from.
+fn roll_back(
+    p: Pending,
+    error: &JobError,
+    parts: &JobParts,
+    store: Option<&CheckpointStore>,
+    first_id: u64,
+    initial: &Option<Arc<Restored>>,
+) -> Result<Option<Arc<Restored>>, JobError> {
+    tracing::warn!("the upgrade failed: {error}; rolling back to the old code");
+    let restore = match store {
+        Some(store) if p.swapped => {
+            for id in store.ids()?.into_iter().filter(|&id| id > p.checkpoint) {
+                store.discard(id);
+            }
+            let dir = store.dir_of(p.checkpoint);
+            Some(Arc::new(Restored::load(
+                &dir,
+                &parts.spec,
+                parts.allow_non_restored,
+            )?))
+        }
+        Some(store) => {
+            store.discard(p.checkpoint);
+            Restored::latest(store, &parts.spec, first_id)?
+                .map(Arc::new)
+                .or_else(|| initial.clone())
+        }
+        None => initial.clone(),
+    };
+    p.request.answer(UpgradeOutcome::RolledBack {
+        cause: error.to_string(),
+    });
+    Ok(restore)
 }
 
 /// A stop that could not take a checkpoint of its own, because the job failed (with `problem`)

@@ -24,6 +24,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use super::barrier::{Aligner, Alignment, Progress};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::restore::Restored;
+use super::upgrade::SwapPlan;
 use super::{Cause, JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
@@ -91,6 +92,10 @@ struct Chain {
     last_snapshot: Option<u64>,
     /// Side-output records no vertex reads, by vertex and side output name.
     side_dropped: std::collections::BTreeMap<(usize, String), u64>,
+    /// The attempt's flags, with the swap plans of upgrades.
+    shared: Arc<Shared>,
+    /// Processing time, for instances of new code.
+    clock: Clock,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -254,6 +259,8 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         snapshots: setup.snapshots.clone(),
         task: setup.task,
         last_snapshot: None,
+        shared: Arc::clone(&setup.shared),
+        clock: setup.clock.clone(),
     };
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
@@ -296,11 +303,31 @@ pub(super) fn new_operator(
     state: StateSetup,
     cancelled: Arc<AtomicBool>,
 ) -> Result<Box<dyn Operator>, OperatorError> {
-    let vertex = &spec.vertices[v];
-    let VertexKind::Operator { uid, code, config } = &vertex.kind else {
+    let VertexKind::Operator { code, .. } = &spec.vertices[v].kind else {
         unreachable!("vertex {v} is an operator");
     };
-    let ctx = OperatorContext {
+    let ctx = operator_context(spec, v, s, cancelled);
+    match code {
+        OperatorCode::Native(name) => native::build(name, &ctx, &state),
+        OperatorCode::Wasm { .. } => {
+            let component = component.expect("Job::new loads every wasm operator");
+            WasmOperator::new(component, ctx, &state).map(|o| Box::new(o) as Box<dyn Operator>)
+        }
+    }
+}
+
+/// What subtask `s` of operator `v` learns of itself.
+fn operator_context(
+    spec: &JobSpec,
+    v: usize,
+    s: u32,
+    cancelled: Arc<AtomicBool>,
+) -> OperatorContext {
+    let vertex = &spec.vertices[v];
+    let VertexKind::Operator { uid, config, .. } = &vertex.kind else {
+        unreachable!("vertex {v} is an operator");
+    };
+    OperatorContext {
         job: spec.name.clone(),
         uid: uid.clone(),
         subtask: s,
@@ -309,13 +336,17 @@ pub(super) fn new_operator(
         key_groups: key_group_range(spec.max_parallelism, vertex.parallelism, s),
         config: config.clone(),
         cancelled,
-    };
-    match code {
-        OperatorCode::Native(name) => native::build(name, &ctx, &state),
-        OperatorCode::Wasm { .. } => {
-            let component = component.expect("Job::new loads every wasm operator");
-            WasmOperator::new(component, ctx, &state).map(|o| Box::new(o) as Box<dyn Operator>)
-        }
+    }
+}
+
+/// What an operator stage holds while its instance is being swapped for new code.
+struct Swapping;
+
+impl Operator for Swapping {
+    fn process(&mut self, _: &Batch, _: &mut Batch) -> Result<(), OperatorError> {
+        Err(OperatorError::Contract(
+            "the operator is being upgraded".into(),
+        ))
     }
 }
 
@@ -577,7 +608,45 @@ impl Chain {
         };
         self.snapshots
             .send(snapshot)
-            .map_err(|_| Stop::Disconnected)
+            .map_err(|_| Stop::Disconnected)?;
+        if barrier.kind == BarrierKind::Upgrade
+            && let Some(plan) = self.shared.plans.get(n)
+        {
+            self.swap(&plan)?;
+        }
+        Ok(())
+    }
+
+    /// Swaps the instances of the operators `plan` names for instances of their new code,
+    /// which carry on with the old instances' state (see `runtime::upgrade`) and are opened.
+    fn swap(&mut self, plan: &SwapPlan) -> Result<(), Stop> {
+        for i in 0..self.stages.len() {
+            let v = self.vertices[i];
+            let (Some((component, config)), Stage::Operator(op)) =
+                (plan.get(&v), &mut self.stages[i])
+            else {
+                continue;
+            };
+            let old = std::mem::replace(op, Box::new(Swapping));
+            let Some(held) = old.into_held() else {
+                return Err(self.fail(i, "upgrade", "this operator cannot be upgraded in place"));
+            };
+            let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
+            if let Some(config) = config {
+                ctx.config = config.clone();
+            }
+            let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
+                .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+            new.open()
+                .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+            tracing::info!(
+                subtask = self.subtask,
+                "operator \"{}\" runs its new code",
+                self.spec.vertices[v].name
+            );
+            self.stages[i] = Stage::Operator(Box::new(new));
+        }
+        Ok(())
     }
 
     /// After the barrier of the stop checkpoint `n`: processes nothing more (its upstream

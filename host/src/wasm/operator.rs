@@ -8,7 +8,7 @@ use super::Processor;
 use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
 use super::guest_text;
-use super::host::{Hook, HostState, MAX_GUEST_ERROR};
+use super::host::{Held, Hook, HostState, MAX_GUEST_ERROR};
 use super::interrupt;
 use super::limits::{Limit, LimitExceeded, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
@@ -33,10 +33,32 @@ impl WasmOperator {
         ctx: OperatorContext,
         state: &StateSetup,
     ) -> Result<Self, OperatorError> {
+        let data = HostState::new(ctx, state, component.limits, &component.grants)
+            .map_err(OperatorError::Failed)?;
+        Self::instantiate(component, data)
+    }
+
+    /// Instantiates `component` for the operator whose old instance gave up `held` (see
+    /// [`Operator::into_held`]): the new code carries on with the old code's state.
+    pub(crate) fn with_held(
+        component: &OperatorComponent,
+        ctx: OperatorContext,
+        held: Box<dyn std::any::Any + Send>,
+        clock: crate::clock::Clock,
+    ) -> Result<Self, OperatorError> {
+        let held = held.downcast::<Held>().map_err(|_| {
+            OperatorError::Contract(
+                "the old instance held the state of another kind of operator".into(),
+            )
+        })?;
+        let data = HostState::with_held(ctx, *held, clock, component.limits, &component.grants)
+            .map_err(OperatorError::Failed)?;
+        Self::instantiate(component, data)
+    }
+
+    fn instantiate(component: &OperatorComponent, data: HostState) -> Result<Self, OperatorError> {
         let engine = component.pre.engine();
         let limits = component.limits;
-        let data =
-            HostState::new(ctx, state, limits, &component.grants).map_err(OperatorError::Failed)?;
         let mut store = Store::new(engine, data);
         store.limiter(|s| s.limiter());
         store.set_hostcall_fuel(
@@ -301,6 +323,10 @@ impl Operator for WasmOperator {
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         self.store.data_mut().take_side_outputs()
+    }
+
+    fn into_held(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
+        Some(Box::new(self.store.into_data().into_held()))
     }
 }
 

@@ -102,6 +102,16 @@ pub(crate) struct HostState {
     clock: Clock,
 }
 
+/// What an instance holds for its operator that outlives its code: keyed state, timers,
+/// operator state and the watermark. An upgrade hands it from the old instance to the new one.
+pub(crate) struct Held {
+    state: KeyedState,
+    timers: Timers,
+    operator_state: OperatorStates,
+    operator_bytes: usize,
+    watermark: Option<i64>,
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -157,6 +167,56 @@ impl HostState {
             call,
             clock,
         })
+    }
+
+    /// The store data of an instance of new code for the operator whose old instance held
+    /// `held`, with `ctx` (its config may be new), `limits` and `grants`.
+    pub(crate) fn with_held(
+        ctx: OperatorContext,
+        held: Held,
+        clock: Clock,
+        limits: Limits,
+        grants: &Grants,
+    ) -> Result<Self, String> {
+        let log = GuestLog::new(&ctx);
+        let call = CallClock::new(Arc::clone(&ctx.cancelled));
+        Ok(HostState {
+            wasi: grants.wasi_ctx(&log, &call)?,
+            table: ResourceTable::new(),
+            ctx,
+            state: held.state,
+            declared: Vec::new(),
+            slots: Slots::default(),
+            in_call: false,
+            out: Batch::default(),
+            side_outputs: Vec::new(),
+            side_index: FastMap::default(),
+            timers: held.timers,
+            watermark: held.watermark,
+            last_error: None,
+            operator_state: held.operator_state,
+            operator_names: Vec::new(),
+            operator_reps: FastMap::default(),
+            operator_bytes: held.operator_bytes,
+            limiter: Limiter { limits },
+            log,
+            hook: Hook::Open,
+            emitted_records: 0,
+            emitted_bytes: 0,
+            call,
+            clock,
+        })
+    }
+
+    /// What outlives the instance's code (see [`Held`]).
+    pub(crate) fn into_held(self) -> Held {
+        Held {
+            state: self.state,
+            timers: self.timers,
+            operator_state: self.operator_state,
+            operator_bytes: self.operator_bytes,
+            watermark: self.watermark,
+        }
     }
 
     /// The instance's call clock (see [`super::interrupt`]).

@@ -54,13 +54,19 @@ mod keyvalue {
 }
 
 #[derive(Default)]
-struct Hostile;
+struct Hostile {
+    /// With `trap_after_ms`: the processing time of the first record.
+    first: Option<i64>,
+    trap_after_ms: Option<i64>,
+}
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Config {
     spin_in_open: bool,
     sleep_in_open: bool,
+    /// Panics on the first record this long after the first record it processed.
+    trap_after_ms: Option<i64>,
 }
 
 fn spin() -> ! {
@@ -89,6 +95,7 @@ fn outcome<T: std::fmt::Display, E: std::fmt::Display>(result: Result<T, E>) -> 
 impl Operator for Hostile {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
         let config = ctx.config::<Config>()?;
+        self.trap_after_ms = config.trap_after_ms;
         if config.spin_in_open {
             spin();
         }
@@ -101,6 +108,12 @@ impl Operator for Hostile {
     }
 
     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        if let Some(after) = self.trap_after_ms {
+            let now = ctx.current_processing_time();
+            if now - *self.first.get_or_insert(now) >= after {
+                panic!("trapping {after} ms after the first record");
+            }
+        }
         let text = std::str::from_utf8(rec.value())?;
         let (command, arg) = text.split_once(' ').unwrap_or((text, ""));
         let reply = match command {

@@ -1,0 +1,220 @@
+//! Hot deploy: new code for operators of a running job, swapped in at a checkpoint barrier
+//! while the state stays in the host, and rolled back by itself when the new code fails
+//! during its probation.
+//!
+//! [`JobControl::upgrade`](super::JobControl::upgrade) queues an [`Upgrade`]. The attempt's
+//! checkpoint loop triggers a checkpoint at once (the swap checkpoint, which no other can
+//! subsume); every subtask of the named operators snapshots as for any checkpoint, hands its
+//! state to an instance of the new code, calls `open` and goes on with the next record.
+//! Sources, other operators and sinks run on.
+//!
+//! Probation: for [`Probation::time`] after the swap checkpoint completed no checkpoint is
+//! taken, so that nothing the new code wrote is committed by a two-phase-commit sink. Any
+//! failure of the job in that time restores the swap checkpoint with the old code and the old
+//! config and discards anything later: the old code only ever reads state the old code wrote,
+//! and the output is exactly once. The first checkpoint after it commits the upgrade (and the
+//! new code's output with it). A failure of the swap checkpoint itself rolls back to the
+//! checkpoint before it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::wasm::OperatorComponent;
+
+/// New code (and optionally a new config) for one operator, named by uid.
+#[derive(Debug, Clone)]
+pub struct OperatorUpgrade {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its new code, loaded (validated, compiled, linked) already.
+    pub component: OperatorComponent,
+    /// Its new `config` (as JSON); `None` keeps the old one.
+    pub config: Option<String>,
+}
+
+/// When an upgrade is committed: at the first checkpoint after `time` without failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probation {
+    /// Time after the swap checkpoint without failure, during which no checkpoint is taken
+    /// (the new code's output waits uncommitted in two-phase-commit sinks).
+    pub time: Duration,
+}
+
+impl Default for Probation {
+    fn default() -> Self {
+        Probation {
+            time: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An upgrade of one or several operators, applied at one barrier.
+#[derive(Debug, Clone)]
+pub struct Upgrade {
+    /// The operators and their new code.
+    pub operators: Vec<OperatorUpgrade>,
+    /// When it is committed.
+    pub probation: Probation,
+}
+
+/// How an upgrade ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeOutcome {
+    /// The new code passed its probation (or the job ended without a failure of it).
+    Committed {
+        /// The swap checkpoint.
+        checkpoint: u64,
+    },
+    /// Refused before anything changed: the job is untouched.
+    Refused(String),
+    /// The new code failed, or its swap did; the job went back to the old code and resumed
+    /// from the swap checkpoint (or, if the swap checkpoint did not complete, the one before).
+    RolledBack {
+        /// Why.
+        cause: String,
+    },
+}
+
+/// The answer to an upgrade, once there is one.
+#[derive(Debug)]
+pub struct UpgradeHandle {
+    answer: Receiver<UpgradeOutcome>,
+    got: OnceLock<UpgradeOutcome>,
+}
+
+impl UpgradeHandle {
+    /// Waits for the upgrade to be committed, refused or rolled back.
+    pub fn wait(self) -> UpgradeOutcome {
+        if let Some(answer) = self.got.into_inner() {
+            return answer;
+        }
+        self.answer.recv().unwrap_or_else(|_| ended())
+    }
+
+    /// The outcome, once there is one.
+    pub fn poll(&self) -> Option<UpgradeOutcome> {
+        if let Some(answer) = self.got.get() {
+            return Some(answer.clone());
+        }
+        let answer = match self.answer.try_recv() {
+            Ok(answer) => answer,
+            Err(crossbeam_channel::TryRecvError::Empty) => return None,
+            Err(crossbeam_channel::TryRecvError::Disconnected) => ended(),
+        };
+        Some(self.got.get_or_init(|| answer).clone())
+    }
+}
+
+fn ended() -> UpgradeOutcome {
+    UpgradeOutcome::Refused("the job ended before the upgrade was applied".into())
+}
+
+/// An upgrade asked for and not yet answered.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub upgrade: Upgrade,
+    reply: Sender<UpgradeOutcome>,
+}
+
+impl Request {
+    pub(crate) fn new(upgrade: Upgrade) -> (Request, UpgradeHandle) {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        (
+            Request { upgrade, reply },
+            UpgradeHandle {
+                answer,
+                got: OnceLock::new(),
+            },
+        )
+    }
+
+    pub(crate) fn answer(self, outcome: UpgradeOutcome) {
+        match &outcome {
+            UpgradeOutcome::Committed { checkpoint } => {
+                tracing::info!("upgrade committed (swapped at checkpoint {checkpoint})")
+            }
+            UpgradeOutcome::Refused(why) => tracing::warn!("upgrade refused: {why}"),
+            UpgradeOutcome::RolledBack { cause } => tracing::warn!("upgrade rolled back: {cause}"),
+        }
+        let _ = self.reply.send(outcome);
+    }
+}
+
+/// The upgrades asked of a job and not yet taken.
+#[derive(Debug, Default)]
+pub(crate) struct Requests(Mutex<Vec<Request>>);
+
+impl Requests {
+    pub(crate) fn push(&self, request: Request) {
+        self.lock().push(request);
+    }
+
+    pub(crate) fn take(&self) -> Vec<Request> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Request>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the tasks swap at the barrier of a swap checkpoint: new code and config by vertex.
+pub(crate) type SwapPlan = HashMap<usize, (OperatorComponent, Option<String>)>;
+
+/// The swap plans of an attempt, by checkpoint id, for its tasks to find at the barrier.
+#[derive(Debug, Default)]
+pub(crate) struct Plans(Mutex<HashMap<u64, Arc<SwapPlan>>>);
+
+impl Plans {
+    pub(crate) fn insert(&self, checkpoint: u64, plan: SwapPlan) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(checkpoint, Arc::new(plan));
+    }
+
+    pub(crate) fn get(&self, checkpoint: u64) -> Option<Arc<SwapPlan>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&checkpoint)
+            .cloned()
+    }
+}
+
+/// An upgrade between its request and its commit or rollback, as the supervisor and its
+/// attempts follow it.
+pub(crate) struct Pending {
+    pub request: Request,
+    /// The swap checkpoint.
+    pub checkpoint: u64,
+    /// Whether the swap checkpoint completed (probation runs).
+    pub swapped: bool,
+    /// Whether a checkpoint after the swap checkpoint completed (probation is over).
+    pub passed: bool,
+    /// When the swap checkpoint completed.
+    pub since: std::time::Instant,
+    /// The job with the old code and config, to roll back to.
+    pub old: Arc<super::JobParts>,
+    /// The job with the new code and config.
+    pub new: Arc<super::JobParts>,
+}
+
+impl Pending {
+    /// Whether checkpoints wait: the new code is on probation.
+    pub(crate) fn holds_checkpoints(&self) -> bool {
+        self.swapped && self.since.elapsed() < self.request.upgrade.probation.time
+    }
+}
+
+/// What the supervisor keeps of upgrades across attempts.
+#[derive(Default)]
+pub(crate) struct Upgrades {
+    /// The upgrade in progress.
+    pub pending: Option<Pending>,
+    /// The job's parts after an upgrade committed in the last attempt.
+    pub committed: Option<Arc<super::JobParts>>,
+}

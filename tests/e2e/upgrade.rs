@@ -1,0 +1,311 @@
+//! Hot deploy through the library API: new code swapped in at a barrier keeps the operator's
+//! state (keyed and operator state), and new code that fails rolls the job back to the old
+//! code from the swap checkpoint; either way the output is exactly that of a run without the
+//! upgrade.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use weir::checkpoint::RestoreFrom;
+use weir::{Job, JobSpec, Limits, OperatorUpgrade, Probation, Upgrade, UpgradeOutcome, WasmEngine};
+
+use crate::support::{Workspace, operator, part_files, toml_path};
+
+/// A word count over `lines` generated lines (at `rate` lines/s, if any) into `out`.
+fn spec(ws: &Workspace, name: &str, lines: u64, rate: Option<u64>, out: &Path) -> PathBuf {
+    let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
+    ws.write(
+        &format!("{name}.toml"),
+        format!(
+            r#"[job]
+name = "{name}"
+parallelism = 2
+
+[checkpoint]
+interval = "50ms"
+dir = {chk}
+
+[[source]]
+name = "lines"
+type = "generator"
+mode = "words"
+vocabulary = 2000
+count = {lines}
+{rate}
+[[operator]]
+name = "split"
+uid = "split"
+wasm = {split}
+input = "lines"
+edge = "rebalance"
+
+[[operator]]
+name = "count"
+uid = "count"
+wasm = {count}
+input = "split"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "count"
+edge = "key_by"
+path = {out}
+format = "key_value"
+"#,
+            chk = toml_path(&ws.path(&format!("chk-{name}"))),
+            split = toml_path(&operator("wordcount_split")),
+            count = toml_path(&operator("wordcount_count")),
+            out = toml_path(out),
+        ),
+    )
+}
+
+fn committed(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = part_files(dir).into_values().flatten().collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// Runs the word count over `lines` with an upgrade of `count` to `component` (with `config`)
+/// once it has taken a few checkpoints; the upgrade's outcome and the committed output.
+fn upgraded(
+    ws: &Workspace,
+    engine: &WasmEngine,
+    lines: u64,
+    component: &str,
+    limits: Limits,
+    config: Option<&str>,
+) -> (UpgradeOutcome, Vec<String>) {
+    let out = ws.path(&format!("out-{component}"));
+    let spec = JobSpec::from_file(&spec(ws, component, lines, Some(20_000), &out)).unwrap();
+    let job = Job::new(spec, engine).unwrap();
+    let running = job.start_from(RestoreFrom::Fresh).unwrap();
+    while running.metrics().checkpoint_status().completed < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let component = engine.load(&operator(component), &limits).unwrap();
+    let handle = running.control().upgrade(Upgrade {
+        operators: vec![OperatorUpgrade {
+            uid: "count".into(),
+            component,
+            config: config.map(String::from),
+        }],
+        probation: Probation {
+            time: Duration::from_millis(300),
+        },
+    });
+    let outcome = handle.wait();
+    running.wait().expect("the job finishes");
+    (outcome, committed(&out))
+}
+
+#[test]
+fn new_code_carries_on_with_the_state_of_the_old() {
+    const LINES: u64 = 100_000;
+    let ws = Workspace::new();
+    let engine = WasmEngine::new(None).unwrap();
+    let (outcome, lines) = upgraded(
+        &ws,
+        &engine,
+        LINES,
+        "wordcount_count",
+        Limits::default(),
+        None,
+    );
+    assert!(
+        matches!(outcome, UpgradeOutcome::Committed { .. }),
+        "{outcome:?}"
+    );
+    let out = ws.path("reference");
+    let reference = JobSpec::from_file(&spec(&ws, "reference", LINES, None, &out)).unwrap();
+    Job::new(reference, &engine)
+        .unwrap()
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap();
+    // Every word's counts go on across the swap without a gap or a repeat: the new instance
+    // read the counts the old one wrote.
+    assert!(
+        lines == committed(&out),
+        "the output of a run without the upgrade"
+    );
+}
+
+#[test]
+fn new_code_that_fails_is_rolled_back_and_the_output_stays_exact() {
+    const LINES: u64 = 100_000;
+    let ws = Workspace::new();
+    let engine = WasmEngine::new(None).unwrap();
+    let limits = Limits {
+        call_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    // Its `open` spins past its deadline.
+    let (outcome, lines) = upgraded(
+        &ws,
+        &engine,
+        LINES,
+        "weir_test_hostile",
+        limits,
+        Some(r#"{"spin_in_open": true}"#),
+    );
+    let UpgradeOutcome::RolledBack { cause } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(cause.contains("count"), "{cause}");
+    let out = ws.path("reference");
+    let reference = JobSpec::from_file(&spec(&ws, "reference", LINES, None, &out)).unwrap();
+    Job::new(reference, &engine)
+        .unwrap()
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        lines == committed(&out),
+        "the output of a run without the failed upgrade"
+    );
+}
+
+/// The tally guest at parallelism 2 over `count` numbers at 50k/s, into `out`.
+fn tally_spec(ws: &Workspace, count: u64, out: &Path) -> PathBuf {
+    ws.write(
+        "tally.toml",
+        format!(
+            r#"[job]
+name = "tally"
+
+[checkpoint]
+interval = "50ms"
+dir = {chk}
+
+[[source]]
+name = "seq"
+type = "generator"
+count = {count}
+rate = 50000
+
+[[operator]]
+name = "tally"
+uid = "tally"
+wasm = {tally}
+input = "seq"
+edge = "rebalance"
+parallelism = 2
+
+[[sink]]
+name = "out"
+type = "file"
+input = "tally"
+edge = "rebalance"
+path = {out}
+"#,
+            chk = toml_path(&ws.path("chk")),
+            tally = toml_path(&operator("weir_test_tally")),
+            out = toml_path(out),
+        ),
+    )
+}
+
+/// What a tally run with an upgrade committed: its lines, and the numbers of each subtask's
+/// lines of the old code and of the new code (tagged `v2:`), sorted.
+struct Tallied {
+    lines: Vec<String>,
+    old: [Vec<u64>; 2],
+    new: [Vec<u64>; 2],
+}
+
+/// Runs the tally over `count` numbers and upgrades it, once it has taken a few checkpoints,
+/// to `component` with `config`.
+fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome, Tallied) {
+    let ws = Workspace::new();
+    let engine = WasmEngine::new(None).unwrap();
+    let out = ws.path("out");
+    let spec = JobSpec::from_file(&tally_spec(&ws, count, &out)).unwrap();
+    let running = Job::new(spec, &engine).unwrap().start().unwrap();
+    while running.metrics().checkpoint_status().completed < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let component = engine
+        .load(&operator(component), &Limits::default())
+        .unwrap();
+    let outcome = running
+        .control()
+        .upgrade(Upgrade {
+            operators: vec![OperatorUpgrade {
+                uid: "tally".into(),
+                component,
+                config: Some(config.into()),
+            }],
+            probation: Probation {
+                time: Duration::from_millis(500),
+            },
+        })
+        .wait();
+    running.wait().unwrap();
+    let lines = committed(&out);
+    let numbers = |prefix: String| -> Vec<u64> {
+        let mut n: Vec<u64> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .collect();
+        n.sort_unstable();
+        n
+    };
+    let old = [numbers("s0 ".into()), numbers("s1 ".into())];
+    let new = [numbers("v2:s0 ".into()), numbers("v2:s1 ".into())];
+    (outcome, Tallied { lines, old, new })
+}
+
+#[test]
+fn lines_before_the_swap_are_the_old_codes_and_after_it_the_new_codes() {
+    const COUNT: u64 = 200_000;
+    let (outcome, Tallied { old, new, .. }) =
+        tally_upgraded(COUNT, "weir_test_tally", r#"{"tag": "v2:"}"#);
+    assert!(
+        matches!(outcome, UpgradeOutcome::Committed { .. }),
+        "{outcome:?}"
+    );
+    // Per subtask: the old code numbered 1..k, the new code (tagged) k+1..n, each once.
+    let mut total = 0;
+    for s in 0..2 {
+        assert!(!old[s].is_empty() && !new[s].is_empty(), "subtask {s}");
+        let all: Vec<u64> = old[s].iter().chain(&new[s]).copied().collect();
+        let expected: Vec<u64> = (1..=all.len() as u64).collect();
+        assert_eq!(
+            all, expected,
+            "subtask {s}: no gap, no repeat, old before new"
+        );
+        total += all.len() as u64;
+    }
+    assert_eq!(total, COUNT);
+}
+
+#[test]
+fn new_code_that_fails_on_probation_is_rolled_back_from_the_swap_checkpoint() {
+    const COUNT: u64 = 200_000;
+    // The new code passes records through and traps 200 ms in, after its swap checkpoint
+    // completed, while checkpoints wait for its probation.
+    let (outcome, Tallied { lines, old, new }) =
+        tally_upgraded(COUNT, "weir_test_hostile", r#"{"trap_after_ms": 200}"#);
+    let UpgradeOutcome::RolledBack { cause } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(cause.contains("trapping"), "{cause}");
+    // Nothing the new code wrote was committed, and the old code numbered every record once.
+    assert!(new.iter().all(Vec::is_empty));
+    assert!(
+        lines.iter().all(|l| l.starts_with('s')),
+        "only the old code's lines"
+    );
+    let mut total = 0;
+    for numbers in &old {
+        let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
+        assert_eq!(numbers, &expected);
+        total += numbers.len() as u64;
+    }
+    assert_eq!(total, COUNT);
+}
