@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use std::process::Child;
 
 use crate::lifecycle::{committed_lines, finish, log, probe_input, signal};
-use crate::support::{Workspace, key_value_file_sink, toml_path, wasm, weir, weir_command};
+use crate::support::{
+    Workspace, key_value_file_sink, tally_job, toml_path, wasm, weir, weir_command,
+};
 
 /// `weir run`'s exit code for a stopped job.
 const STOPPED: i32 = 3;
@@ -207,55 +209,14 @@ fn a_savepoint_that_does_not_fit_is_refused_with_the_reason() {
     assert!(run.stderr().contains("damaged"), "{}", run.stderr());
 }
 
-/// The tally guest at parallelism `tally` with config `config`, over `count` numbers at 100k/s.
-fn tally_job(ws: &Workspace, tally: u32, config: &str, count: u64) -> PathBuf {
-    ws.write(
-        &format!("tally-{tally}.toml"),
-        format!(
-            r#"[job]
-name = "tally"
-
-[checkpoint]
-interval = "50ms"
-dir = {chk}
-
-[[source]]
-name = "seq"
-type = "generator"
-count = {count}
-rate = 100000
-
-[[operator]]
-name = "tally"
-uid = "tally"
-{wasm}
-input = "seq"
-edge = "rebalance"
-parallelism = {tally}
-config = {config}
-
-[[sink]]
-name = "out"
-type = "file"
-input = "tally"
-edge = "rebalance"
-path = {out}
-"#,
-            chk = toml_path(&ws.path("chk")),
-            wasm = wasm("weir_test_tally"),
-            out = toml_path(&ws.path("out")),
-        ),
-    )
-}
-
 #[test]
 fn operator_state_is_split_or_unioned_when_the_parallelism_changes() {
     const COUNT: u64 = 600_000;
     let ws = Workspace::new();
     let savepoint = ws.path("sp");
-    let before = tally_job(&ws, 2, "{ union = true }", COUNT);
+    let before = tally_job(&ws, 2, "{ union = true }", COUNT, 100_000);
     stop_with_savepoint(&ws, &before, &[], &savepoint, "before");
-    let after = tally_job(&ws, 3, "{ union = true, tag = \"b:\" }", COUNT);
+    let after = tally_job(&ws, 3, "{ union = true, tag = \"b:\" }", COUNT, 100_000);
     let run = weir(
         &["run", "--no-progress", "-s", savepoint.to_str().unwrap()],
         &after,

@@ -238,7 +238,7 @@ impl Drop for Server {
 
 /// A word count over the generator's `count` lines (at `rate` lines/s, if any), the count at
 /// parallelism `count_p`, into a file sink in `out`; components by reference (`split`, `count`).
-fn word_count(
+pub(crate) fn word_count(
     name: &str,
     lines: u64,
     rate: Option<u64>,
@@ -293,7 +293,7 @@ format = "key_value"
 }
 
 /// The committed lines of the file sink in `dir`, sorted.
-fn committed(dir: &Path) -> Vec<String> {
+pub(crate) fn committed(dir: &Path) -> Vec<String> {
     let mut lines: Vec<String> = part_files(dir).into_values().flatten().collect();
     lines.sort_unstable();
     lines

@@ -304,3 +304,46 @@ pub fn key_value_file_sink(input: &str, path: &Path) -> String {
         toml_path(path)
     )
 }
+
+/// The tally guest (job `tally`) at parallelism `tally` with config `config` (a TOML
+/// value), over `count` generated numbers at `rate` a second, rebalanced into a file sink in
+/// `out/`, checkpointed every 50 ms.
+pub fn tally_job(ws: &Workspace, tally: u32, config: &str, count: u64, rate: u64) -> PathBuf {
+    ws.write(
+        &format!("tally-{tally}.toml"),
+        format!(
+            r#"[job]
+name = "tally"
+
+[checkpoint]
+interval = "50ms"
+dir = {chk}
+
+[[source]]
+name = "seq"
+type = "generator"
+count = {count}
+rate = {rate}
+
+[[operator]]
+name = "tally"
+uid = "tally"
+{wasm}
+input = "seq"
+edge = "rebalance"
+parallelism = {tally}
+config = {config}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "tally"
+edge = "rebalance"
+path = {out}
+"#,
+            chk = toml_path(&ws.path("chk")),
+            wasm = wasm("weir_test_tally"),
+            out = toml_path(&ws.path("out")),
+        ),
+    )
+}

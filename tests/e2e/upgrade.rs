@@ -9,63 +9,30 @@ use std::time::Duration;
 use weir::checkpoint::RestoreFrom;
 use weir::{Job, JobSpec, Limits, OperatorUpgrade, Probation, Upgrade, UpgradeOutcome, WasmEngine};
 
-use crate::support::{Workspace, operator, part_files, toml_path};
+use crate::service::{committed, word_count};
+use crate::support::{Workspace, operator, tally_job};
 
 /// A word count over `lines` generated lines (at `rate` lines/s, if any) into `out`.
 fn spec(ws: &Workspace, name: &str, lines: u64, rate: Option<u64>, out: &Path) -> PathBuf {
-    let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
+    let (split, count) = (operator("wordcount_split"), operator("wordcount_count"));
+    let (split, count) = (split.to_str().unwrap(), count.to_str().unwrap());
     ws.write(
         &format!("{name}.toml"),
-        format!(
-            r#"[job]
-name = "{name}"
-parallelism = 2
-
-[checkpoint]
-interval = "50ms"
-dir = {chk}
-
-[[source]]
-name = "lines"
-type = "generator"
-mode = "words"
-vocabulary = 2000
-count = {lines}
-{rate}
-[[operator]]
-name = "split"
-uid = "split"
-wasm = {split}
-input = "lines"
-edge = "rebalance"
-
-[[operator]]
-name = "count"
-uid = "count"
-wasm = {count}
-input = "split"
-edge = "key_by"
-
-[[sink]]
-name = "out"
-type = "file"
-input = "count"
-edge = "key_by"
-path = {out}
-format = "key_value"
-"#,
-            chk = toml_path(&ws.path(&format!("chk-{name}"))),
-            split = toml_path(&operator("wordcount_split")),
-            count = toml_path(&operator("wordcount_count")),
-            out = toml_path(out),
-        ),
+        word_count(name, lines, rate, split, count, 2, out),
     )
 }
 
-fn committed(dir: &Path) -> Vec<String> {
-    let mut lines: Vec<String> = part_files(dir).into_values().flatten().collect();
-    lines.sort_unstable();
-    lines
+/// What the word count over `lines` commits without an upgrade.
+fn reference(ws: &Workspace, engine: &WasmEngine, lines: u64) -> Vec<String> {
+    let out = ws.path("reference");
+    let reference = JobSpec::from_file(&spec(ws, "reference", lines, None, &out)).unwrap();
+    Job::new(reference, engine)
+        .unwrap()
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap();
+    committed(&out)
 }
 
 /// Runs the word count over `lines` with an upgrade of `count` to `component` (with `config`)
@@ -118,18 +85,10 @@ fn new_code_carries_on_with_the_state_of_the_old() {
         matches!(outcome, UpgradeOutcome::Committed { .. }),
         "{outcome:?}"
     );
-    let out = ws.path("reference");
-    let reference = JobSpec::from_file(&spec(&ws, "reference", LINES, None, &out)).unwrap();
-    Job::new(reference, &engine)
-        .unwrap()
-        .start()
-        .unwrap()
-        .wait()
-        .unwrap();
     // Every word's counts go on across the swap without a gap or a repeat: the new instance
     // read the counts the old one wrote.
     assert!(
-        lines == committed(&out),
+        lines == reference(&ws, &engine, LINES),
         "the output of a run without the upgrade"
     );
 }
@@ -156,58 +115,10 @@ fn new_code_that_fails_is_rolled_back_and_the_output_stays_exact() {
         panic!("{outcome:?}")
     };
     assert!(cause.contains("count"), "{cause}");
-    let out = ws.path("reference");
-    let reference = JobSpec::from_file(&spec(&ws, "reference", LINES, None, &out)).unwrap();
-    Job::new(reference, &engine)
-        .unwrap()
-        .start()
-        .unwrap()
-        .wait()
-        .unwrap();
     assert!(
-        lines == committed(&out),
+        lines == reference(&ws, &engine, LINES),
         "the output of a run without the failed upgrade"
     );
-}
-
-/// The tally guest at parallelism 2 over `count` numbers at 50k/s, into `out`.
-fn tally_spec(ws: &Workspace, count: u64, out: &Path) -> PathBuf {
-    ws.write(
-        "tally.toml",
-        format!(
-            r#"[job]
-name = "tally"
-
-[checkpoint]
-interval = "50ms"
-dir = {chk}
-
-[[source]]
-name = "seq"
-type = "generator"
-count = {count}
-rate = 50000
-
-[[operator]]
-name = "tally"
-uid = "tally"
-wasm = {tally}
-input = "seq"
-edge = "rebalance"
-parallelism = 2
-
-[[sink]]
-name = "out"
-type = "file"
-input = "tally"
-edge = "rebalance"
-path = {out}
-"#,
-            chk = toml_path(&ws.path("chk")),
-            tally = toml_path(&operator("weir_test_tally")),
-            out = toml_path(out),
-        ),
-    )
 }
 
 /// What a tally run with an upgrade committed: its lines, and the numbers of each subtask's
@@ -224,7 +135,7 @@ fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome,
     let ws = Workspace::new();
     let engine = WasmEngine::new(None).unwrap();
     let out = ws.path("out");
-    let spec = JobSpec::from_file(&tally_spec(&ws, count, &out)).unwrap();
+    let spec = JobSpec::from_file(&tally_job(&ws, 2, "{}", count, 50_000)).unwrap();
     let running = Job::new(spec, &engine).unwrap().start().unwrap();
     while running.metrics().checkpoint_status().completed < 3 {
         std::thread::sleep(Duration::from_millis(5));

@@ -139,34 +139,14 @@ impl HostState {
             ctx.key_groups.clone(),
         )
         .map_err(|e| e.to_string())?;
-        let log = GuestLog::new(&ctx);
-        let call = CallClock::new(Arc::clone(&ctx.cancelled));
-        Ok(HostState {
-            wasi: grants.wasi_ctx(&log, &call)?,
-            table: ResourceTable::new(),
-            ctx,
+        let held = Held {
             state,
-            declared: Vec::new(),
-            slots: Slots::default(),
-            in_call: false,
-            out: Batch::default(),
-            side_outputs: Vec::new(),
-            side_index: FastMap::default(),
             timers: Timers::default(),
-            watermark: None,
-            last_error: None,
             operator_state: OperatorStates::new(),
-            operator_names: Vec::new(),
-            operator_reps: FastMap::default(),
             operator_bytes: 0,
-            limiter: Limiter { limits },
-            log,
-            hook: Hook::Open,
-            emitted_records: 0,
-            emitted_bytes: 0,
-            call,
-            clock,
-        })
+            watermark: None,
+        };
+        Self::with_held(ctx, held, clock, limits, grants)
     }
 
     /// The store data of an instance of new code for the operator whose old instance held
