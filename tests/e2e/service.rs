@@ -153,6 +153,13 @@ impl Server {
         info["sha256"].as_str().unwrap().to_string()
     }
 
+    /// Uploads the word count's two components (again: an upload of the same bytes answers
+    /// the component there); their references for a spec.
+    fn word_count_components(&self) -> (String, String) {
+        let reference = |name| format!("sha256:{}", self.component(name));
+        (reference("wordcount_split"), reference("wordcount_count"))
+    }
+
     fn submit(&self, request: Value) -> String {
         let job = self.ok("POST", "/v1/jobs", Some(request), 201);
         job["id"].as_str().unwrap().to_string()
@@ -447,20 +454,9 @@ fn rescaling_a_running_job_up_and_down_keeps_its_output_exactly_once() {
     const LINES: u64 = 160_000;
     let ws = Workspace::new();
     let server = Server::start(&ws, &ws.path("data"), &[]);
-    let (split, count) = (
-        server.component("wordcount_split"),
-        server.component("wordcount_count"),
-    );
+    let (split, count) = server.word_count_components();
     let out = ws.path("out");
-    let spec = word_count(
-        "rescaled",
-        LINES,
-        Some(20_000),
-        &format!("sha256:{split}"),
-        &format!("sha256:{count}"),
-        2,
-        &out,
-    );
+    let spec = word_count("rescaled", LINES, Some(20_000), &split, &count, 2, &out);
     let id = server.submit(json!({ "spec": spec }));
     for p in [4, 1] {
         server.wait_status(&id, "running", Duration::from_secs(60));
@@ -481,9 +477,9 @@ fn rescaling_a_running_job_up_and_down_keeps_its_output_exactly_once() {
             .iter()
             .find(|v| v["name"] == "count")
             .cloned();
-        if job["status"] == "running" {
-            assert_eq!(count.unwrap()["parallelism"], p, "{job}");
-        }
+        // The rescale completes once the job runs again, at the new parallelism.
+        assert_eq!(job["status"], "running", "{job}");
+        assert_eq!(count.unwrap()["parallelism"], p, "{job}");
     }
     // A source cannot rescale: its position is per subtask.
     let (status, error) = server.call(
@@ -506,11 +502,7 @@ fn a_killed_server_resumes_its_three_jobs_exactly_once() {
     let ws = Workspace::new();
     let data = ws.path("data");
     let server = Server::start(&ws, &data, &[]);
-    let (split, count) = (
-        server.component("wordcount_split"),
-        server.component("wordcount_count"),
-    );
-    let (split, count) = (format!("sha256:{split}"), format!("sha256:{count}"));
+    let (split, count) = server.word_count_components();
     // A job that finishes before the kill keeps its status.
     let early = server.submit(json!({ "spec": word_count("early", 1000, None, &split, &count, 2, &ws.path("out-early")) }));
     server.wait_status(&early, "finished", Duration::from_secs(60));
@@ -598,13 +590,12 @@ fn a_hostile_job_does_not_disturb_a_healthy_one() {
     const LINES: u64 = 40_000;
     let ws = Workspace::new();
     let server = Server::start(&ws, &ws.path("data"), &[]);
-    let (split, count, hostile) = (
-        server.component("wordcount_split"),
-        server.component("wordcount_count"),
-        server.component("weir_test_hostile"),
-    );
+    let (split, count) = server.word_count_components();
+    let hostile = server.component("weir_test_hostile");
     let out = ws.path("out");
-    let healthy = server.submit(json!({ "spec": word_count("healthy", LINES, Some(20_000), &format!("sha256:{split}"), &format!("sha256:{count}"), 2, &out) }));
+    let healthy = server.submit(
+        json!({ "spec": word_count("healthy", LINES, Some(20_000), &split, &count, 2, &out) }),
+    );
     let mut hostiles = Vec::new();
     for (i, command) in ["spin", "hog"].iter().enumerate() {
         let input = ws.write(&format!("hostile-{i}.txt"), format!("ok\n{command}\n"));
@@ -640,13 +631,11 @@ fn a_hostile_job_does_not_disturb_a_healthy_one() {
 fn bad_requests_get_their_4xx_and_lose_nothing() {
     let ws = Workspace::new();
     let server = Server::start(&ws, &ws.path("data"), &["--max-component-size", "4 MiB"]);
-    let (split, count) = (
-        server.component("wordcount_split"),
-        server.component("wordcount_count"),
-    );
-    let (split_ref, count_ref) = (format!("sha256:{split}"), format!("sha256:{count}"));
+    let (split, count) = server.word_count_components();
     let out = ws.path("out");
-    let id = server.submit(json!({ "spec": word_count("bad", 10_000_000, Some(1000), &split_ref, &count_ref, 2, &out) }));
+    let id = server.submit(
+        json!({ "spec": word_count("bad", 10_000_000, Some(1000), &split, &count, 2, &out) }),
+    );
     server.wait_status(&id, "running", Duration::from_secs(60));
     let code =
         |(status, body): (u16, Value)| (status, body["code"].as_str().unwrap_or("").to_string());
@@ -725,7 +714,7 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
     assert_eq!(
         code(server.call(
             "DELETE",
-            &format!("/v1/components/{split}"),
+            &format!("/v1/components/{}", &split["sha256:".len()..]),
             Some(TOKEN),
             None
         )),
@@ -792,15 +781,7 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
         )),
         (404, "not_found".into())
     );
-    let spec = word_count(
-        "again",
-        100,
-        None,
-        &split_ref,
-        &count_ref,
-        2,
-        &ws.path("out-2"),
-    );
+    let spec = word_count("again", 100, None, &split, &count, 2, &ws.path("out-2"));
     let (status, e) = server.call(
         "POST",
         "/v1/jobs",
@@ -955,20 +936,9 @@ fn a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once() {
     eprintln!("kill loop seed {seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let server = Server::start(&ws, &data, &[]);
-    let (split, count) = (
-        server.component("wordcount_split"),
-        server.component("wordcount_count"),
-    );
+    let (split, count) = server.word_count_components();
     let out = ws.path("out");
-    let spec = word_count(
-        "killed",
-        LINES,
-        Some(20_000),
-        &format!("sha256:{split}"),
-        &format!("sha256:{count}"),
-        2,
-        &out,
-    );
+    let spec = word_count("killed", LINES, Some(20_000), &split, &count, 2, &out);
     let id = server.submit(json!({ "spec": spec }));
     let mut server = server;
     for kill in 0..6 {
@@ -1000,4 +970,41 @@ fn a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once() {
         committed(&out) == reference(&ws, LINES),
         "the output of a run without kills"
     );
+}
+
+#[test]
+fn a_stop_with_drain_ends_the_input_and_takes_the_savepoint_of_the_finished_job() {
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let (split, count) = server.word_count_components();
+    let out = ws.path("out");
+    let spec = word_count("drained", 10_000_000, Some(20_000), &split, &count, 2, &out);
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_checkpoints(&id, 2);
+    let body = json!({ "drain": true, "request_id": "drain" });
+    server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(body), 202);
+    let op = server.wait_operation(&id, "drain");
+    assert_eq!(op["status"], "completed", "{op}");
+    assert!(
+        PathBuf::from(op["savepoint"].as_str().unwrap())
+            .join("_metadata")
+            .is_file()
+    );
+    // The input ended early and what was read was processed and committed: a job that
+    // finished, each word counted 1, 2, ... once.
+    server.wait_status(&id, "finished", Duration::from_secs(60));
+    let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in committed(&out) {
+        let (word, n) = line.split_once('\t').unwrap();
+        counts
+            .entry(word.into())
+            .or_default()
+            .push(n.parse().unwrap());
+    }
+    assert!(!counts.is_empty());
+    for (word, mut n) in counts {
+        n.sort_unstable();
+        let expected: Vec<u64> = (1..=n.len() as u64).collect();
+        assert_eq!(n, expected, "{word}");
+    }
 }

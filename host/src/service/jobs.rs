@@ -146,9 +146,14 @@ impl ManagedJob {
         }
     }
 
-    /// Where the checkpoints of the job are.
-    pub(crate) fn checkpoint_dir(&self) -> PathBuf {
-        self.dir.join("checkpoints")
+    /// Where the checkpoints of the job in `job_dir` are.
+    pub(crate) fn checkpoints_in(job_dir: &Path) -> PathBuf {
+        job_dir.join("checkpoints")
+    }
+
+    /// Where the RocksDB state of the job in `job_dir` is.
+    pub(crate) fn state_in(job_dir: &Path) -> PathBuf {
+        job_dir.join("state")
     }
 
     /// Where the service puts the savepoint of request `request_id`.

@@ -385,14 +385,15 @@ impl Service {
             .ok_or_else(|| spec_error("[checkpoint] must be a table"))?;
         checkpoint.insert(
             "dir".into(),
-            dir.join("checkpoints").display().to_string().into(),
+            ManagedJob::checkpoints_in(dir).display().to_string().into(),
         );
         let state = table
             .entry("state")
             .or_insert_with(|| toml::Value::Table(toml::Table::new()))
             .as_table_mut()
             .ok_or_else(|| spec_error("[state] must be a table"))?;
-        state.insert("dir".into(), dir.join("state").display().to_string().into());
+        let state_dir = ManagedJob::state_in(dir).display().to_string();
+        state.insert("dir".into(), state_dir.into());
         used.sort();
         used.dedup();
         Ok(used)
@@ -563,7 +564,9 @@ impl Service {
     pub fn checkpoints(&self, id: &str) -> Result<Checkpoints, ServiceError> {
         let job = self.job(id)?;
         let name = job.record().name.clone();
-        let path = job.checkpoint_dir().join(name).join("history.json");
+        let path = ManagedJob::checkpoints_in(&job.dir)
+            .join(name)
+            .join("history.json");
         let history: CheckpointHistory = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
