@@ -56,7 +56,7 @@ pub use role::Role;
 pub use runtime::{
     Cause, CheckpointStatus, Failure, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
     Metrics, OperatorUpgrade, Probation, RunningJob, Savepoint, SavepointFailed, SavepointHandle,
-    Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics, VertexSummary,
+    SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics, VertexSummary,
 };
 pub use state::{BackendKind, StateConfig};
 pub use wasm::{

@@ -136,6 +136,12 @@ pub trait Operator: Send {
         Vec::new()
     }
 
+    /// The keyed states the host holds for the operator that its code has not declared
+    /// (restored, or left by the code before an upgrade), by name.
+    fn undeclared_states(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Gives up the instance and returns what the host holds for it beyond its code (keyed
     /// state, timers, operator state), for an instance of new code to carry on with (an
     /// upgrade); `None`: this kind of operator cannot be upgraded in place.

@@ -10,6 +10,7 @@
 mod bad_specs;
 mod cache;
 mod clickstream;
+mod deploy;
 mod exactly_once;
 mod isolation;
 mod lifecycle;

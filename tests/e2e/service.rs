@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use crate::postgres::{CONNECTION, client, table};
 use crate::support::{Workspace, operator, part_files, toml_path, toml_str, weir, weir_bin};
 
-const TOKEN: &str = "test-token-full-access-0123456789";
+pub(crate) const TOKEN: &str = "test-token-full-access-0123456789";
 const READ_TOKEN: &str = "test-token-read-only-0123456789";
 
 /// A `weir serve` process on a port of its own.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     data: PathBuf,
     log: PathBuf,
     agent: ureq::Agent,
@@ -28,7 +28,7 @@ struct Server {
 
 impl Server {
     /// Starts `weir serve` on `data` with the test's tokens and `extra` arguments.
-    fn start(ws: &Workspace, data: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start(ws: &Workspace, data: &Path, extra: &[&str]) -> Server {
         let tokens = ws.write("tokens", format!("{TOKEN}\n{READ_TOKEN} read-only\n"));
         let log = ws.path(&format!("serve-{}.log", fastrand::u32(..)));
         let mut child = Command::new(weir_bin())
@@ -70,16 +70,16 @@ impl Server {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `method path` with `token` and a JSON `body`: the status and the JSON answer.
-    fn call(
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,
@@ -125,14 +125,14 @@ impl Server {
     }
 
     /// `call` with the full token, asserting `expected` status.
-    fn ok(&self, method: &str, path: &str, body: Option<Value>, expected: u16) -> Value {
+    pub(crate) fn ok(&self, method: &str, path: &str, body: Option<Value>, expected: u16) -> Value {
         let (status, value) = self.call(method, path, Some(TOKEN), body);
         assert_eq!(status, expected, "{method} {path}: {value}\n{}", self.log());
         value
     }
 
     /// Uploads `bytes` as a component with `query`.
-    fn upload(&self, bytes: &[u8], query: &str, token: Option<&str>) -> (u16, Value) {
+    pub(crate) fn upload(&self, bytes: &[u8], query: &str, token: Option<&str>) -> (u16, Value) {
         let mut r = self
             .agent
             .post(self.url(&format!("/v1/components{query}")))
@@ -147,7 +147,7 @@ impl Server {
     }
 
     /// Uploads the test component `name`; its sha256.
-    fn component(&self, name: &str) -> String {
+    pub(crate) fn component(&self, name: &str) -> String {
         let (status, info) = self.upload(&std::fs::read(operator(name)).unwrap(), "", Some(TOKEN));
         assert_eq!(status, 201, "{info}");
         info["sha256"].as_str().unwrap().to_string()
@@ -155,22 +155,22 @@ impl Server {
 
     /// Uploads the word count's two components (again: an upload of the same bytes answers
     /// the component there); their references for a spec.
-    fn word_count_components(&self) -> (String, String) {
+    pub(crate) fn word_count_components(&self) -> (String, String) {
         let reference = |name| format!("sha256:{}", self.component(name));
         (reference("wordcount_split"), reference("wordcount_count"))
     }
 
-    fn submit(&self, request: Value) -> String {
+    pub(crate) fn submit(&self, request: Value) -> String {
         let job = self.ok("POST", "/v1/jobs", Some(request), 201);
         job["id"].as_str().unwrap().to_string()
     }
 
-    fn job(&self, id: &str) -> Value {
+    pub(crate) fn job(&self, id: &str) -> Value {
         self.ok("GET", &format!("/v1/jobs/{id}"), None, 200)
     }
 
     /// Waits until job `id`'s status is `status`.
-    fn wait_status(&self, id: &str, status: &str, limit: Duration) -> Value {
+    pub(crate) fn wait_status(&self, id: &str, status: &str, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         loop {
             let job = self.job(id);
@@ -188,7 +188,7 @@ impl Server {
     }
 
     /// Waits until job `id` has completed `n` checkpoints in its current run.
-    fn wait_checkpoints(&self, id: &str, n: u64) {
+    pub(crate) fn wait_checkpoints(&self, id: &str, n: u64) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.job(id)["checkpoints"]["completed"]
             .as_u64()
@@ -201,7 +201,7 @@ impl Server {
     }
 
     /// Polls operation `request_id` of job `id` until it is done; the operation.
-    fn wait_operation(&self, id: &str, request_id: &str) -> Value {
+    pub(crate) fn wait_operation(&self, id: &str, request_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let op = self.ok(
@@ -221,13 +221,13 @@ impl Server {
         }
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Ctrl-C, and waits for the server to exit.
-    fn interrupt(mut self) -> std::process::ExitStatus {
+    pub(crate) fn interrupt(mut self) -> std::process::ExitStatus {
         Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .status()
@@ -307,7 +307,7 @@ pub(crate) fn committed(dir: &Path) -> Vec<String> {
 }
 
 /// What `weir run` of the word count without a rate limit commits: the reference output.
-fn reference(ws: &Workspace, lines: u64) -> Vec<String> {
+pub(crate) fn reference(ws: &Workspace, lines: u64) -> Vec<String> {
     let out = ws.path("reference-out");
     let spec = word_count(
         "reference",

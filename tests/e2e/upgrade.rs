@@ -61,6 +61,7 @@ fn upgraded(
         }],
         probation: Probation {
             time: Duration::from_millis(300),
+            records: 1000,
         },
     });
     let outcome = handle.wait();
@@ -153,6 +154,7 @@ fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome,
             }],
             probation: Probation {
                 time: Duration::from_millis(500),
+                records: 0,
             },
         })
         .wait();

@@ -56,7 +56,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut rescale = None;
     for &k in &keys {
         for backend in ["memory", "rocksdb"] {
-            let spec = keys_spec(k, backend, &count);
+            let spec = keys_spec(k, backend, &count, "10s");
             let id = server.submit(&spec)?;
             server.wait(&id, Duration::from_secs(600), 100 * MS, |job| {
                 sink_in(job) >= k
@@ -140,6 +140,152 @@ pub fn run(args: &[String]) -> Result<()> {
         words as f64 / ran / 1e6
     );
     Ok(())
+}
+
+/// `cargo xtask bench-upgrade`: hot deploy on a keyed count holding `--keys` keys (default
+/// 1M) at parallelism 2, memory state, checkpoints every second:
+///
+/// - `--swaps` upgrades (default 100), alternating between the count and a second version
+///   of it that counts in the same state, each committed at the checkpoint after it: the
+///   pause of each subtask (barrier aligned to first record handled by the new code) at
+///   p50/p99/max, and the time from the request to the commit;
+/// - the sink's records/s in the second before a swap, the second of it and the one after;
+/// - the same change as Flink makes it: a stop with a savepoint and a submit of the new code
+///   from it, from the stop request to the first record at the new job's sink.
+pub fn run_upgrade(args: &[String]) -> Result<()> {
+    let mut keys = 1_000_000;
+    let mut swaps = 100;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--keys" => keys = number(&mut args, "--keys")?,
+            "--swaps" => swaps = number(&mut args, "--swaps")?,
+            other => bail!("unknown option `{other}`; use --keys K, --swaps N"),
+        }
+    }
+    let (weir, dir) = prepare("bench-upgrade")?;
+    let _ = std::fs::remove_dir_all(dir.join("data"));
+    let server = Server::start(&weir, &dir)?;
+    let count = server.upload(&guests::operators_dir().join("wordcount_count.wasm"))?;
+    let recount = server.upload(&guests::operators_dir().join("weir_test_recount.wasm"))?;
+    let spec = keys_spec(keys, "memory", &count, "1s");
+    let id = server.submit(&spec)?;
+    server.wait(&id, Duration::from_secs(600), 100 * MS, |job| {
+        sink_in(job) >= keys
+    })?;
+    println!("{keys} keys held; {swaps} swaps");
+
+    // The throughput around one swap, sampled every 50 ms.
+    let mut samples: Vec<(Instant, u64)> = Vec::new();
+    let sample = |samples: &mut Vec<(Instant, u64)>, until: Instant| -> Result<()> {
+        while Instant::now() < until {
+            let n = sink_in(&server.get(&format!("/v1/jobs/{id}"))?);
+            samples.push((Instant::now(), n));
+            std::thread::sleep(50 * MS);
+        }
+        Ok(())
+    };
+    sample(&mut samples, Instant::now() + Duration::from_millis(1100))?;
+    let swap_at = Instant::now();
+    let op = server.post(&format!("/v1/jobs/{id}/upgrade"), upgrade(&recount))?;
+    sample(&mut samples, Instant::now() + Duration::from_millis(2100))?;
+    server.operation(&id, &op)?;
+    let rate = |from: Instant| -> f64 {
+        let at = |t: Instant| {
+            samples
+                .iter()
+                .min_by_key(|(s, _)| if *s > t { *s - t } else { t - *s })
+                .map_or(0, |(_, n)| *n)
+        };
+        at(from + Duration::from_secs(1)).saturating_sub(at(from)) as f64
+    };
+    let dip = [
+        rate(swap_at - Duration::from_secs(1)),
+        rate(swap_at),
+        rate(swap_at + Duration::from_secs(1)),
+    ];
+
+    // Swaps back and forth.
+    let (mut pauses, mut commits) = (Vec::new(), Vec::new());
+    for i in 1..swaps {
+        let to = if i % 2 == 1 { &count } else { &recount };
+        let op = server.post(&format!("/v1/jobs/{id}/upgrade"), upgrade(to))?;
+        server.operation(&id, &op)?;
+    }
+    let job = server.get(&format!("/v1/jobs/{id}"))?;
+    for u in job["upgrades"].as_array().into_iter().flatten() {
+        pauses.extend(
+            u["pauses_us"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_u64),
+        );
+        commits.extend(u["time_to_commit_ms"].as_u64());
+    }
+    pauses.sort_unstable();
+    commits.sort_unstable();
+    if pauses.is_empty() || commits.is_empty() {
+        bail!("no upgrade reported its pauses: {job}");
+    }
+    let at = |v: &[u64], q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+
+    // Flink's way: stop with a savepoint, submit the new code from it.
+    let started = Instant::now();
+    let op = server.post(&format!("/v1/jobs/{id}/stop"), json!({}))?;
+    let op = server.operation(&id, &op)?;
+    let stopped = started.elapsed();
+    let savepoint = op["savepoint"].as_str().unwrap_or_default().to_string();
+    let new_id = server.post(
+        "/v1/jobs",
+        json!({ "spec": keys_spec(keys, "memory", &recount, "1s"), "savepoint": savepoint }),
+    )?["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    server.wait(&new_id, Duration::from_secs(600), MS, |job| {
+        sink_in(job) > 0
+    })?;
+    let resubmitted = started.elapsed();
+    server.post(&format!("/v1/jobs/{new_id}/cancel"), json!({}))?;
+    drop(server);
+
+    println!();
+    println!(
+        "hot deploy, {} swaps at {keys} keys, parallelism 2 ({} subtask pauses):",
+        commits.len(),
+        pauses.len()
+    );
+    println!(
+        "  pause per subtask (barrier aligned -> first record of the new code):          p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        at(&pauses, 0.5) as f64 / 1e3,
+        at(&pauses, 0.99) as f64 / 1e3,
+        *pauses.last().unwrap() as f64 / 1e3,
+    );
+    println!(
+        "  request to committed (commit at the next 1 s checkpoint): p50 {} ms, p99 {} ms",
+        at(&commits, 0.5),
+        at(&commits, 0.99)
+    );
+    println!(
+        "  sink records/s: second before the swap {:.0}, second of it {:.0}, second after {:.0}",
+        dip[0], dip[1], dip[2]
+    );
+    println!(
+        "stop with savepoint + resubmit: stop {:.0} ms, request to first record of the new job          {:.0} ms",
+        ms(stopped),
+        ms(resubmitted)
+    );
+    Ok(())
+}
+
+/// The request that upgrades the count to component `reference`, committed at the next
+/// checkpoint.
+fn upgrade(reference: &str) -> Value {
+    json!({
+        "operators": [{ "uid": "count", "component": reference }],
+        "probation_ms": 0,
+    })
 }
 
 fn ms(d: Duration) -> f64 {
@@ -235,15 +381,15 @@ fn quote(s: &str) -> String {
     }
 }
 
-/// A keyed count over `keys` keys, unbounded, checkpointed every 10 s.
-fn keys_spec(keys: u64, backend: &str, count: &str) -> String {
+/// A keyed count over `keys` keys, unbounded, checkpointed every `interval`.
+fn keys_spec(keys: u64, backend: &str, count: &str, interval: &str) -> String {
     format!(
         r#"[job]
 name = "keys-{keys}-{backend}"
 parallelism = 2
 
 [checkpoint]
-interval = "10s"
+interval = "{interval}"
 
 [state]
 backend = "{backend}"

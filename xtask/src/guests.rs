@@ -25,6 +25,7 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-wrong-version",
     "weir-test-keyer",
     "weir-test-tally",
+    "weir-test-recount",
     "weir-test-hostile",
     "weir-test-unknown-import",
 ];

@@ -64,6 +64,11 @@ commands:
                               weir serve: submit-to-first-record, savepoint time and
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
+  bench-upgrade [--keys K] [--swaps N]
+                              hot deploy: pause per subtask over N swaps (default
+                              100) at K keys (default 1M), throughput around a
+                              swap, request to commit, against stop-with-savepoint
+                              and resubmit
   openapi                     write the HTTP API's document to docs/openapi.json
   fuzz-api [--cases N]        fuzz `weir serve` from its document with schemathesis
                               (default 100 cases per operation)";
@@ -93,6 +98,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
         "bench-state" => bench_state::run(rest),
         "bench-serve" => bench_serve::run(rest),
+        "bench-upgrade" => bench_serve::run_upgrade(rest),
         "openapi" => no_args(rest).and_then(|()| api::openapi()),
         "fuzz-api" => api::fuzz(rest),
         "help" | "-h" | "--help" => {

@@ -34,8 +34,25 @@ use crate::operator::SnapshotFormat;
 
 pub use restart::{RestartStrategy, RestartsExhausted};
 pub use storage::{
-    CheckpointError, CheckpointHistory, CheckpointOutcome, Completion, HistoryEntry, OperatorStats,
+    CheckpointError, CheckpointHistory, CheckpointOutcome, CodeVersion, Completion, HistoryEntry,
+    OperatorStats,
 };
+
+/// The newest complete checkpoint of job `job` under `dir`: its id, and the code of each
+/// WebAssembly operator that wrote it, by uid.
+pub(crate) fn code_versions(
+    dir: &std::path::Path,
+    job: &str,
+) -> Option<(u64, std::collections::BTreeMap<String, CodeVersion>)> {
+    let store = storage::CheckpointStore::open(dir, job).ok()?;
+    let meta = store.latest(0, |_| Ok(())).ok()??;
+    let code = meta
+        .vertices
+        .into_iter()
+        .filter_map(|v| Some((v.uid?, v.code?)))
+        .collect();
+    Some((meta.checkpoint, code))
+}
 
 /// A checkpoint barrier, as it travels in band between tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -139,6 +139,19 @@ pub(crate) struct VertexMeta {
     pub parallelism: u32,
     /// By subtask index.
     pub subtasks: Vec<SubtaskState>,
+    /// Which code wrote the state of a WebAssembly operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeVersion>,
+}
+
+/// A version of an operator: its component and its config. A checkpoint (and a savepoint)
+/// records the version of each WebAssembly operator that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeVersion {
+    /// The SHA-256 of the component, hex.
+    pub component: String,
+    /// The operator's `config`, as JSON.
+    pub config: String,
 }
 
 /// The `_metadata` file of a checkpoint.
@@ -723,6 +736,7 @@ mod tests {
                         operator_state: None,
                     })
                     .collect(),
+                code: None,
             }],
         }
     }

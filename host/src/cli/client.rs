@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use weir::service::ServiceError;
 use weir::service::api::{
     ComponentInfo, Exceptions, JobDetails, JobOverview, Operation, OperationStatus, RescaleRequest,
-    SavepointRequest, StopRequest, SubmitRequest,
+    RollbackRequest, SavepointRequest, StopRequest, SubmitRequest, UpgradeRequest,
 };
 
 /// A connection to a server.
@@ -188,6 +188,19 @@ impl Client {
 
     pub fn rescale(&self, job: &str, request: RescaleRequest) -> anyhow::Result<Operation> {
         let op = self.post(&format!("/v1/jobs/{job}/rescale"), &request)?;
+        self.wait(job, op)
+    }
+
+    pub fn upgrade(&self, job: &str, request: UpgradeRequest) -> anyhow::Result<Operation> {
+        let op = self.post(&format!("/v1/jobs/{job}/upgrade"), &request)?;
+        self.wait(job, op)
+    }
+
+    pub fn roll_back(&self, job: &str) -> anyhow::Result<Operation> {
+        let op = self.post(
+            &format!("/v1/jobs/{job}/rollback"),
+            &RollbackRequest::default(),
+        )?;
         self.wait(job, op)
     }
 

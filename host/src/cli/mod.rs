@@ -178,6 +178,36 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Replace the code (and config) of operators of a running job, keeping their state;
+    /// waits until the upgrade is committed (or rolled back, which fails the command).
+    Upgrade {
+        /// The job's id.
+        id: String,
+        /// `UID=COMPONENT` (`sha256:<hex>`, `name@version` or `name` of an uploaded
+        /// component), one or more: all switch at the same barrier.
+        #[arg(required = true, value_parser = parse_assignment)]
+        operators: Vec<(String, String)>,
+        /// `UID=JSON`: a new `config` for an operator.
+        #[arg(long = "config", value_parser = parse_assignment)]
+        configs: Vec<(String, String)>,
+        /// How long the new code runs without failure before the upgrade is committed (no
+        /// checkpoint is taken meanwhile).
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        probation: std::time::Duration,
+        /// Records the new code handles before the upgrade is committed.
+        #[arg(long, default_value_t = 0)]
+        probation_records: u64,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Go back to a job's previous code: roll back the upgrade on probation, or undo the last
+    /// committed one.
+    Rollback {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Show a job's failures.
     Exceptions {
         /// The job's id.
@@ -222,6 +252,13 @@ fn parse_parallelism(arg: &str) -> Result<(String, u32), String> {
     Ok((name.to_string(), p))
 }
 
+fn parse_assignment(arg: &str) -> Result<(String, String), String> {
+    let (uid, value) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("{arg:?} is not UID=VALUE"))?;
+    Ok((uid.to_string(), value.to_string()))
+}
+
 /// `$XDG_DATA_HOME/weir`, else `~/.local/share/weir`.
 fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
@@ -235,7 +272,7 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 
 /// Runs a client command.
 fn client_command(command: Command) -> anyhow::Result<ExitCode> {
-    use weir::service::api::{RescaleRequest, StopRequest};
+    use weir::service::api::{OperatorUpgradeRequest, RescaleRequest, StopRequest, UpgradeRequest};
     match command {
         Command::Upload {
             wasm,
@@ -311,6 +348,46 @@ fn client_command(command: Command) -> anyhow::Result<ExitCode> {
             };
             let op = server.client().rescale(&id, request)?;
             client::print(server.json, &op, |_| "rescaled\n".into());
+        }
+        Command::Upgrade {
+            id,
+            operators,
+            configs,
+            probation,
+            probation_records,
+            server,
+        } => {
+            let mut configs: std::collections::BTreeMap<String, serde_json::Value> = configs
+                .into_iter()
+                .map(|(uid, json)| {
+                    let config = serde_json::from_str(&json)
+                        .with_context(|| format!("--config {uid}=...: not JSON"))?;
+                    Ok((uid, config))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let request = UpgradeRequest {
+                operators: operators
+                    .into_iter()
+                    .map(|(uid, component)| OperatorUpgradeRequest {
+                        config: configs.remove(&uid),
+                        limits: None,
+                        uid,
+                        component,
+                    })
+                    .collect(),
+                probation_ms: Some(probation.as_millis() as u64),
+                probation_records: Some(probation_records),
+                request_id: None,
+            };
+            if let Some(uid) = configs.keys().next() {
+                anyhow::bail!("--config {uid}=...: the upgrade names no operator {uid}");
+            }
+            let op = server.client().upgrade(&id, request)?;
+            client::print(server.json, &op, |_| "upgraded\n".into());
+        }
+        Command::Rollback { id, server } => {
+            let op = server.client().roll_back(&id)?;
+            client::print(server.json, &op, |_| "rolled back\n".into());
         }
         Command::Exceptions { id, server } => {
             let e = server.client().exceptions(&id)?;

@@ -228,7 +228,10 @@ pub(super) fn run(
         _ => None,
     };
     let mut checkpointing = Checkpointing::new(parts, metrics, store);
-    checkpointing.upgrade = upgrades.pending.as_ref().map(|p| p.checkpoint);
+    checkpointing.upgrade = upgrades
+        .pending
+        .as_ref()
+        .map(|p| (p.checkpoint, Arc::clone(&p.new)));
     let mut finals = Finals::new();
     let (mut ended, mut finished, mut suspended) = (0, 0, 0);
     let mut failure: Option<JobError> = None;
@@ -260,7 +263,7 @@ pub(super) fn run(
                 upgrades
                     .pending
                     .as_ref()
-                    .is_some_and(Pending::holds_checkpoints),
+                    .is_some_and(|p| p.holds_checkpoints(p.records(metrics))),
             );
             for request in flags.savepoints.take() {
                 if probation {
@@ -297,15 +300,18 @@ pub(super) fn run(
                         )),
                         Some(id) => {
                             tracing::info!("upgrade: swapping code at checkpoint {id}");
-                            attempt.shared.plans.insert(id, plan);
-                            checkpointing.upgrade = Some(id);
+                            let plan = Arc::new(plan);
+                            attempt.shared.plans.insert(id, Arc::clone(&plan));
+                            checkpointing.upgrade = Some((id, Arc::clone(&new)));
                             decisions.push(Decision::Trigger(id));
                             upgrades.pending = Some(Pending {
                                 request,
                                 checkpoint: id,
                                 swapped: false,
                                 passed: false,
-                                since: std::time::Instant::now(),
+                                since: Instant::now(),
+                                plan,
+                                records_before: 0,
                                 old: Arc::clone(parts),
                                 new,
                             });
@@ -347,14 +353,19 @@ pub(super) fn run(
                 events.send(JobEvent::Stopping { checkpoint: None });
             }
         }
+        if flags.take_roll_back() && upgrades.pending.is_some() && failure.is_none() {
+            failure = Some(JobError::RollbackRequested);
+            attempt.shared.cancel();
+        }
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
-        if follow_upgrade(&decisions, upgrades, &mut failure) {
+        if follow_upgrade(&decisions, upgrades, metrics, &mut failure) {
             attempt.shared.cancel();
         }
         let (failed, stopped) =
             checkpointing.apply(decisions.drain(..), &attempt, &finals, stop_id);
         if let Some(committed) = commit_upgrade(upgrades) {
             checkpointing.upgrade = None;
+            checkpointing.code = Arc::clone(&committed);
             upgrades.committed = Some(committed);
         }
         if let Some(e) = failed {
@@ -416,7 +427,7 @@ pub(super) fn run(
     // The last task's end may have completed a checkpoint.
     if failure.is_none() && !cancelled {
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
-        follow_upgrade(&decisions, upgrades, &mut failure);
+        follow_upgrade(&decisions, upgrades, metrics, &mut failure);
         let (failed, stopped) = checkpointing.apply(decisions, &attempt, &finals, stop_id);
         failure = failure.or(failed);
         if stopped {
@@ -456,6 +467,7 @@ pub(super) fn run(
 fn follow_upgrade(
     decisions: &[Decision<Written>],
     upgrades: &mut Upgrades,
+    metrics: &Metrics,
     failure: &mut Option<JobError>,
 ) -> bool {
     let Some(p) = &mut upgrades.pending else {
@@ -466,7 +478,9 @@ fn follow_upgrade(
         match d {
             Decision::Complete(done) if done.id == p.checkpoint => {
                 p.swapped = true;
-                p.since = std::time::Instant::now();
+                p.since = Instant::now();
+                p.records_before = p.records(metrics);
+                p.request.swapped(done.id);
             }
             Decision::Complete(done) if p.swapped && done.id > p.checkpoint => {
                 p.passed = true;
@@ -490,10 +504,9 @@ fn commit_upgrade(upgrades: &mut Upgrades) -> Option<Arc<JobParts>> {
         return None;
     }
     let p = upgrades.pending.take().expect("checked");
-    p.request.answer(UpgradeOutcome::Committed {
-        checkpoint: p.checkpoint,
-    });
-    Some(p.new)
+    let new = Arc::clone(&p.new);
+    p.commit();
+    Some(new)
 }
 
 /// Checks an upgrade against the job and returns what the tasks swap and the job with the
@@ -502,7 +515,7 @@ fn plan_upgrade(parts: &JobParts, upgrade: &Upgrade) -> Result<(SwapPlan, Arc<Jo
     if upgrade.operators.is_empty() {
         return Err("the upgrade names no operator".into());
     }
-    let mut plan = SwapPlan::new();
+    let mut plan = SwapPlan::default();
     let mut new = parts.clone();
     let mut spec = (*parts.spec).clone();
     for op in &upgrade.operators {
@@ -520,14 +533,15 @@ fn plan_upgrade(parts: &JobParts, upgrade: &Upgrade) -> Result<(SwapPlan, Arc<Jo
                 op.uid
             ));
         }
-        if plan.contains_key(&v) {
+        if plan.code.contains_key(&v) {
             return Err(format!("operator uid \"{}\" is named twice", op.uid));
         }
         if let Some(c) = &op.config {
             *config = c.clone();
         }
         new.components.insert(v, op.component.clone());
-        plan.insert(v, (op.component.clone(), op.config.clone()));
+        plan.code
+            .insert(v, (op.component.clone(), op.config.clone()));
     }
     new.spec = Arc::new(spec);
     Ok((plan, Arc::new(new)))

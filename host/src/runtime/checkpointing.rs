@@ -3,6 +3,7 @@
 //! history), aborting one.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::attempt::{Attempt, Finals};
@@ -12,8 +13,8 @@ use super::{JobError, JobParts, Metrics, role, vertex_failure};
 use crate::checkpoint::committer::{self, PreCommit};
 use crate::checkpoint::coordinator::{Completed, Decision, TaskId, TaskState};
 use crate::checkpoint::storage::{
-    CheckpointOutcome, CheckpointStore, FORMAT_VERSION, HistoryEntry, Metadata, OperatorStats,
-    SubtaskState, VertexMeta, millis, unix_ms,
+    CheckpointOutcome, CheckpointStore, CodeVersion, FORMAT_VERSION, HistoryEntry, Metadata,
+    OperatorStats, SubtaskState, VertexMeta, millis, unix_ms,
 };
 use crate::checkpoint::writer::Written;
 use crate::checkpoint::{Barrier, BarrierKind};
@@ -29,19 +30,24 @@ pub(super) struct Checkpointing<'a> {
     triggered_at: HashMap<u64, u64>,
     /// The requests of the savepoints in progress, by checkpoint id.
     savepoints: HashMap<u64, Request>,
-    /// The swap checkpoint of an upgrade: triggered with an upgrade barrier, and kept by
-    /// retention until the upgrade is committed or rolled back.
-    pub(super) upgrade: Option<u64>,
+    /// The swap checkpoint of an upgrade and the job with the new code: triggered with an
+    /// upgrade barrier, and kept by retention until the upgrade is committed or rolled back.
+    /// Checkpoints after it are written by the new code.
+    pub(super) upgrade: Option<(u64, Arc<JobParts>)>,
+    /// Whose code writes the checkpoints (but those after the swap checkpoint of `upgrade`):
+    /// the job's, or that of an upgrade committed in this attempt.
+    pub(super) code: Arc<JobParts>,
 }
 
 impl<'a> Checkpointing<'a> {
     pub(super) fn new(
-        parts: &'a JobParts,
+        parts: &'a Arc<JobParts>,
         metrics: &'a Metrics,
         store: Option<&'a CheckpointStore>,
     ) -> Self {
         Checkpointing {
             parts,
+            code: Arc::clone(parts),
             metrics,
             store,
             triggered_at: HashMap::new(),
@@ -109,6 +115,7 @@ fn apply(
         triggered_at,
         savepoints,
         upgrade,
+        code,
     } = ctx;
     let (parts, metrics) = (*parts, *metrics);
     let spec = &parts.spec;
@@ -119,7 +126,7 @@ fn apply(
             triggered_at.insert(id, unix_ms());
             let kind = if stop == Some(id) {
                 BarrierKind::Stop
-            } else if *upgrade == Some(id) {
+            } else if upgrade.as_ref().is_some_and(|(swap, _)| *swap == id) {
                 BarrierKind::Upgrade
             } else {
                 BarrierKind::Checkpoint
@@ -139,7 +146,11 @@ fn apply(
         Decision::Complete(done) => {
             let id = done.id;
             let triggered_ms = triggered_at.remove(&id).unwrap_or_else(unix_ms);
-            let (meta, entry) = summarize(parts, &done, triggered_ms, finals);
+            let code = match upgrade {
+                Some((swap, new)) if id > *swap => new,
+                _ => &*code,
+            };
+            let (meta, entry) = summarize(parts, code, &done, triggered_ms, finals);
             if let Err(e) = store.write_metadata(&meta) {
                 store.discard(id);
                 if let Some(request) = savepoints.remove(&id) {
@@ -162,7 +173,7 @@ fn apply(
                 entry.size_bytes
             );
             let retained = spec.checkpoint.as_ref().map_or(1, |c| c.num_retained);
-            if let Err(e) = store.retain(retained, *upgrade) {
+            if let Err(e) = store.retain(retained, upgrade.as_ref().map(|(swap, _)| *swap)) {
                 tracing::warn!("checkpoint retention failed: {e}");
             }
             record(store, spec, metrics, entry);
@@ -305,9 +316,23 @@ fn commit<'a>(
     })
 }
 
-/// The metadata and the history entry of a completed checkpoint.
+/// The version of WebAssembly operator `v` in `code`.
+pub(super) fn code_version(code: &JobParts, v: usize) -> Option<CodeVersion> {
+    let component = code.components.get(&v)?;
+    let VertexKind::Operator { config, .. } = &code.spec.vertices[v].kind else {
+        return None;
+    };
+    Some(CodeVersion {
+        component: component.sha256().to_string(),
+        config: config.clone(),
+    })
+}
+
+/// The metadata and the history entry of a completed checkpoint of `parts`, whose operators
+/// ran the code of `code`.
 pub(super) fn summarize(
     parts: &JobParts,
+    code: &JobParts,
     done: &Completed<Written>,
     triggered_ms: u64,
     finals: &Finals,
@@ -316,7 +341,8 @@ pub(super) fn summarize(
     let mut vertices: Vec<VertexMeta> = spec
         .vertices
         .iter()
-        .map(|v| VertexMeta {
+        .enumerate()
+        .map(|(i, v)| VertexMeta {
             name: v.name.clone(),
             role: role(&v.kind),
             uid: match &v.kind {
@@ -325,6 +351,7 @@ pub(super) fn summarize(
             },
             parallelism: v.parallelism,
             subtasks: vec![SubtaskState::Finished; v.parallelism as usize],
+            code: code_version(code, i),
         })
         .collect();
     let mut stats: Vec<OperatorStats> = spec

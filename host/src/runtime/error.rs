@@ -85,6 +85,10 @@ pub enum JobError {
     /// Too many checkpoints failed in a row.
     #[error("{0}")]
     CheckpointFailed(String),
+    /// The upgrade on probation was rolled back by request
+    /// ([`JobControl::roll_back`](super::JobControl::roll_back)).
+    #[error("the upgrade was rolled back by request")]
+    RollbackRequested,
     /// The job failed and its restart strategy allows no more restarts.
     #[error(transparent)]
     Restarts(Box<RestartsExhausted<JobError>>),

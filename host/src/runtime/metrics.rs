@@ -20,6 +20,33 @@ pub struct VertexMetrics {
     pub records_in: AtomicU64,
     /// Records it emitted.
     pub records_out: AtomicU64,
+    /// Keyed states its code has not declared (restored, or left by older code), by
+    /// subtask, as of its last checkpoint.
+    undeclared_states: Mutex<std::collections::BTreeMap<u32, Vec<String>>>,
+}
+
+impl VertexMetrics {
+    /// Subtask `subtask` holds `states` that its code has not declared.
+    pub(crate) fn set_undeclared_states(&self, subtask: u32, states: Vec<String>) {
+        let mut all = self
+            .undeclared_states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        all.insert(subtask, states);
+    }
+
+    /// Keyed states the vertex's code has not declared (restored, or left by older code),
+    /// in any subtask, as of its last checkpoint.
+    pub fn undeclared_states(&self) -> Vec<String> {
+        let all = self
+            .undeclared_states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut names: Vec<String> = all.values().flatten().cloned().collect();
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 /// Live counters of a running job.
@@ -76,6 +103,7 @@ impl Metrics {
                     parallelism,
                     records_in: AtomicU64::new(0),
                     records_out: AtomicU64::new(0),
+                    undeclared_states: Mutex::default(),
                 })
                 .collect(),
             checkpoints: Mutex::new(CheckpointStatus::default()),

@@ -271,6 +271,7 @@ mod tests {
                             _ => SubtaskState::Finished,
                         })
                         .collect(),
+                    code: None,
                 })
                 .collect(),
         }

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(super) upgrades: upgrade::Requests,
     /// The swap plans of the attempt's upgrade checkpoints (an attempt's instance only).
     pub(super) plans: upgrade::Plans,
+    /// The upgrade on probation is to be rolled back (the job's instance only).
+    roll_back: AtomicBool,
 }
 
 impl Shared {
@@ -69,6 +71,12 @@ impl Shared {
 
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_stopping())
+    }
+
+    /// Whether a rollback of the upgrade on probation was asked for since the last call.
+    pub(crate) fn take_roll_back(&self) -> bool {
+        let job = self.job.as_deref().unwrap_or(self);
+        job.roll_back.swap(false, Ordering::SeqCst)
     }
 
     /// Whether a stop drains the job (ends its input) rather than stopping at a checkpoint.
@@ -128,6 +136,14 @@ impl JobControl {
         let (request, handle) = upgrade::Request::new(upgrade);
         self.shared.upgrades.push(request);
         handle
+    }
+
+    /// Rolls back the upgrade on probation, if there is one: as if its new code had failed,
+    /// the job resumes with the old code from the swap checkpoint, and the upgrade's outcome
+    /// is [`UpgradeOutcome::RolledBack`](super::UpgradeOutcome::RolledBack). An upgrade that
+    /// is committed already is not undone: upgrade to the old code for that.
+    pub fn roll_back(&self) {
+        self.shared.roll_back.store(true, Ordering::SeqCst);
     }
 
     /// Stops the job with a savepoint into `dir` (Flink's stop-with-savepoint): as

@@ -72,14 +72,16 @@ pub(crate) fn supervise(
             && let Some(p) = upgrades.pending.take()
         {
             // The job ended without a failure of the new code.
-            p.request.answer(match outcome {
-                Outcome::Cancelled => UpgradeOutcome::Refused(
+            if matches!(outcome, Outcome::Cancelled) {
+                p.request.answer(UpgradeOutcome::Refused(
                     "the job was cancelled before the upgrade was committed".into(),
-                ),
-                _ => UpgradeOutcome::Committed {
-                    checkpoint: p.checkpoint,
-                },
-            });
+                ));
+            } else {
+                if p.swapped {
+                    parts = Arc::clone(&p.new);
+                }
+                p.commit();
+            }
         }
         let error = match outcome {
             Outcome::Finished(finals) => {
@@ -261,7 +263,7 @@ fn finish_job(
         completed: origin.elapsed(),
         tasks: all_tasks(parts).map(|t| (t, TaskState::Finished)).collect(),
     };
-    let (meta, _) = summarize(parts, &done, unix_ms(), finals);
+    let (meta, _) = summarize(parts, parts, &done, unix_ms(), finals);
     store.write_metadata(&meta)?;
     failpoint::hit("finish.after-final-checkpoint");
     commit_recorded(spec, &meta)?;

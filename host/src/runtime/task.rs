@@ -96,6 +96,9 @@ struct Chain {
     shared: Arc<Shared>,
     /// Processing time, for instances of new code.
     clock: Clock,
+    /// After a swap, until the first record reached the new code: when the swap barrier was
+    /// aligned, the first stage swapped, and the plan that reports the pause.
+    swapped: Option<(Instant, usize, Arc<SwapPlan>)>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -261,6 +264,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         last_snapshot: None,
         shared: Arc::clone(&setup.shared),
         clock: setup.clock.clone(),
+        swapped: None,
     };
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
@@ -558,6 +562,7 @@ impl Chain {
         source: Option<(usize, &dyn Source)>,
         alignment: Duration,
     ) -> Result<(), Stop> {
+        let aligned = Instant::now();
         let n = barrier.id;
         self.output.barrier(barrier)?;
         let started = Instant::now();
@@ -585,6 +590,8 @@ impl Chain {
                     if let Err(e) = op.snapshot(n, &mut snapshot) {
                         return Err(self.fail(i, "snapshot failed", e));
                     }
+                    self.metrics.vertices[vertex]
+                        .set_undeclared_states(self.subtask, op.undeclared_states());
                     self.snapshot_sizes[i] = snapshot.bytes.len();
                     PartState::Operator {
                         keyed: (!snapshot.bytes.is_empty()).then_some(snapshot),
@@ -613,6 +620,8 @@ impl Chain {
             && let Some(plan) = self.shared.plans.get(n)
         {
             self.swap(&plan)?;
+            let first = (0..self.stages.len()).find(|&i| plan.code.contains_key(&self.vertices[i]));
+            self.swapped = first.map(|i| (aligned, i, plan));
         }
         Ok(())
     }
@@ -623,7 +632,7 @@ impl Chain {
         for i in 0..self.stages.len() {
             let v = self.vertices[i];
             let (Some((component, config)), Stage::Operator(op)) =
-                (plan.get(&v), &mut self.stages[i])
+                (plan.code.get(&v), &mut self.stages[i])
             else {
                 continue;
             };
@@ -773,6 +782,13 @@ impl Chain {
                     ));
                 }
                 m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
+                if let Some((aligned, stage, _)) = &self.swapped
+                    && *stage == i
+                {
+                    let pause = aligned.elapsed();
+                    let (.., plan) = self.swapped.take().expect("checked");
+                    plan.paused(pause);
+                }
                 let result = self
                     .send_side_outputs(i)
                     .and_then(|()| self.push(i + 1, &out));

@@ -8,8 +8,9 @@
 //! state to an instance of the new code, calls `open` and goes on with the next record.
 //! Sources, other operators and sinks run on.
 //!
-//! Probation: for [`Probation::time`] after the swap checkpoint completed no checkpoint is
-//! taken, so that nothing the new code wrote is committed by a two-phase-commit sink. Any
+//! Probation: for [`Probation::time`] after the swap checkpoint completed, and until the new
+//! code has handled [`Probation::records`], no checkpoint is taken, so that nothing the new
+//! code wrote is committed by a two-phase-commit sink. Any
 //! failure of the job in that time restores the swap checkpoint with the old code and the old
 //! config and discards anything later: the old code only ever reads state the old code wrote,
 //! and the output is exactly once. The first checkpoint after it commits the upgrade (and the
@@ -18,11 +19,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::wasm::OperatorComponent;
+use super::JobError;
+use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::wasm::{OperatorComponent, WasmEngine};
 
 /// New code (and optionally a new config) for one operator, named by uid.
 #[derive(Debug, Clone)]
@@ -35,18 +38,23 @@ pub struct OperatorUpgrade {
     pub config: Option<String>,
 }
 
-/// When an upgrade is committed: at the first checkpoint after `time` without failure.
+/// When an upgrade is committed: at the first checkpoint after `time` without failure once
+/// the new code has handled `records`. Until then no checkpoint is taken (the new code's
+/// output waits uncommitted in two-phase-commit sinks), so that a rollback loses nothing and
+/// repeats nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probation {
-    /// Time after the swap checkpoint without failure, during which no checkpoint is taken
-    /// (the new code's output waits uncommitted in two-phase-commit sinks).
+    /// Time after the swap checkpoint without failure.
     pub time: Duration,
+    /// Records the upgraded operators' new instances handle (all subtasks together).
+    pub records: u64,
 }
 
 impl Default for Probation {
     fn default() -> Self {
         Probation {
             time: Duration::from_secs(10),
+            records: 0,
         }
     }
 }
@@ -60,6 +68,61 @@ pub struct Upgrade {
     pub probation: Probation,
 }
 
+impl Upgrade {
+    /// The upgrade from the job of spec `old` to that of spec `new`, which differ in the
+    /// code, limits, grants or config of WebAssembly operators only: each such operator's
+    /// new component loaded (validated, compiled, linked), while the job runs on. An error
+    /// names the operator whose new code did not load.
+    pub fn between(
+        old: &JobSpec,
+        new: &JobSpec,
+        engine: &WasmEngine,
+        probation: Probation,
+    ) -> Result<Upgrade, JobError> {
+        let mut operators = Vec::new();
+        for vertex in &new.vertices {
+            let VertexKind::Operator { uid, code, config } = &vertex.kind else {
+                continue;
+            };
+            let before = old.vertices.iter().find_map(|v| match &v.kind {
+                VertexKind::Operator {
+                    uid: u,
+                    code,
+                    config,
+                } if u == uid => Some((code, config)),
+                _ => None,
+            });
+            if before == Some((code, config)) {
+                continue;
+            }
+            let OperatorCode::Wasm {
+                path,
+                limits,
+                grants,
+            } = code
+            else {
+                continue;
+            };
+            let component = engine
+                .load(path, limits)
+                .map_err(|cause| JobError::Component {
+                    name: vertex.name.clone(),
+                    uid: uid.clone(),
+                    cause,
+                })?;
+            operators.push(OperatorUpgrade {
+                uid: uid.clone(),
+                component: component.with_grants(grants.clone()),
+                config: Some(config.clone()),
+            });
+        }
+        Ok(Upgrade {
+            operators,
+            probation,
+        })
+    }
+}
+
 /// How an upgrade ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpgradeOutcome {
@@ -67,6 +130,8 @@ pub enum UpgradeOutcome {
     Committed {
         /// The swap checkpoint.
         checkpoint: u64,
+        /// How the swap went.
+        report: SwapReport,
     },
     /// Refused before anything changed: the job is untouched.
     Refused(String),
@@ -78,14 +143,33 @@ pub enum UpgradeOutcome {
     },
 }
 
+/// What a committed upgrade measured.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SwapReport {
+    /// Of each subtask of the upgraded operators that handled a record after the swap: the
+    /// time from its barrier's alignment to the first record handled by the new instance
+    /// (the snapshot, the instantiation and `open` of the new code).
+    pub pauses: Vec<Duration>,
+    /// From the request to the completion of the swap checkpoint.
+    pub swapped_after: Duration,
+    /// From the request to the commit.
+    pub committed_after: Duration,
+}
+
 /// The answer to an upgrade, once there is one.
 #[derive(Debug)]
 pub struct UpgradeHandle {
     answer: Receiver<UpgradeOutcome>,
     got: OnceLock<UpgradeOutcome>,
+    swapped: Arc<OnceLock<u64>>,
 }
 
 impl UpgradeHandle {
+    /// The swap checkpoint, once it completed: the new code runs, on probation.
+    pub fn swapped(&self) -> Option<u64> {
+        self.swapped.get().copied()
+    }
+
     /// Waits for the upgrade to be committed, refused or rolled back.
     pub fn wait(self) -> UpgradeOutcome {
         if let Some(answer) = self.got.into_inner() {
@@ -117,23 +201,38 @@ fn ended() -> UpgradeOutcome {
 pub(crate) struct Request {
     pub upgrade: Upgrade,
     reply: Sender<UpgradeOutcome>,
+    swapped: Arc<OnceLock<u64>>,
+    /// When it was asked for.
+    pub at: Instant,
 }
 
 impl Request {
     pub(crate) fn new(upgrade: Upgrade) -> (Request, UpgradeHandle) {
         let (reply, answer) = crossbeam_channel::bounded(1);
+        let swapped = Arc::new(OnceLock::new());
         (
-            Request { upgrade, reply },
+            Request {
+                upgrade,
+                reply,
+                swapped: Arc::clone(&swapped),
+                at: Instant::now(),
+            },
             UpgradeHandle {
                 answer,
                 got: OnceLock::new(),
+                swapped,
             },
         )
     }
 
+    /// Its swap checkpoint `id` completed.
+    pub(crate) fn swapped(&self, id: u64) {
+        let _ = self.swapped.set(id);
+    }
+
     pub(crate) fn answer(self, outcome: UpgradeOutcome) {
         match &outcome {
-            UpgradeOutcome::Committed { checkpoint } => {
+            UpgradeOutcome::Committed { checkpoint, .. } => {
                 tracing::info!("upgrade committed (swapped at checkpoint {checkpoint})")
             }
             UpgradeOutcome::Refused(why) => tracing::warn!("upgrade refused: {why}"),
@@ -161,19 +260,41 @@ impl Requests {
     }
 }
 
-/// What the tasks swap at the barrier of a swap checkpoint: new code and config by vertex.
-pub(crate) type SwapPlan = HashMap<usize, (OperatorComponent, Option<String>)>;
+/// What the tasks swap at the barrier of a swap checkpoint.
+#[derive(Debug, Default)]
+pub(crate) struct SwapPlan {
+    /// New code and config by vertex.
+    pub code: HashMap<usize, (OperatorComponent, Option<String>)>,
+    /// The pause of each subtask that swapped and has handled a record since.
+    pauses: Mutex<Vec<Duration>>,
+}
+
+impl SwapPlan {
+    pub(crate) fn paused(&self, pause: Duration) {
+        self.pauses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(pause);
+    }
+
+    fn pauses(&self) -> Vec<Duration> {
+        self.pauses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
 
 /// The swap plans of an attempt, by checkpoint id, for its tasks to find at the barrier.
 #[derive(Debug, Default)]
 pub(crate) struct Plans(Mutex<HashMap<u64, Arc<SwapPlan>>>);
 
 impl Plans {
-    pub(crate) fn insert(&self, checkpoint: u64, plan: SwapPlan) {
+    pub(crate) fn insert(&self, checkpoint: u64, plan: Arc<SwapPlan>) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(checkpoint, Arc::new(plan));
+            .insert(checkpoint, plan);
     }
 
     pub(crate) fn get(&self, checkpoint: u64) -> Option<Arc<SwapPlan>> {
@@ -196,7 +317,11 @@ pub(crate) struct Pending {
     /// Whether a checkpoint after the swap checkpoint completed (probation is over).
     pub passed: bool,
     /// When the swap checkpoint completed.
-    pub since: std::time::Instant,
+    pub since: Instant,
+    /// What the tasks swap.
+    pub plan: Arc<SwapPlan>,
+    /// The records the upgraded operators had handled at the swap checkpoint.
+    pub records_before: u64,
     /// The job with the old code and config, to roll back to.
     pub old: Arc<super::JobParts>,
     /// The job with the new code and config.
@@ -204,9 +329,39 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Whether checkpoints wait: the new code is on probation.
-    pub(crate) fn holds_checkpoints(&self) -> bool {
-        self.swapped && self.since.elapsed() < self.request.upgrade.probation.time
+    /// Whether checkpoints wait: the new code is on probation, the upgraded operators
+    /// having handled `records` in all.
+    pub(crate) fn holds_checkpoints(&self, records: u64) -> bool {
+        let probation = self.request.upgrade.probation;
+        self.swapped
+            && (self.since.elapsed() < probation.time
+                || records.saturating_sub(self.records_before) < probation.records)
+    }
+
+    /// The records the upgraded operators have handled, by `metrics`.
+    pub(crate) fn records(&self, metrics: &super::Metrics) -> u64 {
+        self.plan
+            .code
+            .keys()
+            .map(|&v| {
+                metrics.vertices[v]
+                    .records_in
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum()
+    }
+
+    /// Answers the request: committed.
+    pub(crate) fn commit(self) {
+        let report = SwapReport {
+            pauses: self.plan.pauses(),
+            swapped_after: self.since.saturating_duration_since(self.request.at),
+            committed_after: self.request.at.elapsed(),
+        };
+        self.request.answer(UpgradeOutcome::Committed {
+            checkpoint: self.checkpoint,
+            report,
+        });
     }
 }
 

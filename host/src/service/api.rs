@@ -110,10 +110,126 @@ pub struct JobDetails {
     pub checkpoints: CheckpointSummary,
     /// The savepoint it was submitted from, if any.
     pub restored_from_savepoint: Option<String>,
-    /// Savepoints, stops and rescales asked of it, newest last.
+    /// Savepoints, stops, rescales, upgrades and rollbacks asked of it, newest last.
     pub operations: Vec<Operation>,
+    /// Its upgrades, newest last: which code each operator ran when, and why it changed.
+    pub upgrades: Vec<UpgradeInfo>,
+    /// State that a WebAssembly operator's current code does not declare (left by an older
+    /// version, kept for a later one), by operator uid; known once the job has run.
+    pub undeclared_states: BTreeMap<String, Vec<String>>,
     /// Its spec, as the service runs it (components named by `sha256:`).
     pub spec: String,
+}
+
+/// A version of an operator: its code and its config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OperatorVersion {
+    /// The component's SHA-256, hex.
+    pub component: String,
+    /// Its `config`, as JSON text.
+    pub config: String,
+}
+
+/// One operator of an upgrade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OperatorChange {
+    /// The operator's uid.
+    pub uid: String,
+    /// What it ran before.
+    pub from: OperatorVersion,
+    /// What it runs after.
+    pub to: OperatorVersion,
+}
+
+/// Where an upgrade is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UpgradeStatus {
+    /// Asked for; the swap checkpoint has not completed.
+    Pending,
+    /// The new code runs; a failure rolls it back. No checkpoint is taken meanwhile.
+    Probation,
+    /// The new code passed its probation; the old is released.
+    Committed,
+    /// The new code failed (or a rollback was asked for): the job went back to the old code
+    /// from the swap checkpoint. See `cause`.
+    RolledBack,
+    /// Refused before anything changed. See `cause`.
+    Refused,
+}
+
+/// An upgrade of a job, as its history keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UpgradeInfo {
+    /// The request (its operation has the same id).
+    pub request_id: String,
+    /// When it was asked for, Unix milliseconds.
+    pub requested_ms: u64,
+    /// The operators it changes.
+    pub operators: Vec<OperatorChange>,
+    /// Where it is.
+    pub status: UpgradeStatus,
+    /// Why it was rolled back or refused.
+    pub cause: Option<String>,
+    /// The checkpoint at whose barrier the code was swapped.
+    pub swap_checkpoint: Option<u64>,
+    /// When it was committed, rolled back or refused.
+    pub ended_ms: Option<u64>,
+    /// From the request to the commit.
+    pub time_to_commit_ms: Option<u64>,
+    /// Per subtask of the upgraded operators: the pause from its swap barrier's alignment
+    /// to the first record handled by the new code, in microseconds, sorted.
+    pub pauses_us: Vec<u64>,
+    /// The upgrade this one undoes, for a rollback of a committed upgrade.
+    pub rollback_of: Option<String>,
+}
+
+/// New code for one operator.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorUpgradeRequest {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its new component, uploaded: `sha256:<hex>`, `name@version` or `name`.
+    pub component: String,
+    /// Its new `config` (a JSON object); the old one when absent.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<serde_json::Value>,
+    /// Its new `limits` (as in a spec, e.g. `{"memory": "512 MiB"}`); the old ones when
+    /// absent.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub limits: Option<serde_json::Value>,
+}
+
+/// An upgrade: new code for operators of a running job, swapped in at one checkpoint
+/// barrier, their state kept.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeRequest {
+    /// The operators and their new code; all switch at the same barrier, or none does.
+    pub operators: Vec<OperatorUpgradeRequest>,
+    /// How long the new code runs without failure before the upgrade is committed, in
+    /// milliseconds (default 10000). No checkpoint is taken meanwhile.
+    #[serde(default)]
+    pub probation_ms: Option<u64>,
+    /// Records the new code handles (all subtasks together) before the upgrade is
+    /// committed (default 0).
+    #[serde(default)]
+    pub probation_records: Option<u64>,
+    /// An id for the operation, to make a retried request harmless.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// A rollback.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// An id for the operation, to make a retried request harmless.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// Checkpoint counters of a job.
@@ -189,6 +305,12 @@ pub enum OperationKind {
     Stop,
     /// A change of parallelism: a stop with a savepoint and a restart from it.
     Rescale,
+    /// New code (or config) for operators, swapped in while the job runs; completed when
+    /// it is committed, failed when it is refused or rolled back (see the job's `upgrades`).
+    Upgrade,
+    /// Back to the previous code: the upgrade on probation is rolled back, or else the last
+    /// committed one is undone by an upgrade to the code before it.
+    Rollback,
 }
 
 /// Where an operation is.

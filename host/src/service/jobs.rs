@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{
     CheckpointInfo, CheckpointSummary, ExceptionInfo, JobDetails, JobOverview, JobStatus,
-    Operation, OperationKind, OperationStatus, VertexStatus,
+    Operation, OperationKind, OperationStatus, UpgradeInfo, UpgradeStatus, VertexStatus,
 };
 use super::error::ServiceError;
 use super::store::{now_ms, write_json};
 use crate::runtime::{Failure, JobControl, JobEnd, JobError, JobEvent, Metrics, RunningJob};
-use crate::{SavepointFailed, SavepointHandle};
+use crate::{SavepointFailed, SavepointHandle, UpgradeHandle, UpgradeOutcome};
 
 /// Entries kept in a job's exception history.
 const EXCEPTIONS: usize = 100;
@@ -40,6 +40,31 @@ pub(crate) struct JobRecord {
     pub restarts: u32,
     pub exceptions: Vec<ExceptionInfo>,
     pub operations: Vec<Operation>,
+    /// Its upgrades, oldest first.
+    #[serde(default)]
+    pub upgrades: Vec<UpgradeEntry>,
+}
+
+/// An upgrade as a job's record keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct UpgradeEntry {
+    #[serde(flatten)]
+    pub info: UpgradeInfo,
+    /// The spec with the new code: the job's spec once the upgrade is committed.
+    pub spec: String,
+    /// The rollback operation asked of it while it was on probation.
+    #[serde(default)]
+    pub rolled_back_by: Option<String>,
+}
+
+impl UpgradeEntry {
+    /// Whether it is neither committed nor rolled back nor refused yet.
+    pub(crate) fn in_progress(&self) -> bool {
+        matches!(
+            self.info.status,
+            UpgradeStatus::Pending | UpgradeStatus::Probation
+        )
+    }
 }
 
 impl JobRecord {
@@ -51,6 +76,63 @@ impl JobRecord {
             submitted_ms: self.submitted_ms,
             ended_ms: self.ended_ms,
             restarts: self.restarts,
+        }
+    }
+
+    fn upgrade(&mut self, request_id: &str) -> Option<&mut UpgradeEntry> {
+        self.upgrades
+            .iter_mut()
+            .find(|u| u.info.request_id == request_id)
+    }
+
+    /// Ends upgrade `request_id` as `status` (its operation, and a rollback asked of it,
+    /// with it); a committed upgrade's spec becomes the job's.
+    pub(crate) fn end_upgrade(
+        &mut self,
+        request_id: &str,
+        status: UpgradeStatus,
+        cause: Option<String>,
+    ) {
+        let Some(entry) = self.upgrade(request_id) else {
+            return;
+        };
+        entry.info.status = status;
+        entry.info.cause = cause.clone();
+        entry.info.ended_ms = Some(now_ms());
+        let (spec, rollback) = (entry.spec.clone(), entry.rolled_back_by.clone());
+        let components: Vec<String> = entry
+            .info
+            .operators
+            .iter()
+            .map(|c| c.to.component.clone())
+            .collect();
+        let committed = status == UpgradeStatus::Committed;
+        if committed {
+            self.spec = spec;
+            self.components.extend(components);
+            self.components.sort();
+            self.components.dedup();
+        }
+        let end = |op: &mut Operation, status: OperationStatus, error: Option<String>| {
+            op.status = status;
+            op.error = error;
+            op.ended_ms = Some(now_ms());
+        };
+        if let Some(op) = self.operation(request_id) {
+            match &cause {
+                _ if committed => end(op, OperationStatus::Completed, None),
+                Some(cause) => end(op, OperationStatus::Failed, Some(cause.clone())),
+                None => end(op, OperationStatus::Failed, None),
+            }
+        }
+        if let Some(op) = rollback.and_then(|id| self.operation(&id)) {
+            if committed {
+                let why = "the upgrade was committed before the rollback reached it; roll back \
+                           again to undo it";
+                end(op, OperationStatus::Failed, Some(why.into()));
+            } else {
+                end(op, OperationStatus::Completed, None);
+            }
         }
     }
 
@@ -315,12 +397,67 @@ impl ManagedJob {
         });
     }
 
+    /// Follows upgrade `request_id` through `handle` in a thread of its own, recording its
+    /// probation and its end.
+    pub(crate) fn follow_upgrade(self: &Arc<Self>, request_id: String, handle: UpgradeHandle) {
+        let job = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("upgrade-watch".into())
+            .spawn(move || {
+                let mut swapped = None;
+                let outcome = loop {
+                    if swapped.is_none()
+                        && let Some(id) = handle.swapped()
+                    {
+                        swapped = Some(id);
+                        job.update_logged(|r| {
+                            if let Some(u) = r.upgrade(&request_id) {
+                                u.info.status = UpgradeStatus::Probation;
+                                u.info.swap_checkpoint = Some(id);
+                            }
+                        });
+                    }
+                    if let Some(outcome) = handle.poll() {
+                        break outcome;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                };
+                job.update_logged(|r| match outcome {
+                    UpgradeOutcome::Committed { checkpoint, report } => {
+                        if let Some(u) = r.upgrade(&request_id) {
+                            u.info.swap_checkpoint = Some(checkpoint);
+                            u.info.time_to_commit_ms =
+                                Some(report.committed_after.as_millis() as u64);
+                            let mut pauses: Vec<u64> =
+                                report.pauses.iter().map(|p| p.as_micros() as u64).collect();
+                            pauses.sort_unstable();
+                            u.info.pauses_us = pauses;
+                        }
+                        r.end_upgrade(&request_id, UpgradeStatus::Committed, None);
+                    }
+                    UpgradeOutcome::RolledBack { cause } => {
+                        r.end_upgrade(&request_id, UpgradeStatus::RolledBack, Some(cause))
+                    }
+                    UpgradeOutcome::Refused(why) => {
+                        r.end_upgrade(&request_id, UpgradeStatus::Refused, Some(why))
+                    }
+                });
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread to follow an upgrade: {e}");
+        }
+    }
+
     /// The job's whole status.
     pub(crate) fn details(&self) -> JobDetails {
         let record = self.record().clone();
-        let (vertices, checkpoints) = match self.run() {
-            Some(run) => (run.vertices(&record.spec), run.checkpoints()),
-            None => (Vec::new(), CheckpointSummary::default()),
+        let (vertices, checkpoints, undeclared_states) = match self.run() {
+            Some(run) => (
+                run.vertices(&record.spec),
+                run.checkpoints(),
+                run.undeclared_states(&record.spec),
+            ),
+            None => (Vec::new(), CheckpointSummary::default(), BTreeMap::new()),
         };
         JobDetails {
             overview: record.overview(),
@@ -328,6 +465,8 @@ impl ManagedJob {
             checkpoints,
             restored_from_savepoint: record.savepoint.map(|p| p.display().to_string()),
             operations: record.operations,
+            upgrades: record.upgrades.into_iter().map(|u| u.info).collect(),
+            undeclared_states,
             spec: record.spec,
         }
     }
@@ -378,6 +517,20 @@ impl Run {
                 records_out: count.1,
                 records_in_per_second: rate.0,
                 records_out_per_second: rate.1,
+            })
+            .collect()
+    }
+
+    /// The keyed states operators hold that their code does not declare, by uid.
+    fn undeclared_states(&self, spec: &str) -> BTreeMap<String, Vec<String>> {
+        let uids = uids(spec);
+        self.metrics
+            .vertices
+            .iter()
+            .filter_map(|v| {
+                let states = v.undeclared_states();
+                let uid = uids.get(&v.name)?;
+                (!states.is_empty()).then(|| (uid.clone(), states))
             })
             .collect()
     }

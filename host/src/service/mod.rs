@@ -31,16 +31,18 @@ use std::sync::{Arc, Mutex};
 use components::Components;
 pub use components::Upload;
 pub use error::{ErrorCode, ServiceError};
-use jobs::{JobRecord, ManagedJob, PendingRescale};
+use jobs::{JobRecord, ManagedJob, PendingRescale, UpgradeEntry};
 
 use self::api::{
     Checkpoints, ComponentInfo, Exceptions, JobDetails, JobOverview, JobStatus, Operation,
-    OperationKind, OperationStatus, RescaleRequest, SavepointRequest, StopRequest, SubmitRequest,
+    OperationKind, OperationStatus, OperatorChange, OperatorVersion, RescaleRequest,
+    RollbackRequest, SavepointRequest, StopRequest, SubmitRequest, UpgradeInfo, UpgradeRequest,
+    UpgradeStatus,
 };
 use self::store::{check_name, is_id, new_id, now_ms, read_json};
 use crate::checkpoint::{CheckpointError, CheckpointHistory, RestoreFrom};
-use crate::job::spec::{JobSpec, ParseError, VertexKind};
-use crate::runtime::{Job, JobControl, JobEnd, JobError};
+use crate::job::spec::{JobSpec, OperatorCode, ParseError, VertexKind};
+use crate::runtime::{Job, JobControl, JobEnd, JobError, Probation, Upgrade};
 use crate::wasm::{Limits, WasmEngine};
 
 /// How a service is set up.
@@ -142,6 +144,7 @@ impl Service {
             };
             let job = Arc::new(ManagedJob::new(path.clone(), record));
             self.jobs().insert(id.to_string(), Arc::clone(&job));
+            settle_upgrades(&job)?;
             let status = job.record().status;
             // A stop whose savepoint completed: the job ends there, or output after the
             // savepoint would be written again by a job restored from it.
@@ -323,6 +326,7 @@ impl Service {
             restarts: 0,
             exceptions: Vec::new(),
             operations: Vec::new(),
+            upgrades: Vec::new(),
         };
         let job = Arc::new(ManagedJob::new(dir.clone(), record));
         let from = savepoint.map_or(RestoreFrom::Fresh, RestoreFrom::Path);
@@ -716,6 +720,12 @@ impl Service {
     pub fn rescale(&self, id: &str, request: RescaleRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
         let run = Self::running(&job)?;
+        if job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+            return Err(ServiceError::conflict(
+                "an upgrade of the job is in progress; rescale it once the upgrade is committed \
+                 or rolled back",
+            ));
+        }
         // Check the new spec before anything stops.
         let spec_text = rescaled_spec(&job.record().spec, &request.parallelism)?;
         let base_dir = job.record().base_dir.clone();
@@ -746,6 +756,240 @@ impl Service {
             parallelism: request.parallelism,
             savepoint: handle,
         });
+        Ok(op)
+    }
+
+    /// Upgrades operators of job `id`: their new components are loaded while the job runs
+    /// on (a component that does not load is refused here, and nothing changes), then
+    /// swapped in at one checkpoint barrier. Answers at once with the operation to poll.
+    pub fn upgrade(&self, id: &str, request: UpgradeRequest) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        if let Some(op) = Self::seen(&job, OperationKind::Upgrade, &request.request_id)? {
+            return Ok(op);
+        }
+        if request.operators.is_empty() {
+            return Err(ServiceError::invalid(
+                "`operators` is empty; name the operators to upgrade by uid, with their new \
+                 component",
+            ));
+        }
+        let mut table: toml::Table = job
+            .record()
+            .spec
+            .parse()
+            .map_err(|e| spec_error(format!("{e}")))?;
+        for op in &request.operators {
+            let sha = self.components.resolve(&op.component).map_err(|e| {
+                ServiceError::not_found(format!("operator uid \"{}\": {e}", op.uid))
+            })?;
+            let table_of = |what: &str, value: &Option<serde_json::Value>| {
+                value
+                    .as_ref()
+                    .map(|v| match v {
+                        serde_json::Value::Object(_) => toml::Value::try_from(v).map_err(|e| {
+                            ServiceError::invalid(format!(
+                                "operator uid \"{}\": `{what}` cannot be a job spec's {what}: {e}",
+                                op.uid
+                            ))
+                        }),
+                        _ => Err(ServiceError::invalid(format!(
+                            "operator uid \"{}\": `{what}` must be a JSON object",
+                            op.uid
+                        ))),
+                    })
+                    .transpose()
+            };
+            let config = table_of("config", &op.config)?;
+            let limits = table_of("limits", &op.limits)?;
+            set_operator(&mut table, &op.uid, sha, config)?;
+            if let Some(limits) = limits {
+                set_limits(&mut table, &op.uid, limits);
+            }
+        }
+        let probation = Probation {
+            time: request
+                .probation_ms
+                .map_or(Probation::default().time, std::time::Duration::from_millis),
+            records: request.probation_records.unwrap_or(0),
+        };
+        self.start_upgrade(
+            &job,
+            table,
+            OperationKind::Upgrade,
+            request.request_id,
+            None,
+            probation,
+        )
+    }
+
+    /// Rolls job `id` back to its previous code: the upgrade on probation is rolled back (as
+    /// if its new code had failed), or else the last committed upgrade is undone by an
+    /// upgrade to the code and config before it. Answers at once.
+    pub fn roll_back(&self, id: &str, request: RollbackRequest) -> Result<Operation, ServiceError> {
+        let job = self.job(id)?;
+        if let Some(op) = Self::seen(&job, OperationKind::Rollback, &request.request_id)? {
+            return Ok(op);
+        }
+        let run = Self::running(&job)?;
+        let last = job.record().upgrades.last().cloned();
+        let Some(last) = last else {
+            return Err(ServiceError::conflict(
+                "the job has not been upgraded; there is nothing to roll back",
+            ));
+        };
+        if last.in_progress() {
+            let op = match Self::begin_operation(&job, OperationKind::Rollback, request.request_id)
+            {
+                Ok(op) => op,
+                Err(answer) => return answer,
+            };
+            job.update(|r| {
+                if let Some(u) = r.upgrades.last_mut() {
+                    u.rolled_back_by = Some(op.request_id.clone());
+                }
+            })?;
+            run.control.roll_back();
+            return Ok(op);
+        }
+        let undo = job
+            .record()
+            .upgrades
+            .iter()
+            .rev()
+            .find(|u| u.info.status == UpgradeStatus::Committed)
+            .cloned()
+            .ok_or_else(|| {
+                ServiceError::conflict(
+                    "no upgrade of the job was committed; there is nothing to roll back",
+                )
+            })?;
+        let mut table: toml::Table = job
+            .record()
+            .spec
+            .parse()
+            .map_err(|e| spec_error(format!("{e}")))?;
+        for change in &undo.info.operators {
+            let config: serde_json::Value = serde_json::from_str(&change.from.config)
+                .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
+            let config = toml::Value::try_from(config)
+                .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
+            set_operator(
+                &mut table,
+                &change.uid,
+                change.from.component.clone(),
+                Some(config),
+            )?;
+        }
+        self.start_upgrade(
+            &job,
+            table,
+            OperationKind::Rollback,
+            request.request_id,
+            Some(undo.info.request_id),
+            Probation::default(),
+        )
+    }
+
+    /// An earlier operation of `kind` under `request_id`, if the id names one (a retry).
+    fn seen(
+        job: &ManagedJob,
+        kind: OperationKind,
+        request_id: &Option<String>,
+    ) -> Result<Option<Operation>, ServiceError> {
+        let Some(request_id) = request_id else {
+            return Ok(None);
+        };
+        let record = job.record();
+        match record
+            .operations
+            .iter()
+            .find(|o| &o.request_id == request_id)
+        {
+            Some(op) if op.kind == kind => Ok(Some(op.clone())),
+            Some(_) => Err(ServiceError::conflict(format!(
+                "request id {request_id} names an earlier operation of another kind; use a new id"
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// Upgrades `job` to the spec `table` (which changes operators' code and config only).
+    fn start_upgrade(
+        &self,
+        job: &Arc<ManagedJob>,
+        table: toml::Table,
+        kind: OperationKind,
+        request_id: Option<String>,
+        rollback_of: Option<String>,
+        probation: Probation,
+    ) -> Result<Operation, ServiceError> {
+        let run = Self::running(job)?;
+        if job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+            return Err(ServiceError::conflict(
+                "an upgrade of the job is in progress; wait until it is committed or rolled \
+                 back (or roll it back)",
+            ));
+        }
+        if job
+            .rescale
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return Err(ServiceError::conflict(
+                "the job is being rescaled; upgrade it once the rescale is done",
+            ));
+        }
+        let (old_text, base_dir) = {
+            let r = job.record();
+            (r.spec.clone(), r.base_dir.clone())
+        };
+        let new_text = toml::to_string(&table).expect("a table serializes");
+        let (old, new) = (
+            self.spec(&old_text, &base_dir)?,
+            self.spec(&new_text, &base_dir)?,
+        );
+        let upgrade = Upgrade::between(&old, &new, &self.engine, probation)
+            .map_err(|e| ServiceError::new(ErrorCode::InvalidComponent, e.to_string()))?;
+        if upgrade.operators.is_empty() {
+            return Err(ServiceError::invalid(
+                "the operators run this code and config already; nothing to upgrade",
+            ));
+        }
+        let (before, after) = (versions(&old), versions(&new));
+        let operators = upgrade
+            .operators
+            .iter()
+            .map(|o| OperatorChange {
+                uid: o.uid.clone(),
+                from: before[&o.uid].clone(),
+                to: after[&o.uid].clone(),
+            })
+            .collect();
+        let op = match Self::begin_operation(job, kind, request_id) {
+            Ok(op) => op,
+            Err(answer) => return answer,
+        };
+        job.update(|r| {
+            r.upgrades.push(UpgradeEntry {
+                info: UpgradeInfo {
+                    request_id: op.request_id.clone(),
+                    requested_ms: op.requested_ms,
+                    operators,
+                    status: UpgradeStatus::Pending,
+                    cause: None,
+                    swap_checkpoint: None,
+                    ended_ms: None,
+                    time_to_commit_ms: None,
+                    pauses_us: Vec::new(),
+                    rollback_of,
+                },
+                spec: new_text,
+                rolled_back_by: None,
+            })
+        })?;
+        let handle = run.control.upgrade(upgrade);
+        job.follow_upgrade(op.request_id.clone(), handle);
         Ok(op)
     }
 
@@ -798,6 +1042,123 @@ fn start_error(e: JobError) -> ServiceError {
         }
         e => ServiceError::new(ErrorCode::Internal, e.to_string()),
     }
+}
+
+/// Points operator `uid` of the spec `table` at component `sha`, with `config` if given.
+fn set_operator(
+    table: &mut toml::Table,
+    uid: &str,
+    sha: String,
+    config: Option<toml::Value>,
+) -> Result<(), ServiceError> {
+    let operator = table
+        .get_mut("operator")
+        .and_then(|o| o.as_array_mut())
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_table_mut())
+        .find(|o| operator_uid(o) == Some(uid))
+        .ok_or_else(|| {
+            ServiceError::not_found(format!(
+                "the job has no operator with uid \"{uid}\"; GET /v1/jobs/{{id}} lists them"
+            ))
+        })?;
+    if !operator.contains_key("wasm") {
+        return Err(ServiceError::invalid(format!(
+            "operator uid \"{uid}\" is a built-in; only WebAssembly operators are upgraded"
+        )));
+    }
+    operator.insert("wasm".into(), format!("sha256:{sha}").into());
+    if let Some(config) = config {
+        operator.insert("config".into(), config);
+    }
+    Ok(())
+}
+
+/// Sets the `limits` of operator `uid` (which `set_operator` found) of the spec `table`.
+fn set_limits(table: &mut toml::Table, uid: &str, limits: toml::Value) {
+    let operator = table
+        .get_mut("operator")
+        .and_then(|o| o.as_array_mut())
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.as_table_mut())
+        .find(|o| operator_uid(o) == Some(uid));
+    if let Some(operator) = operator {
+        operator.insert("limits".into(), limits);
+    }
+}
+
+/// The uid of an operator table of a spec: its `uid`, else its name.
+fn operator_uid(operator: &toml::Table) -> Option<&str> {
+    let name = operator.get("name").and_then(|n| n.as_str());
+    operator.get("uid").and_then(|u| u.as_str()).or(name)
+}
+
+/// The version of each WebAssembly operator of a service's `spec`, by uid.
+fn versions(spec: &JobSpec) -> BTreeMap<String, OperatorVersion> {
+    spec.vertices
+        .iter()
+        .filter_map(|v| match &v.kind {
+            VertexKind::Operator {
+                uid,
+                code: OperatorCode::Wasm { path, .. },
+                config,
+            } => Some((
+                uid.clone(),
+                OperatorVersion {
+                    component: path.file_stem()?.to_str()?.to_string(),
+                    config: config.clone(),
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Settles the upgrades of `job` that were in progress when the service stopped, by the
+/// code that wrote its newest checkpoint (where the job resumes): an upgrade whose new code
+/// wrote it was committed (its commit checkpoint completed), any other was rolled back (the
+/// newest checkpoint is its swap checkpoint or older, written by the old code).
+fn settle_upgrades(job: &ManagedJob) -> Result<(), ServiceError> {
+    if !job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+        return Ok(());
+    }
+    let name = job.record().name.clone();
+    let latest = crate::checkpoint::code_versions(&ManagedJob::checkpoints_in(&job.dir), &name);
+    job.update(|r| {
+        let pending: Vec<UpgradeEntry> = r
+            .upgrades
+            .iter()
+            .filter(|u| u.in_progress())
+            .cloned()
+            .collect();
+        for u in pending {
+            let applied = latest.as_ref().is_some_and(|(_, code)| {
+                u.info.operators.iter().all(|c| {
+                    code.get(&c.uid)
+                        .is_some_and(|v| v.component == c.to.component && v.config == c.to.config)
+                })
+            });
+            let id = &u.info.request_id;
+            if applied {
+                r.end_upgrade(id, UpgradeStatus::Committed, None);
+            } else {
+                let at = latest
+                    .as_ref()
+                    .map(|(n, _)| format!(" from checkpoint {n}"))
+                    .unwrap_or_default();
+                r.end_upgrade(
+                    id,
+                    UpgradeStatus::RolledBack,
+                    Some(format!(
+                        "the service stopped before the upgrade was committed; the job \
+                         resumed with the old code{at}"
+                    )),
+                );
+            }
+        }
+    })
 }
 
 /// `spec` with operators at the parallelism `parallelism` gives them.

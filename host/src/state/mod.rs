@@ -332,9 +332,10 @@ struct Declared {
 fn kind_mismatch(name: &str, existing: StateKind, declared: StateKind, restored: bool) -> String {
     if restored {
         format!(
-            "state \"{name}\" is declared as {declared} state, but the checkpoint or savepoint \
-             the job restored holds it as {existing} state; declare it as {existing} state, or \
-             give the new state another name"
+            "state \"{name}\" is declared as {declared} state, but the state the operator \
+             holds (restored from a checkpoint or savepoint, or written by its code before an \
+             upgrade) is {existing} state; declare it as {existing} state, or give the new state \
+             another name"
         )
     } else {
         format!(
@@ -521,6 +522,22 @@ impl KeyedState {
             Backend::Memory(m) => m.bytes(),
             Backend::Rocks(_) => 0,
         }
+    }
+
+    /// Marks every state as not declared by the code: an instance of new code declares what
+    /// it uses again.
+    pub(crate) fn forget_declarations(&mut self) {
+        for s in &mut self.states {
+            s.restored = true;
+        }
+    }
+
+    /// The states held that the code has not declared (restored, or left by older code).
+    pub(crate) fn undeclared(&self) -> impl Iterator<Item = &str> {
+        self.states
+            .iter()
+            .filter(|s| s.restored)
+            .map(|s| s.name.as_str())
     }
 
     /// Whether no state has been declared (or restored).

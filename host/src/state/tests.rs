@@ -589,7 +589,7 @@ fn damaged_snapshots_fail_cleanly() {
     ));
     assert!(
         err.to_string()
-            .contains("the checkpoint or savepoint the job restored holds it as value state"),
+            .contains("written by its code before an upgrade) is value state"),
         "{err}"
     );
 }

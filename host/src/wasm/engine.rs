@@ -155,12 +155,19 @@ pub struct OperatorComponent {
     pub(crate) grants: Grants,
     /// The interfaces it imports.
     imports: Arc<[String]>,
+    /// The SHA-256 of its bytes, hex: which version of an operator this is.
+    sha256: Arc<str>,
 }
 
 impl OperatorComponent {
     /// The interfaces the component imports (weir's and standard WASI ones).
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+
+    /// The SHA-256 of the component's bytes, hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// The component whose instances may reach what `grants` grants.
@@ -307,7 +314,8 @@ impl WasmEngine {
         check_header(path, &wasm)?;
         // Before compiling: a file that is no weir operator is not compiled (nor cached).
         let imports = check_world(path, &wasm)?;
-        let component = self.compile(path, wasm, limits.compile_time)?;
+        let hash: [u8; 32] = Sha256::digest(&wasm).into();
+        let component = self.compile(path, hash, wasm, limits.compile_time)?;
         let link = |e: wasmtime::Error| WasmError::Link {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -335,24 +343,25 @@ impl WasmEngine {
             limits: *limits,
             grants: Grants::default(),
             imports: imports.into(),
+            sha256: hex(&hash).into(),
         })
     }
 
     fn compile(
         &self,
         path: &Path,
+        hash: [u8; 32],
         wasm: Vec<u8>,
         time_limit: Duration,
     ) -> Result<Component, WasmError> {
-        let hash: [u8; 32] = Sha256::digest(&wasm).into();
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = loaded.get(&hash) {
             return Ok(c.clone());
         }
-        let cached = self.cache_dir.as_ref().map(|dir| {
-            let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-            dir.join(format!("{hex}-{}.cwasm", self.fingerprint))
-        });
+        let cached = self
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}-{}.cwasm", hex(&hash), self.fingerprint)));
         if let Some(file) = &cached
             && file.exists()
         {
@@ -409,6 +418,10 @@ impl WasmEngine {
         loaded.insert(hash, component.clone());
         Ok(component)
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Defines every import of `component` from a package of [`DENIED_WASI`] as functions that

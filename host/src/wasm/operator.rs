@@ -325,6 +325,10 @@ impl Operator for WasmOperator {
         self.store.data_mut().take_side_outputs()
     }
 
+    fn undeclared_states(&self) -> Vec<String> {
+        self.store.data().undeclared_states()
+    }
+
     fn into_held(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
         Some(Box::new(self.store.into_data().into_held()))
     }

@@ -23,7 +23,7 @@ use utoipa_axum::routes;
 
 use weir::service::api::{
     Checkpoints, ComponentInfo, Exceptions, JobDetails, JobOverview, Operation, RescaleRequest,
-    SavepointRequest, StopRequest, SubmitRequest,
+    RollbackRequest, SavepointRequest, StopRequest, SubmitRequest, UpgradeRequest,
 };
 use weir::service::{ErrorCode, ServiceError};
 
@@ -221,6 +221,8 @@ pub fn api() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(stop_job))
         .routes(routes!(trigger_savepoint))
         .routes(routes!(rescale_job))
+        .routes(routes!(upgrade_job))
+        .routes(routes!(roll_back_job))
         .routes(routes!(get_operation))
         .split_for_parts();
     ErrorResponses.modify(&mut api);
@@ -474,6 +476,40 @@ async fn rescale_job(
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
     let service = Arc::clone(&state.service);
     let op = blocking(move || service.rescale(&path.id, request)).await?;
+    Ok((StatusCode::ACCEPTED, Json(op)))
+}
+
+/// Replaces the code (and optionally the config) of operators while the job runs, keeping
+/// their state: the new components are loaded first (one that does not load is refused and
+/// nothing changes), then every subtask of every named operator switches at one checkpoint
+/// barrier. During its probation a failure of the new code rolls the job back to the old code
+/// from that checkpoint. Answers at once; poll the operation, and see the job's `upgrades`.
+#[utoipa::path(post, path = "/v1/jobs/{id}/upgrade", tag = "jobs", params(JobPath),
+    request_body = UpgradeRequest,
+    responses((status = 202, description = "Upgrading", body = Operation)))]
+async fn upgrade_job(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<JobPath>,
+    ApiJson(request): ApiJson<UpgradeRequest>,
+) -> ApiResult<(StatusCode, Json<Operation>)> {
+    let service = Arc::clone(&state.service);
+    let op = blocking(move || service.upgrade(&path.id, request)).await?;
+    Ok((StatusCode::ACCEPTED, Json(op)))
+}
+
+/// Back to the previous code: the upgrade on probation is rolled back, or else the last
+/// committed upgrade is undone by an upgrade to the code and config before it. Answers at
+/// once; poll the operation.
+#[utoipa::path(post, path = "/v1/jobs/{id}/rollback", tag = "jobs", params(JobPath),
+    request_body = RollbackRequest,
+    responses((status = 202, description = "Rolling back", body = Operation)))]
+async fn roll_back_job(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<JobPath>,
+    ApiJson(request): ApiJson<RollbackRequest>,
+) -> ApiResult<(StatusCode, Json<Operation>)> {
+    let service = Arc::clone(&state.service);
+    let op = blocking(move || service.roll_back(&path.id, request)).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
 }
 

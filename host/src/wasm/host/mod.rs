@@ -160,11 +160,14 @@ impl HostState {
     ) -> Result<Self, String> {
         let log = GuestLog::new(&ctx);
         let call = CallClock::new(Arc::clone(&ctx.cancelled));
+        let mut state = held.state;
+        // The new code declares what it uses; the rest stays, for a later version.
+        state.forget_declarations();
         Ok(HostState {
             wasi: grants.wasi_ctx(&log, &call)?,
             table: ResourceTable::new(),
             ctx,
-            state: held.state,
+            state,
             declared: Vec::new(),
             slots: Slots::default(),
             in_call: false,
@@ -186,6 +189,11 @@ impl HostState {
             call,
             clock,
         })
+    }
+
+    /// The keyed states held that the instance's code has not declared.
+    pub(crate) fn undeclared_states(&self) -> Vec<String> {
+        self.state.undeclared().map(String::from).collect()
     }
 
     /// What outlives the instance's code (see [`Held`]).

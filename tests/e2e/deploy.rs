@@ -1,0 +1,359 @@
+//! Hot deploy through `weir serve`: operators of a running word count get new code while
+//! sources and sinks run on; new code that fails rolls back by itself; a rollback is one call;
+//! a server killed during a probation resumes the job on one version; an upgrade that names a
+//! component that does not load changes nothing. Outputs are checked word by word (every count
+//! once, in order, the old format before the new) or against a run without the upgrade.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::service::{Server, TOKEN, committed, reference, word_count};
+use crate::support::{Workspace, weir_bin};
+
+/// Lines of the rate-limited word counts, and their rate: long enough for an upgrade or two.
+const LINES: u64 = 200_000;
+const RATE: u64 = 20_000;
+
+/// A server running the word count into `out`; the server and the job's id.
+fn running_word_count(ws: &Workspace, out: &Path) -> (Server, String) {
+    let server = Server::start(ws, &ws.path("data"), &[]);
+    let (split, count) = server.word_count_components();
+    let spec = word_count("deployed", LINES, Some(RATE), &split, &count, 2, out);
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_status(&id, "running", Duration::from_secs(60));
+    server.wait_checkpoints(&id, 2);
+    (server, id)
+}
+
+/// Asks for `request` of job `id` (`upgrade` or `rollback`) and waits for its operation.
+fn operate(server: &Server, id: &str, what: &str, request: Value) -> Value {
+    let op = server.ok("POST", &format!("/v1/jobs/{id}/{what}"), Some(request), 202);
+    server.wait_operation(id, op["request_id"].as_str().unwrap())
+}
+
+/// Upgrades the count of job `id` to component `sha` with `config` and `probation_ms`.
+fn upgrade_count(server: &Server, id: &str, sha: &str, config: Value, probation_ms: u64) -> Value {
+    let request = json!({
+        "operators": [{ "uid": "count", "component": format!("sha256:{sha}"), "config": config }],
+        "probation_ms": probation_ms,
+    });
+    operate(server, id, "upgrade", request)
+}
+
+/// The counts of each word in committed `lines` (`word<TAB>count`), split by whether the
+/// count has `prefix` (the new code's format): `(old, new)`, each sorted.
+fn counts(lines: &[String], prefix: &str) -> BTreeMap<String, (Vec<u64>, Vec<u64>)> {
+    let mut by_word: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for line in lines {
+        let (word, value) = line.split_once('\t').expect("key<TAB>value");
+        let entry = by_word.entry(word.to_string()).or_default();
+        match value.strip_prefix(prefix) {
+            Some(n) => entry.1.push(n.parse().unwrap()),
+            None => entry.0.push(value.parse().unwrap()),
+        }
+    }
+    for (old, new) in by_word.values_mut() {
+        old.sort_unstable();
+        new.sort_unstable();
+    }
+    by_word
+}
+
+/// The final count of each word of `reference` (its output without any upgrade).
+fn totals(reference: &[String]) -> BTreeMap<String, u64> {
+    counts(reference, "\u{0}")
+        .into_iter()
+        .map(|(word, (old, _))| (word, *old.last().unwrap()))
+        .collect()
+}
+
+/// The job's restarts and exceptions: none, if sources and sinks were not restarted.
+fn assert_not_restarted(server: &Server, id: &str) {
+    let job = server.job(id);
+    assert_eq!(job["restarts"], 0, "{job}");
+    let exceptions = server.ok("GET", &format!("/v1/jobs/{id}/exceptions"), None, 200);
+    assert_eq!(exceptions["exceptions"], json!([]), "{exceptions}");
+}
+
+#[test]
+fn an_upgrade_changes_the_output_format_and_every_count_goes_on() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_word_count(&ws, &out);
+    let recount = server.component("weir_test_recount");
+    let done = upgrade_count(&server, &id, &recount, json!({ "prefix": "v2:" }), 500);
+    assert_eq!(done["status"], "completed", "{done}");
+    let job = server.job(&id);
+    let upgrade = &job["upgrades"][0];
+    assert_eq!(upgrade["status"], "committed", "{job}");
+    assert_eq!(upgrade["operators"][0]["uid"], "count");
+    assert_eq!(upgrade["operators"][0]["to"]["component"], recount.as_str());
+    assert!(upgrade["swap_checkpoint"].as_u64().is_some(), "{upgrade}");
+    assert!(upgrade["time_to_commit_ms"].as_u64().is_some(), "{upgrade}");
+    // Both subtasks of the count swapped and handled records.
+    assert_eq!(
+        upgrade["pauses_us"].as_array().unwrap().len(),
+        2,
+        "{upgrade}"
+    );
+    assert!(job["spec"].as_str().unwrap().contains(&recount), "{job}");
+    // The new code declares every state the old one wrote.
+    assert_eq!(job["undeclared_states"], json!({}), "{job}");
+    // A savepoint says which code wrote each operator's state.
+    let savepoint = operate(&server, &id, "savepoints", json!({}));
+    let path = Path::new(savepoint["savepoint"].as_str().unwrap()).join("_metadata");
+    let meta: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let vertex = |name: &str| {
+        meta["vertices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(vertex("count")["code"]["component"], recount.as_str());
+    assert_eq!(vertex("count")["code"]["config"], r#"{"prefix":"v2:"}"#);
+    assert_eq!(vertex("lines")["code"], Value::Null);
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    assert_not_restarted(&server, &id);
+
+    let totals = totals(&reference(&ws, LINES));
+    let by_word = counts(&committed(&out), "v2:");
+    assert_eq!(
+        by_word.keys().collect::<Vec<_>>(),
+        totals.keys().collect::<Vec<_>>()
+    );
+    let (mut old_lines, mut new_lines) = (0, 0);
+    for (word, (old, new)) in &by_word {
+        // Every count once, the old code's before the new code's: the new code read the
+        // counts the old code wrote.
+        let all: Vec<u64> = old.iter().chain(new).copied().collect();
+        let expected: Vec<u64> = (1..=totals[word]).collect();
+        assert_eq!(all, expected, "the counts of {word:?}");
+        old_lines += old.len();
+        new_lines += new.len();
+    }
+    assert!(old_lines > 0 && new_lines > 0, "{old_lines} {new_lines}");
+}
+
+#[test]
+fn new_code_that_traps_or_changes_a_states_kind_rolls_back_by_itself() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_word_count(&ws, &out);
+    let hostile = server.component("weir_test_hostile");
+    let recount = server.component("weir_test_recount");
+    let cases = [
+        (hostile, json!({ "trap_after_ms": 0 }), "trapping"),
+        (recount, json!({ "kind": "map" }), "declared as map state"),
+    ];
+    for (i, (sha, config, cause)) in cases.into_iter().enumerate() {
+        let done = upgrade_count(&server, &id, &sha, config, 2_000);
+        assert_eq!(done["status"], "failed", "{done}");
+        let job = server.job(&id);
+        let upgrade = &job["upgrades"][i];
+        assert_eq!(upgrade["status"], "rolled_back", "{job}");
+        assert!(
+            upgrade["cause"].as_str().unwrap().contains(cause),
+            "{upgrade}"
+        );
+        // The job runs its old code again.
+        assert!(!job["spec"].as_str().unwrap().contains(&sha), "{job}");
+        server.wait_status(&id, "running", Duration::from_secs(60));
+        server.wait_checkpoints(&id, 1);
+    }
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    assert!(
+        committed(&out) == reference(&ws, LINES),
+        "the output of a run without the failed upgrades"
+    );
+}
+
+#[test]
+fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_word_count(&ws, &out);
+    let recount = server.component("weir_test_recount");
+    // Version 2 counts in a state of its own: `count` is kept, and listed.
+    let config = json!({ "prefix": "v2:", "state": "count2" });
+    // On probation, a rollback takes the job back to the swap checkpoint with version 1.
+    let request = json!({
+        "operators": [{ "uid": "count", "component": format!("sha256:{recount}"), "config": config.clone() }],
+        "probation_ms": 600_000,
+    });
+    let upgrade = server.ok(
+        "POST",
+        &format!("/v1/jobs/{id}/upgrade"),
+        Some(request),
+        202,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.job(&id)["upgrades"][0]["status"] != "probation" {
+        assert!(Instant::now() < deadline, "{}", server.job(&id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rollback = operate(&server, &id, "rollback", json!({}));
+    assert_eq!(rollback["status"], "completed", "{rollback}");
+    let upgrade = server.wait_operation(&id, upgrade["request_id"].as_str().unwrap());
+    assert_eq!(upgrade["status"], "failed", "{upgrade}");
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"][0]["status"], "rolled_back", "{job}");
+    assert!(
+        job["upgrades"][0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("rolled back by request"),
+        "{job}"
+    );
+    server.wait_status(&id, "running", Duration::from_secs(60));
+    // Committed this time.
+    let done = upgrade_count(&server, &id, &recount, config, 300);
+    assert_eq!(done["status"], "completed", "{done}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = server.job(&id);
+        if job["undeclared_states"] == json!({ "count": ["count"] }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{job}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The CLI's rollback goes back to version 1, which reads its `count` again.
+    let output = Command::new(weir_bin())
+        .args(["rollback", &id])
+        .env("WEIR_SERVER", format!("http://{}", server.addr))
+        .env("WEIR_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let job = server.job(&id);
+    let upgrades = job["upgrades"].as_array().unwrap();
+    assert_eq!(upgrades.len(), 3, "{job}");
+    assert_eq!(upgrades[2]["status"], "committed", "{job}");
+    assert_eq!(upgrades[2]["rollback_of"], upgrades[1]["request_id"]);
+    assert_eq!(
+        upgrades[2]["operators"][0]["to"],
+        upgrades[1]["operators"][0]["from"]
+    );
+    assert!(!job["spec"].as_str().unwrap().contains(&recount), "{job}");
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    // The rollback on probation restarted the job from the swap checkpoint, once.
+    assert_eq!(server.job(&id)["restarts"], 1);
+
+    let totals = totals(&reference(&ws, LINES));
+    let by_word = counts(&committed(&out), "v2:");
+    let (mut old_lines, mut new_lines) = (0, 0);
+    for (word, (old, new)) in &by_word {
+        // Version 1 counted before and after version 2 in `count`, without a gap: together
+        // with version 2's own count from 1, every record of the word once.
+        let expected: Vec<u64> = (1..=old.len() as u64).collect();
+        assert_eq!(old, &expected, "version 1's counts of {word:?}");
+        let expected: Vec<u64> = (1..=new.len() as u64).collect();
+        assert_eq!(new, &expected, "version 2's counts of {word:?}");
+        assert_eq!((old.len() + new.len()) as u64, totals[word], "{word:?}");
+        old_lines += old.len();
+        new_lines += new.len();
+    }
+    assert!(old_lines > 0 && new_lines > 0, "{old_lines} {new_lines}");
+}
+
+#[test]
+fn a_server_killed_during_a_probation_resumes_the_job_on_the_old_code_exactly_once() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_word_count(&ws, &out);
+    let recount = server.component("weir_test_recount");
+    let request = json!({
+        "operators": [{ "uid": "count", "component": format!("sha256:{recount}") }],
+        "probation_ms": 600_000,
+    });
+    server.ok(
+        "POST",
+        &format!("/v1/jobs/{id}/upgrade"),
+        Some(request),
+        202,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.job(&id)["upgrades"][0]["status"] != "probation" {
+        assert!(Instant::now() < deadline, "{}", server.job(&id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill();
+
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let job = server.job(&id);
+    let upgrade = &job["upgrades"][0];
+    assert_eq!(upgrade["status"], "rolled_back", "{job}");
+    assert!(
+        upgrade["cause"]
+            .as_str()
+            .unwrap()
+            .contains("the service stopped before the upgrade was committed"),
+        "{upgrade}"
+    );
+    assert!(!job["spec"].as_str().unwrap().contains(&recount), "{job}");
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    // Nothing the new code wrote was committed; the old code counted every word once.
+    assert!(
+        committed(&out) == reference(&ws, LINES),
+        "the output of a run without the upgrade"
+    );
+}
+
+#[test]
+fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let (split, count) = server.word_count_components();
+    // The count may load components up to 200 KB; the split's new config is fine, the
+    // count's new component is too large for it.
+    let spec = word_count("two", LINES, Some(RATE), &split, &count, 2, &out).replace(
+        "parallelism = 2\n\n[[sink]]",
+        "parallelism = 2\nlimits = { wasm_size = \"200KB\" }\n\n[[sink]]",
+    );
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_checkpoints(&id, 2);
+    let large = server.component("weir_test_hostile");
+    let request = json!({
+        "operators": [
+            { "uid": "split", "component": split, "config": { "lowercase": true } },
+            { "uid": "count", "component": format!("sha256:{large}") },
+        ],
+    });
+    let (status, error) = server.call(
+        "POST",
+        &format!("/v1/jobs/{id}/upgrade"),
+        Some(TOKEN),
+        Some(request),
+    );
+    assert_eq!(status, 400, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"count\"") && message.contains("wasm_size"),
+        "{message}"
+    );
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"], json!([]), "{job}");
+    assert!(
+        !job["spec"].as_str().unwrap().contains("lowercase"),
+        "{job}"
+    );
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    assert_not_restarted(&server, &id);
+    assert!(
+        committed(&out) == reference(&ws, LINES),
+        "the output of a run without the upgrade"
+    );
+}
