@@ -55,8 +55,9 @@ pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{
     Cause, CheckpointStatus, Failure, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
-    Metrics, OperatorUpgrade, Probation, RunningJob, Savepoint, SavepointFailed, SavepointHandle,
-    SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics, VertexSummary,
+    Metrics, OperatorUpgrade, Pause, Probation, RunningJob, Savepoint, SavepointFailed,
+    SavepointHandle, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics,
+    VertexSummary,
 };
 pub use state::{BackendKind, StateConfig};
 pub use wasm::{

@@ -95,11 +95,7 @@ fn an_upgrade_changes_the_output_format_and_every_count_goes_on() {
     assert!(upgrade["swap_checkpoint"].as_u64().is_some(), "{upgrade}");
     assert!(upgrade["time_to_commit_ms"].as_u64().is_some(), "{upgrade}");
     // Both subtasks of the count swapped and handled records.
-    assert_eq!(
-        upgrade["pauses_us"].as_array().unwrap().len(),
-        2,
-        "{upgrade}"
-    );
+    assert_eq!(upgrade["pauses"].as_array().unwrap().len(), 2, "{upgrade}");
     assert!(job["spec"].as_str().unwrap().contains(&recount), "{job}");
     // The new code declares every state the old one wrote.
     assert_eq!(job["undeclared_states"], json!({}), "{job}");

@@ -64,7 +64,7 @@ commands:
                               weir serve: submit-to-first-record, savepoint time and
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
-  bench-upgrade [--keys K] [--swaps N]
+  bench-upgrade [--keys K] [--swaps N] [--backend memory|rocksdb]
                               hot deploy: pause per subtask over N swaps (default
                               100) at K keys (default 1M), throughput around a
                               swap, request to commit, against stop-with-savepoint

@@ -31,7 +31,9 @@ pub use metrics::{CheckpointStatus, Metrics, VertexMetrics};
 pub(crate) use running::Shared;
 pub use running::{JobControl, JobSummary, RunningJob, VertexSummary};
 pub use savepoint::{Savepoint, SavepointFailed, SavepointHandle};
-pub use upgrade::{OperatorUpgrade, Probation, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome};
+pub use upgrade::{
+    OperatorUpgrade, Pause, Probation, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome,
+};
 
 use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::FailureKind;

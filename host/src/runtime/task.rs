@@ -24,7 +24,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use super::barrier::{Aligner, Alignment, Progress};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::restore::Restored;
-use super::upgrade::SwapPlan;
+use super::upgrade::{Pause, SwapPlan};
 use super::{Cause, JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
@@ -97,8 +97,9 @@ struct Chain {
     /// Processing time, for instances of new code.
     clock: Clock,
     /// After a swap, until the first record reached the new code: when the swap barrier was
-    /// aligned, the first stage swapped, and the plan that reports the pause.
-    swapped: Option<(Instant, usize, Arc<SwapPlan>)>,
+    /// aligned, how long the snapshot took, the first stage swapped, and the plan that
+    /// reports the pause.
+    swapped: Option<(Instant, Duration, usize, Arc<SwapPlan>)>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -606,11 +607,12 @@ impl Chain {
             parts.push(Part { vertex, state });
         }
         self.last_snapshot = Some(n);
+        let sync = started.elapsed();
         let snapshot = TaskSnapshot {
             id: n,
             task: self.task,
             alignment,
-            sync: started.elapsed(),
+            sync,
             parts,
         };
         self.snapshots
@@ -621,7 +623,7 @@ impl Chain {
         {
             self.swap(&plan)?;
             let first = (0..self.stages.len()).find(|&i| plan.code.contains_key(&self.vertices[i]));
-            self.swapped = first.map(|i| (aligned, i, plan));
+            self.swapped = first.map(|i| (aligned, sync, i, plan));
         }
         Ok(())
     }
@@ -772,6 +774,17 @@ impl Chain {
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         match &mut self.stages[i] {
             Stage::Operator(op) => {
+                if let Some((aligned, snapshot, stage, _)) = &self.swapped
+                    && *stage == i
+                {
+                    // The first records reach the new code.
+                    let pause = Pause {
+                        total: aligned.elapsed(),
+                        snapshot: *snapshot,
+                    };
+                    let (.., plan) = self.swapped.take().expect("checked");
+                    plan.paused(pause);
+                }
                 let mut out = std::mem::take(&mut self.bufs[i]);
                 if let Err(e) = op.process(batch, &mut out) {
                     return Err(operator_error(
@@ -782,13 +795,6 @@ impl Chain {
                     ));
                 }
                 m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
-                if let Some((aligned, stage, _)) = &self.swapped
-                    && *stage == i
-                {
-                    let pause = aligned.elapsed();
-                    let (.., plan) = self.swapped.take().expect("checked");
-                    plan.paused(pause);
-                }
                 let result = self
                     .send_side_outputs(i)
                     .and_then(|()| self.push(i + 1, &out));

@@ -143,13 +143,22 @@ pub enum UpgradeOutcome {
     },
 }
 
+/// The pause of one subtask at a swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// From the alignment of its swap barrier to the first records handed to the new
+    /// instance: the snapshot, the instantiation and `open` of the new code, and the wait for
+    /// those records.
+    pub total: Duration,
+    /// The synchronous part of its snapshot, in `total`: what any checkpoint pauses it for.
+    pub snapshot: Duration,
+}
+
 /// What a committed upgrade measured.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SwapReport {
-    /// Of each subtask of the upgraded operators that handled a record after the swap: the
-    /// time from its barrier's alignment to the first record handled by the new instance
-    /// (the snapshot, the instantiation and `open` of the new code).
-    pub pauses: Vec<Duration>,
+    /// Of each subtask of the upgraded operators that handled a record after the swap.
+    pub pauses: Vec<Pause>,
     /// From the request to the completion of the swap checkpoint.
     pub swapped_after: Duration,
     /// From the request to the commit.
@@ -266,18 +275,18 @@ pub(crate) struct SwapPlan {
     /// New code and config by vertex.
     pub code: HashMap<usize, (OperatorComponent, Option<String>)>,
     /// The pause of each subtask that swapped and has handled a record since.
-    pauses: Mutex<Vec<Duration>>,
+    pauses: Mutex<Vec<Pause>>,
 }
 
 impl SwapPlan {
-    pub(crate) fn paused(&self, pause: Duration) {
+    pub(crate) fn paused(&self, pause: Pause) {
         self.pauses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(pause);
     }
 
-    fn pauses(&self) -> Vec<Duration> {
+    fn pauses(&self) -> Vec<Pause> {
         self.pauses
             .lock()
             .unwrap_or_else(|p| p.into_inner())

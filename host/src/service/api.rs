@@ -177,11 +177,22 @@ pub struct UpgradeInfo {
     pub ended_ms: Option<u64>,
     /// From the request to the commit.
     pub time_to_commit_ms: Option<u64>,
-    /// Per subtask of the upgraded operators: the pause from its swap barrier's alignment
-    /// to the first record handled by the new code, in microseconds, sorted.
-    pub pauses_us: Vec<u64>,
+    /// Per subtask of the upgraded operators, shortest pause first.
+    pub pauses: Vec<SubtaskPause>,
     /// The upgrade this one undoes, for a rollback of a committed upgrade.
     pub rollback_of: Option<String>,
+}
+
+/// The pause of one subtask at a swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SubtaskPause {
+    /// From the alignment of its swap barrier to the first records handed to the new code,
+    /// in microseconds.
+    pub pause_us: u64,
+    /// The synchronous part of its snapshot in that pause (what any checkpoint costs it), in
+    /// microseconds; the rest is the new instance's instantiation and `open`, and the wait for
+    /// the next record.
+    pub snapshot_us: u64,
 }
 
 /// New code for one operator.

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{
     CheckpointInfo, CheckpointSummary, ExceptionInfo, JobDetails, JobOverview, JobStatus,
-    Operation, OperationKind, OperationStatus, UpgradeInfo, UpgradeStatus, VertexStatus,
+    Operation, OperationKind, OperationStatus, SubtaskPause, UpgradeInfo, UpgradeStatus,
+    VertexStatus,
 };
 use super::error::ServiceError;
 use super::store::{now_ms, write_json};
@@ -428,10 +429,16 @@ impl ManagedJob {
                             u.info.swap_checkpoint = Some(checkpoint);
                             u.info.time_to_commit_ms =
                                 Some(report.committed_after.as_millis() as u64);
-                            let mut pauses: Vec<u64> =
-                                report.pauses.iter().map(|p| p.as_micros() as u64).collect();
-                            pauses.sort_unstable();
-                            u.info.pauses_us = pauses;
+                            let mut pauses: Vec<SubtaskPause> = report
+                                .pauses
+                                .iter()
+                                .map(|p| SubtaskPause {
+                                    pause_us: p.total.as_micros() as u64,
+                                    snapshot_us: p.snapshot.as_micros() as u64,
+                                })
+                                .collect();
+                            pauses.sort_unstable_by_key(|p| p.pause_us);
+                            u.info.pauses = pauses;
                         }
                         r.end_upgrade(&request_id, UpgradeStatus::Committed, None);
                     }

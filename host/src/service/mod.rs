@@ -981,7 +981,7 @@ impl Service {
                     swap_checkpoint: None,
                     ended_ms: None,
                     time_to_commit_ms: None,
-                    pauses_us: Vec::new(),
+                    pauses: Vec::new(),
                     rollback_of,
                 },
                 spec: new_text,
