@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 mod api;
 mod bench;
 mod bench_checkpoints;
+mod bench_operators;
 mod bench_postgres;
 mod bench_serve;
 mod bench_state;
@@ -64,6 +65,11 @@ commands:
                               weir serve: submit-to-first-record, savepoint time and
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
+  bench-operators [--records N] [--runs R]
+                              operators as users write them (account scorer, top-N)
+                              on memory and RocksDB, with and without checkpoints:
+                              records/s, CPU, peak RSS, output checked (default
+                              3000000 records, 3 runs)
   bench-upgrade [--keys K] [--swaps N] [--backend memory|rocksdb]
                               hot deploy: pause per subtask over N swaps (default
                               100) at K keys (default 1M), throughput around a
@@ -98,6 +104,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-postgres" => bench_postgres::run(bench_postgres::Options::parse(rest)?),
         "bench-state" => bench_state::run(rest),
         "bench-serve" => bench_serve::run(rest),
+        "bench-operators" => bench_operators::run(rest),
         "bench-upgrade" => bench_serve::run_upgrade(rest),
         "openapi" => no_args(rest).and_then(|()| api::openapi()),
         "fuzz-api" => api::fuzz(rest),

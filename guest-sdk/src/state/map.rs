@@ -113,6 +113,31 @@ impl MapCache {
         Found::Stored(at.ok().map(|i| stored[i].1))
     }
 
+    /// Whether a slot's map has no visible entry (loaded, unless cleared): without merging
+    /// its entries, so that it costs the batch's changes to it, not the map's size.
+    fn is_empty(&self, slot: u32, batch: &Batch) -> bool {
+        let changes = self.changes(slot);
+        if changes.iter().any(|c| c.value.is_some()) {
+            return false;
+        }
+        if self.slots[slot as usize].cleared {
+            return true;
+        }
+        // Only removes, each of another map key: empty if they remove every stored entry.
+        let stored = self.stored(slot);
+        stored.len() <= changes.len()
+            && changes
+                .iter()
+                .filter(|c| {
+                    let key = c.key.get(&batch.arena);
+                    stored
+                        .binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key))
+                        .is_ok()
+                })
+                .count()
+                == stored.len()
+    }
+
     /// The visible entries of a slot as `(key, value)` bytes, sorted by key bytes.
     fn visible<'b>(&self, slot: u32, batch: &'b Batch) -> Vec<(&'b [u8], &'b [u8])> {
         let mut changes: Vec<(&[u8], Option<&[u8]>)> = self
@@ -537,7 +562,13 @@ where
     /// # assert_eq!((out[0].value_str(), out[1].value_str()), ("true", "false"));
     /// ```
     pub fn is_empty(&self) -> Result<bool> {
-        self.with_visible(|_, entries| Ok(entries.is_empty()))
+        self.ctx.with_state(&self.id, |a| {
+            let slot = a.slot;
+            if !a.cache.map().slots[slot as usize].cleared {
+                a.ensure_loaded()?;
+            }
+            Ok(a.cache.map().is_empty(slot, &*a.batch))
+        })
     }
 
     /// Removes all entries of the current key.

@@ -1,0 +1,411 @@
+//! `cargo xtask bench-operators`: operators as users write them, not only the word count.
+//!
+//! - **Account scorer** (`bench/operators/scorer-*`): `account,merchant,amount,timestamp`
+//!   lines, parsed (malformed ones to a side output), then keyed by account a map state of
+//!   merchants, a list of the last five amounts, three value states (one with a processing-time
+//!   TTL) and an event-time timer per record (the previous one deleted); alerts and, when the
+//!   timers fire, a summary per account.
+//! - **Top-N** (`bench/operators/topn`): the three largest amounts per account in a list state.
+//!
+//! Each at parallelism 2 on memory and RocksDB state, without checkpoints and with one every
+//! second; records/s (median of `--runs`), CPU seconds and peak RSS (GNU time). The input is
+//! generated here, one file per source subtask with the accounts split between them (so each
+//! account's records keep their order), one account holding 27% of the records; the expected
+//! output is computed here from the generated transactions, by a plain implementation of the
+//! same logic, and every run's committed output is compared with it.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::bench::{number, prepare, toml_str};
+use crate::{exec, guests};
+
+/// Accounts besides the hot one.
+const ACCOUNTS: u64 = 20_000;
+/// Merchants.
+const MERCHANTS: u64 = 300;
+/// The share of records of account 0, in percent.
+const HOT_PERCENT: u64 = 27;
+/// Event time of the first record, Unix ms.
+const START_MS: i64 = 1_700_000_000_000;
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut records = 3_000_000;
+    let mut runs = 3;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--records" => records = number(&mut args, "--records")?,
+            "--runs" => runs = number(&mut args, "--runs")?,
+            other => bail!("unknown option `{other}`; use --records N, --runs R"),
+        }
+    }
+    ensure_gnu_time()?;
+    let (weir, dir) = prepare("bench-operators")?;
+    let input = dir.join(format!("transactions-{records}"));
+    let expected = generate(&input, records)?;
+
+    let mut rows = Vec::new();
+    for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
+        for backend in ["memory", "rocksdb"] {
+            for checkpoints in [false, true] {
+                let mut measured = Vec::new();
+                for run in 1..=runs {
+                    let out = dir.join("out");
+                    let _ = std::fs::remove_dir_all(&out);
+                    let _ = std::fs::remove_dir_all(dir.join("state"));
+                    let _ = std::fs::remove_dir_all(dir.join("checkpoints"));
+                    let spec = dir.join(format!("{job}.toml"));
+                    std::fs::write(&spec, job_spec(job, &input, &dir, backend, checkpoints))?;
+                    let m = measure(&weir, &spec, &dir)?;
+                    let lines = committed(&out)?;
+                    if &lines != expected {
+                        let first = lines
+                            .iter()
+                            .zip(expected.iter())
+                            .find(|(a, b)| a != b)
+                            .map(|(a, b)| format!("first difference: {a:?} against {b:?}"))
+                            .unwrap_or_default();
+                        bail!(
+                            "{job} on {backend}: {} output lines, {} expected; {first}",
+                            lines.len(),
+                            expected.len()
+                        );
+                    }
+                    println!(
+                        "run {run}/{runs}: {job:<6} {backend:<7} checkpoints {:<5} {:.2} s, \
+                         {:.0} k records/s, output checked ({} lines)",
+                        if checkpoints { "1 s" } else { "none" },
+                        m.seconds,
+                        records as f64 / m.seconds / 1e3,
+                        lines.len()
+                    );
+                    measured.push(m);
+                }
+                measured.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+                rows.push((job, backend, checkpoints, measured[measured.len() / 2]));
+            }
+        }
+    }
+
+    println!();
+    println!(
+        "{records} records, parallelism 2, median of {runs} runs (malformed lines: {})",
+        expected.malformed
+    );
+    println!(
+        "  {:<7} {:<8} {:<12} {:>12} {:>8} {:>9}",
+        "job", "state", "checkpoints", "records/s", "CPU s", "peak RSS"
+    );
+    for (job, backend, checkpoints, m) in rows {
+        println!(
+            "  {job:<7} {backend:<8} {:<12} {:>10.0} k {:>8.1} {:>6.0} MB",
+            if checkpoints { "every 1 s" } else { "none" },
+            records as f64 / m.seconds / 1e3,
+            m.cpu_seconds,
+            m.peak_rss_kb as f64 / 1024.0
+        );
+    }
+    Ok(())
+}
+
+/// GNU time measures CPU and peak RSS; installed with apt where it is missing.
+fn ensure_gnu_time() -> Result<()> {
+    if Path::new("/usr/bin/time").is_file() {
+        return Ok(());
+    }
+    println!("installing GNU time");
+    exec(Command::new("apt-get").args(["install", "-y", "time"]))
+        .context("cannot install GNU time (package `time`); install it yourself")
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_kb: u64,
+}
+
+/// Runs `spec` under GNU time: the job's duration, the process's CPU time and peak RSS.
+fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
+    let (times, summary) = (dir.join("time.txt"), dir.join("summary.json"));
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%U %S %M", "-o"])
+        .arg(&times)
+        .arg(weir)
+        .arg("run")
+        .arg(spec)
+        .args(["--fresh", "--no-progress", "--summary-json"])
+        .arg(&summary)
+        .output()
+        .with_context(|| format!("cannot start {}", weir.display()))?;
+    if !out.status.success() {
+        bail!(
+            "weir run {} failed ({}):\n{}",
+            spec.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
+    let seconds = json["duration_seconds"]
+        .as_f64()
+        .context("no duration_seconds in the summary")?;
+    let text = std::fs::read_to_string(&times)?;
+    let fields: Vec<&str> = text
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let [user, sys, rss] = fields[..] else {
+        bail!("GNU time wrote {text:?}");
+    };
+    Ok(Measured {
+        seconds,
+        cpu_seconds: user.parse::<f64>()? + sys.parse::<f64>()?,
+        peak_rss_kb: rss.parse()?,
+    })
+}
+
+/// The committed lines of the file sink in `dir`, sorted.
+fn committed(dir: &Path) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("no output in {}", dir.display()))?
+    {
+        let path = entry?.path();
+        let hidden = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if path.is_file() && !hidden {
+            lines.extend(std::fs::read_to_string(&path)?.lines().map(String::from));
+        }
+    }
+    lines.sort_unstable();
+    Ok(lines)
+}
+
+fn job_spec(job: &str, input: &Path, dir: &Path, backend: &str, checkpoints: bool) -> String {
+    let operators = guests::operators_dir();
+    let wasm = |name: &str| toml_str(&operators.join(format!("{name}.wasm")));
+    let keyed = match job {
+        "scorer" => wasm("bench_scorer_score"),
+        _ => wasm("bench_topn"),
+    };
+    let mut tables = format!(
+        "[state]\nbackend = \"{backend}\"\ndir = {}\n",
+        toml_str(&dir.join("state"))
+    );
+    if checkpoints {
+        let _ = write!(
+            tables,
+            "\n[checkpoint]\ninterval = \"1s\"\ndir = {}\n",
+            toml_str(&dir.join("checkpoints"))
+        );
+    }
+    format!(
+        r#"[job]
+name = "bench-{job}"
+parallelism = 2
+
+{tables}
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "parse"
+uid = "parse"
+wasm = {parse}
+input = "lines"
+
+[[operator]]
+name = "{job}"
+uid = "{job}"
+wasm = {keyed}
+input = "parse"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "{job}"
+path = {out}
+
+[[sink]]
+name = "malformed"
+type = "discard"
+input = "parse.malformed"
+"#,
+        input = toml_str(input),
+        parse = wasm("bench_scorer_parse"),
+        out = toml_str(&dir.join("out")),
+    )
+}
+
+/// What the jobs must output, sorted, and how many lines were malformed.
+struct Expected {
+    scorer: Vec<String>,
+    topn: Vec<String>,
+    malformed: u64,
+}
+
+/// splitmix64: a small, good, deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The scorer's state of one account.
+#[derive(Default)]
+struct Account {
+    merchants: HashMap<u64, u64>,
+    recent: Vec<u64>,
+    count: u64,
+    total: u64,
+}
+
+/// Writes `records` transactions into `dir/part-0.txt` and `part-1.txt` (unless there
+/// already) and computes what the jobs must output for them.
+fn generate(dir: &Path, records: u64) -> Result<Expected> {
+    let cached = dir.join("part-1.txt").exists();
+    if !cached {
+        println!("generating {records} transactions into {}", dir.display());
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut files = Vec::new();
+    let partial = |i: usize| dir.join(format!(".part-{i}.txt.partial"));
+    if !cached {
+        for i in 0..2 {
+            files.push(std::io::BufWriter::new(std::fs::File::create(partial(i))?));
+        }
+    }
+    let mut rng = Rng(7);
+    let (mut accounts, mut top): (HashMap<u64, Account>, HashMap<u64, Vec<u64>>) =
+        Default::default();
+    let (mut scorer, mut topn, mut malformed) = (Vec::new(), Vec::new(), 0);
+    let mut line = String::new();
+    for i in 0..records {
+        line.clear();
+        let ts = START_MS + i as i64 * 7;
+        if rng.below(1000) == 0 {
+            malformed += 1;
+            line.push_str(if i % 2 == 0 {
+                "oops"
+            } else {
+                "acct1,m1,12.5,x"
+            });
+            if !cached {
+                writeln!(files[(i % 2) as usize], "{line}")?;
+            }
+            continue;
+        }
+        let account = if rng.below(100) < HOT_PERCENT {
+            0
+        } else {
+            1 + rng.below(ACCOUNTS)
+        };
+        let merchant = if account == 0 || rng.below(50) == 0 {
+            rng.below(MERCHANTS)
+        } else {
+            (account * 7 + rng.below(8)) % MERCHANTS
+        };
+        let base = 1000 + (account * 7919) % 19_000;
+        let mut cents = base / 5 + rng.below(base * 8 / 5);
+        if rng.below(200) == 0 {
+            cents *= 10;
+        }
+        if !cached {
+            writeln!(
+                files[(account % 2) as usize],
+                "acct{account},m{merchant},{}.{:02},{ts}",
+                cents / 100,
+                cents % 100
+            )?;
+        }
+        score(&mut accounts, &mut scorer, account, merchant, cents);
+        top_n(&mut top, &mut topn, account, cents);
+    }
+    if !cached {
+        for (i, f) in files.into_iter().enumerate() {
+            f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(partial(i), dir.join(format!("part-{i}.txt")))?;
+        }
+    }
+    for (account, a) in &accounts {
+        scorer.push(format!(
+            "SUMMARY acct{account} count={} total={} merchants={}",
+            a.count,
+            a.total,
+            a.merchants.len()
+        ));
+    }
+    scorer.sort_unstable();
+    topn.sort_unstable();
+    Ok(Expected {
+        scorer,
+        topn,
+        malformed,
+    })
+}
+
+/// The account scorer's logic for one transaction, plainly (see `bench/operators/scorer-score`).
+fn score(
+    accounts: &mut HashMap<u64, Account>,
+    out: &mut Vec<String>,
+    account: u64,
+    merchant: u64,
+    cents: u64,
+) {
+    let a = accounts.entry(account).or_default();
+    if a.recent.len() >= 3 {
+        let mean = a.recent.iter().sum::<u64>() / a.recent.len() as u64;
+        if cents > 3 * mean {
+            out.push(format!("ALERT high acct{account} {cents} mean={mean}"));
+        }
+    }
+    let seen = a.merchants.contains_key(&merchant);
+    if !seen && !a.merchants.is_empty() && cents >= 50_000 {
+        out.push(format!(
+            "ALERT new-merchant acct{account} m{merchant} {cents}"
+        ));
+    }
+    *a.merchants.entry(merchant).or_default() += 1;
+    a.recent.push(cents);
+    if a.recent.len() > 5 {
+        a.recent.remove(0);
+    }
+    a.count += 1;
+    a.total += cents;
+}
+
+/// The top-N's logic for one transaction (see `bench/operators/topn`).
+fn top_n(top: &mut HashMap<u64, Vec<u64>>, out: &mut Vec<String>, account: u64, cents: u64) {
+    let amounts = top.entry(account).or_default();
+    if amounts.len() == 3 && amounts[2] >= cents {
+        return;
+    }
+    amounts.push(cents);
+    amounts.sort_unstable_by(|a, b| b.cmp(a));
+    amounts.truncate(3);
+    let list: Vec<String> = amounts.iter().map(u64::to_string).collect();
+    out.push(format!("acct{account} {}", list.join(",")));
+}
