@@ -44,6 +44,21 @@ pub(crate) struct MapCache {
     stored: Vec<(Span, Span)>,
     /// This batch's puts and removes, per slot; a map key appears at most once in a list.
     overlays: Overlays<Change>,
+    /// Where a map key's change is in its slot's list, by slot and hash of the key: for slots
+    /// with more than [`SCANNED`] changes, so that many puts to one key's map in a batch are
+    /// not quadratic. A hint: an entry is checked against the key (a stale or colliding one
+    /// falls back to a scan).
+    index: std::collections::HashMap<(u32, u64), u32>,
+}
+
+/// Up to this many changes of a slot are scanned rather than indexed.
+const SCANNED: usize = 8;
+
+/// FNV-1a of a map key's bytes.
+fn hash(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Where the current value of a map key is.
@@ -59,6 +74,7 @@ impl MapCache {
         self.slots.resize(n_keys, EMPTY);
         self.stored.clear();
         self.overlays.reset();
+        self.index.clear();
     }
 
     pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
@@ -89,18 +105,53 @@ impl MapCache {
         self.overlays.get(self.slots[slot as usize].overlay)
     }
 
+    /// Where the change of map key `key` is in the list of `slot`, if it has one.
+    fn position(&self, slot: u32, key: &[u8], arena: &[u8]) -> Option<usize> {
+        let changes = self.changes(slot);
+        if changes.len() > SCANNED
+            && let Some(&i) = self.index.get(&(slot, hash(key)))
+            && changes
+                .get(i as usize)
+                .is_some_and(|c| c.key.get(arena) == key)
+        {
+            return Some(i as usize);
+        }
+        changes.iter().position(|c| c.key.get(arena) == key)
+    }
+
+    /// Records change `change` of `slot`: in place of the one at `at`, or appended.
+    fn record(&mut self, slot: u32, at: Option<usize>, change: Change, arena: &[u8]) {
+        let overlay = self.overlay(slot);
+        let i = match at {
+            Some(i) => {
+                overlay[i] = change;
+                return;
+            }
+            None => {
+                overlay.push(change);
+                overlay.len() - 1
+            }
+        };
+        if i == SCANNED {
+            // The list outgrows scanning: index all of it.
+            let list = self.overlays.get(self.slots[slot as usize].overlay);
+            for (j, c) in list.iter().enumerate() {
+                self.index.insert((slot, hash(c.key.get(arena))), j as u32);
+            }
+        } else if i > SCANNED {
+            self.index
+                .insert((slot, hash(change.key.get(arena))), i as u32);
+        }
+    }
+
     fn stored(&self, slot: u32) -> &[(Span, Span)] {
         let s = self.slots[slot as usize];
         &self.stored[s.first as usize..(s.first + s.len) as usize]
     }
 
     fn find(&self, slot: u32, key: &[u8], batch: &Batch) -> Found {
-        let changed = self
-            .changes(slot)
-            .iter()
-            .find(|c| c.key.get(&batch.arena) == key);
-        if let Some(c) = changed {
-            return Found::Arena(c.value);
+        if let Some(i) = self.position(slot, key, &batch.arena) {
+            return Found::Arena(self.changes(slot)[i].value);
         }
         if self.slots[slot as usize].cleared {
             return Found::Arena(None);
@@ -267,12 +318,10 @@ impl Access<'_> {
     {
         let slot = self.slot;
         let mut kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
-        let existing = self
-            .cache
-            .map()
-            .changes(slot)
-            .iter()
-            .position(|c| c.key.get(&self.batch.arena) == kspan.get(&self.batch.arena));
+        let existing =
+            self.cache
+                .map()
+                .position(slot, kspan.get(&self.batch.arena), &self.batch.arena);
         if let Some(i) = existing {
             self.batch.arena.truncate(kspan.start());
             kspan = self.cache.map().changes(slot)[i].key;
@@ -285,11 +334,9 @@ impl Access<'_> {
             key: kspan,
             value: vspan,
         };
-        let overlay = self.cache.map_mut().overlay(slot);
-        match existing {
-            Some(i) => overlay[i] = change,
-            None => overlay.push(change),
-        }
+        self.cache
+            .map_mut()
+            .record(slot, existing, change, &self.batch.arena);
         self.batch.touch(slot);
         Ok(())
     }
