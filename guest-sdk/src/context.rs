@@ -6,7 +6,7 @@ use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_wire::{Kind, RecordRef, TimeDomain, TimerOp, put_timer_op};
+use weir_wire::{Kind, RecordRef, TimeDomain, TimerOp};
 
 use crate::backend::StateKind;
 use crate::runtime::{Core, borrow_core};
@@ -503,16 +503,12 @@ impl<'a> Context<'a> {
                  before this operator",
             ));
         };
-        let mut core = self.core()?;
-        put_timer_op(
-            &mut core.timer_changes,
-            TimerOp {
-                register,
-                domain,
-                slot,
-                timestamp,
-            },
-        );
+        self.core()?.timer(TimerOp {
+            register,
+            domain,
+            slot,
+            timestamp,
+        });
         Ok(())
     }
 

@@ -5,9 +5,13 @@
 //! [`Instance`]; only the [`Backend`] differs.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::mem;
 
-use weir_wire::{BatchReader, FiredTimer, OutputWriter, TimeDomain, read_fired_timers};
+use weir_wire::{
+    BatchReader, FiredTimer, OutputWriter, TimeDomain, TimerOp, put_timer_op, read_fired_timers,
+};
 
 use crate::backend::Backend;
 use crate::state::StateEntry;
@@ -26,7 +30,13 @@ pub(crate) struct Core {
     /// Incremented per batch; state caches of an older epoch are stale.
     pub(crate) epoch: u64,
     pub(crate) output: OutputWriter,
-    pub(crate) timer_changes: Vec<u8>,
+    /// This batch's timer changes, the last one per key, domain and time: a timer's fate
+    /// depends on that one only, so "delete my previous timer, register a new one" per
+    /// record sends the host one change per timer, not two per record.
+    timer_ops: Vec<TimerOp>,
+    /// Where each `(slot, domain, timestamp)` is in `timer_ops`.
+    timer_index: HashMap<(u32, TimeDomain, i64), usize>,
+    timer_changes: Vec<u8>,
     store_buf: Vec<u8>,
 }
 
@@ -38,6 +48,8 @@ impl Core {
             operator_states: Vec::new(),
             epoch: 0,
             output: OutputWriter::default(),
+            timer_ops: Vec::new(),
+            timer_index: HashMap::new(),
             timer_changes: Vec::new(),
             store_buf: Vec::new(),
         }
@@ -46,7 +58,19 @@ impl Core {
     fn begin(&mut self) {
         self.epoch += 1;
         self.output.clear();
-        self.timer_changes.clear();
+        self.timer_ops.clear();
+        self.timer_index.clear();
+    }
+
+    /// Records a timer change of this batch.
+    pub(crate) fn timer(&mut self, op: TimerOp) {
+        match self.timer_index.entry((op.slot, op.domain, op.timestamp)) {
+            Entry::Occupied(at) => self.timer_ops[*at.get()] = op,
+            Entry::Vacant(at) => {
+                at.insert(self.timer_ops.len());
+                self.timer_ops.push(op);
+            }
+        }
     }
 
     #[inline(always)]
@@ -65,6 +89,8 @@ impl Core {
             states,
             epoch,
             output,
+            timer_ops,
+            timer_index,
             timer_changes,
             store_buf,
             ..
@@ -74,9 +100,13 @@ impl Core {
                 backend.store(state.handle(), keys, store_buf);
             }
         }
-        if !timer_changes.is_empty() {
-            backend.update_timers(keys, timer_changes);
+        if !timer_ops.is_empty() {
             timer_changes.clear();
+            for op in timer_ops.drain(..) {
+                put_timer_op(timer_changes, op);
+            }
+            timer_index.clear();
+            backend.update_timers(keys, timer_changes);
         }
         if !output.is_empty() {
             backend.emit(output.as_bytes());

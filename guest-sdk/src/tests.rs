@@ -184,6 +184,29 @@ fn event_time_timers() {
 }
 
 #[test]
+fn the_last_change_of_a_timer_in_a_batch_decides_it() {
+    let mut h = Harness::<Timers>::new();
+    h.process([("k", "timer 50"), ("k", "timer 60")]);
+    // The batch sends the host one change per key and timer, the last (see `Core::timer`).
+    h.process([
+        ("k", "timer 5"),
+        ("k", "deltimer 5"),
+        ("k", "timer 7"),
+        ("k", "deltimer 3"),
+        ("k", "timer 9"),
+        ("k", "deltimer 9"),
+        ("k", "timer 9"),
+        ("k", "deltimer 50"),
+        ("k", "timer 50"),
+        ("k", "timer 60"),
+        ("k", "deltimer 60"),
+        ("j", "timer 7"),
+    ]);
+    assert_eq!(h.event_timers("k"), [7, 9, 50]);
+    assert_eq!(h.event_timers("j"), [7]);
+}
+
+#[test]
 fn processing_time_timers() {
     let mut h = Harness::<Timers>::new();
     h.process([("a", "ptimer 1000")]);

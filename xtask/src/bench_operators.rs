@@ -8,7 +8,10 @@
 //! - **Top-N** (`bench/operators/topn`): the three largest amounts per account in a list state.
 //!
 //! Each at parallelism 2 on memory and RocksDB state, without checkpoints and with one every
-//! second; records/s (median of `--runs`), CPU seconds and peak RSS (GNU time). The input is
+//! second, in weir and in Flink 2.3 (the same logic in `bench/flink`, on a local MiniCluster,
+//! unless `--no-flink` or there is no `java`): records/s (median of `--runs`; Flink's from its
+//! job's net runtime, without the MiniCluster's start), CPU seconds and peak RSS (GNU time, of
+//! the whole process). The input is
 //! generated here, one file per source subtask with the accounts split between them (so each
 //! account's records keep their order), one account holding 27% of the records; the expected
 //! output is computed here from the generated transactions, by a plain implementation of the
@@ -37,58 +40,95 @@ const START_MS: i64 = 1_700_000_000_000;
 pub fn run(args: &[String]) -> Result<()> {
     let mut records = 3_000_000;
     let mut runs = 3;
+    let mut flink = true;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--records" => records = number(&mut args, "--records")?,
             "--runs" => runs = number(&mut args, "--runs")?,
-            other => bail!("unknown option `{other}`; use --records N, --runs R"),
+            "--no-flink" => flink = false,
+            other => bail!("unknown option `{other}`; use --records N, --runs R, --no-flink"),
         }
     }
     ensure_gnu_time()?;
     let (weir, dir) = prepare("bench-operators")?;
+    let flink = match flink {
+        true if Command::new("java").arg("-version").output().is_ok() => {
+            Some(flink_classpath(&dir.join("flink"))?)
+        }
+        true => {
+            println!("no `java`: Flink is left out (install Java 17 to compare)");
+            None
+        }
+        false => None,
+    };
     let input = dir.join(format!("transactions-{records}"));
     let expected = generate(&input, records)?;
 
+    let mut systems = vec!["weir"];
+    systems.extend(flink.as_ref().map(|_| "flink"));
     let mut rows = Vec::new();
     for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
         for backend in ["memory", "rocksdb"] {
             for checkpoints in [false, true] {
-                let mut measured = Vec::new();
-                for run in 1..=runs {
-                    let out = dir.join("out");
-                    let _ = std::fs::remove_dir_all(&out);
-                    let _ = std::fs::remove_dir_all(dir.join("state"));
-                    let _ = std::fs::remove_dir_all(dir.join("checkpoints"));
-                    let spec = dir.join(format!("{job}.toml"));
-                    std::fs::write(&spec, job_spec(job, &input, &dir, backend, checkpoints))?;
-                    let m = measure(&weir, &spec, &dir)?;
-                    let lines = committed(&out)?;
-                    if &lines != expected {
-                        let first = lines
-                            .iter()
-                            .zip(expected.iter())
-                            .find(|(a, b)| a != b)
-                            .map(|(a, b)| format!("first difference: {a:?} against {b:?}"))
-                            .unwrap_or_default();
-                        bail!(
-                            "{job} on {backend}: {} output lines, {} expected; {first}",
-                            lines.len(),
-                            expected.len()
+                for &system in &systems {
+                    let mut measured = Vec::new();
+                    for run in 1..=runs {
+                        let out = dir.join("out");
+                        for d in [&out, &dir.join("state"), &dir.join("checkpoints")] {
+                            let _ = std::fs::remove_dir_all(d);
+                        }
+                        let m = match (system, &flink) {
+                            ("flink", Some(classpath)) => {
+                                let run = FlinkRun {
+                                    job,
+                                    backend,
+                                    checkpoints,
+                                };
+                                measure_flink(classpath, &run, &input, &dir)?
+                            }
+                            _ => {
+                                let spec = dir.join(format!("{job}.toml"));
+                                std::fs::write(
+                                    &spec,
+                                    job_spec(job, &input, &dir, backend, checkpoints),
+                                )?;
+                                measure(&weir, &spec, &dir)?
+                            }
+                        };
+                        let lines = committed(&out)?;
+                        if &lines != expected {
+                            let first = lines
+                                .iter()
+                                .zip(expected.iter())
+                                .find(|(a, b)| a != b)
+                                .map(|(a, b)| format!("first difference: {a:?} against {b:?}"))
+                                .unwrap_or_default();
+                            bail!(
+                                "{system} {job} on {backend}: {} output lines, {} expected; {first}",
+                                lines.len(),
+                                expected.len()
+                            );
+                        }
+                        println!(
+                            "run {run}/{runs}: {system:<5} {job:<6} {backend:<7} checkpoints {:<5} \
+                         {:.2} s, {:.0} k records/s, output checked ({} lines)",
+                            if checkpoints { "1 s" } else { "none" },
+                            m.seconds,
+                            records as f64 / m.seconds / 1e3,
+                            lines.len()
                         );
+                        measured.push(m);
                     }
-                    println!(
-                        "run {run}/{runs}: {job:<6} {backend:<7} checkpoints {:<5} {:.2} s, \
-                         {:.0} k records/s, output checked ({} lines)",
-                        if checkpoints { "1 s" } else { "none" },
-                        m.seconds,
-                        records as f64 / m.seconds / 1e3,
-                        lines.len()
-                    );
-                    measured.push(m);
+                    measured.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+                    rows.push((
+                        system,
+                        job,
+                        backend,
+                        checkpoints,
+                        measured[measured.len() / 2],
+                    ));
                 }
-                measured.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-                rows.push((job, backend, checkpoints, measured[measured.len() / 2]));
             }
         }
     }
@@ -99,12 +139,12 @@ pub fn run(args: &[String]) -> Result<()> {
         expected.malformed
     );
     println!(
-        "  {:<7} {:<8} {:<12} {:>12} {:>8} {:>9}",
-        "job", "state", "checkpoints", "records/s", "CPU s", "peak RSS"
+        "  {:<6} {:<7} {:<8} {:<12} {:>12} {:>8} {:>9}",
+        "system", "job", "state", "checkpoints", "records/s", "CPU s", "peak RSS"
     );
-    for (job, backend, checkpoints, m) in rows {
+    for (system, job, backend, checkpoints, m) in rows {
         println!(
-            "  {job:<7} {backend:<8} {:<12} {:>10.0} k {:>8.1} {:>6.0} MB",
+            "  {system:<6} {job:<7} {backend:<8} {:<12} {:>10.0} k {:>8.1} {:>6.0} MB",
             if checkpoints { "every 1 s" } else { "none" },
             records as f64 / m.seconds / 1e3,
             m.cpu_seconds,
@@ -156,7 +196,97 @@ fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
     let seconds = json["duration_seconds"]
         .as_f64()
         .context("no duration_seconds in the summary")?;
-    let text = std::fs::read_to_string(&times)?;
+    let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
+    Ok(Measured {
+        seconds,
+        cpu_seconds,
+        peak_rss_kb,
+    })
+}
+
+/// Builds the Flink jobs of `bench/flink` (fetching Flink's jars into `work` once); their
+/// classpath.
+fn flink_classpath(work: &Path) -> Result<String> {
+    let out = Command::new(crate::repo().join("bench").join("flink").join("build.sh"))
+        .arg(work)
+        .output()
+        .context("cannot run bench/flink/build.sh")?;
+    if !out.status.success() {
+        bail!(
+            "bench/flink/build.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
+/// One run of a Flink job.
+struct FlinkRun<'a> {
+    job: &'a str,
+    backend: &'a str,
+    checkpoints: bool,
+}
+
+/// Runs a Flink job under GNU time, its output into `dir/out`: its net runtime, the JVM's CPU
+/// time and peak RSS.
+fn measure_flink(
+    classpath: &str,
+    run: &FlinkRun<'_>,
+    input: &Path,
+    dir: &Path,
+) -> Result<Measured> {
+    let times = dir.join("time.txt");
+    let state = dir.join("flink-state");
+    let _ = std::fs::remove_dir_all(&state);
+    let class = if run.job == "scorer" {
+        "ScorerJob"
+    } else {
+        "TopNJob"
+    };
+    let mut command = Command::new("/usr/bin/time");
+    command
+        .args(["-f", "%U %S %M", "-o"])
+        .arg(&times)
+        .args(["java", "-Xmx2g", "-cp", classpath, class, "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(dir.join("out"))
+        .args(["--parallelism", "2", "--backend"])
+        .arg(if run.backend == "memory" {
+            "heap"
+        } else {
+            "rocksdb"
+        })
+        .arg("--state-dir")
+        .arg(&state);
+    if run.checkpoints {
+        command.args(["--checkpoint-ms", "1000"]);
+    }
+    let out = command.output().context("cannot start java")?;
+    if !out.status.success() {
+        bail!(
+            "Flink {class} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seconds = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("net_runtime_seconds="))
+        .and_then(|s| s.trim().parse().ok())
+        .context("Flink's job printed no net_runtime_seconds")?;
+    let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
+    Ok(Measured {
+        seconds,
+        cpu_seconds,
+        peak_rss_kb,
+    })
+}
+
+/// The CPU seconds and peak RSS (KB) GNU time wrote to `path`.
+fn gnu_time(path: &Path) -> Result<(f64, u64)> {
+    let text = std::fs::read_to_string(path)?;
     let fields: Vec<&str> = text
         .lines()
         .last()
@@ -166,11 +296,7 @@ fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
     let [user, sys, rss] = fields[..] else {
         bail!("GNU time wrote {text:?}");
     };
-    Ok(Measured {
-        seconds,
-        cpu_seconds: user.parse::<f64>()? + sys.parse::<f64>()?,
-        peak_rss_kb: rss.parse()?,
-    })
+    Ok((user.parse::<f64>()? + sys.parse::<f64>()?, rss.parse()?))
 }
 
 /// The committed lines of the file sink in `dir`, sorted.

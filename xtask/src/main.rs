@@ -65,8 +65,9 @@ commands:
                               weir serve: submit-to-first-record, savepoint time and
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
-  bench-operators [--records N] [--runs R]
-                              operators as users write them (account scorer, top-N)
+  bench-operators [--records N] [--runs R] [--no-flink]
+                              operators as users write them (account scorer, top-N),
+                              weir and Flink 2.3 (bench/flink)
                               on memory and RocksDB, with and without checkpoints:
                               records/s, CPU, peak RSS, output checked (default
                               3000000 records, 3 runs)
