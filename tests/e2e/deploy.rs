@@ -340,6 +340,31 @@ fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
         message.contains("\"count\"") && message.contains("wasm_size"),
         "{message}"
     );
+    // Nor does one that names an operator twice, or one the job does not have.
+    let recount = server.component("weir_test_recount");
+    for (operators, status, says) in [
+        (json!(["count", "count"]), 400, "named twice"),
+        (
+            json!(["count", "nope"]),
+            404,
+            "no operator with uid \"nope\"",
+        ),
+    ] {
+        let operators: Vec<Value> = operators
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|uid| json!({ "uid": uid, "component": format!("sha256:{recount}") }))
+            .collect();
+        let (got, error) = server.call(
+            "POST",
+            &format!("/v1/jobs/{id}/upgrade"),
+            Some(TOKEN),
+            Some(json!({ "operators": operators })),
+        );
+        assert_eq!(got, status, "{error}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
+    }
     let job = server.job(&id);
     assert_eq!(job["upgrades"], json!([]), "{job}");
     assert!(

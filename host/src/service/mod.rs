@@ -778,7 +778,13 @@ impl Service {
             .spec
             .parse()
             .map_err(|e| spec_error(format!("{e}")))?;
-        for op in &request.operators {
+        for (i, op) in request.operators.iter().enumerate() {
+            if request.operators[..i].iter().any(|o| o.uid == op.uid) {
+                return Err(ServiceError::invalid(format!(
+                    "operator uid \"{}\" is named twice; name each operator once",
+                    op.uid
+                )));
+            }
             let sha = self.components.resolve(&op.component).map_err(|e| {
                 ServiceError::not_found(format!("operator uid \"{}\": {e}", op.uid))
             })?;
