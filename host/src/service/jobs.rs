@@ -98,7 +98,7 @@ impl JobRecord {
             return;
         };
         entry.info.status = status;
-        entry.info.cause = cause.clone();
+        entry.info.cause.clone_from(&cause);
         entry.info.ended_ms = Some(now_ms());
         let (spec, rollback) = (entry.spec.clone(), entry.rolled_back_by.clone());
         let components: Vec<String> = entry
@@ -120,10 +120,9 @@ impl JobRecord {
             op.ended_ms = Some(now_ms());
         };
         if let Some(op) = self.operation(request_id) {
-            match &cause {
-                _ if committed => end(op, OperationStatus::Completed, None),
-                Some(cause) => end(op, OperationStatus::Failed, Some(cause.clone())),
-                None => end(op, OperationStatus::Failed, None),
+            match committed {
+                true => end(op, OperationStatus::Completed, None),
+                false => end(op, OperationStatus::Failed, cause),
             }
         }
         if let Some(op) = rollback.and_then(|id| self.operation(&id)) {
@@ -209,6 +208,16 @@ impl ManagedJob {
 
     pub(crate) fn run(&self) -> Option<Arc<Run>> {
         lock(&self.run).clone()
+    }
+
+    /// Whether a rescale waits for the job's stop.
+    pub(crate) fn rescaling(&self) -> bool {
+        lock(&self.rescale).is_some()
+    }
+
+    /// Whether an upgrade of the job is pending or on probation.
+    pub(crate) fn upgrading(&self) -> bool {
+        self.record().upgrades.iter().any(UpgradeEntry::in_progress)
     }
 
     /// Changes the record with `change` and writes it.
@@ -405,12 +414,10 @@ impl ManagedJob {
         let spawned = std::thread::Builder::new()
             .name("upgrade-watch".into())
             .spawn(move || {
-                let mut swapped = None;
+                let mut on_probation = false;
                 let outcome = loop {
-                    if swapped.is_none()
-                        && let Some(id) = handle.swapped()
-                    {
-                        swapped = Some(id);
+                    if !on_probation && let Some(id) = handle.swapped() {
+                        on_probation = true;
                         job.update_logged(|r| {
                             if let Some(u) = r.upgrade(&request_id) {
                                 u.info.status = UpgradeStatus::Probation;

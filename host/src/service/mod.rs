@@ -632,19 +632,8 @@ impl Service {
             None => new_id(),
         };
         let mut record = job.record();
-        if let Some(op) = record
-            .operations
-            .iter()
-            .find(|o| o.request_id == request_id)
-        {
-            return Err(if op.kind == kind {
-                Ok(op.clone())
-            } else {
-                Err(ServiceError::conflict(format!(
-                    "request id {request_id} names an earlier operation of another kind; use a \
-                     new id"
-                )))
-            });
+        if let Some(earlier) = earlier(&record, kind, &request_id).transpose() {
+            return Err(earlier);
         }
         let op = Operation {
             request_id,
@@ -690,12 +679,7 @@ impl Service {
     pub fn stop(&self, id: &str, request: StopRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
         let run = Self::running(&job)?;
-        if job
-            .rescale
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+        if job.rescaling() {
             return Err(ServiceError::conflict(
                 "the job is being rescaled; stop it once the rescale is done",
             ));
@@ -720,7 +704,7 @@ impl Service {
     pub fn rescale(&self, id: &str, request: RescaleRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
         let run = Self::running(&job)?;
-        if job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+        if job.upgrading() {
             return Err(ServiceError::conflict(
                 "an upgrade of the job is in progress; rescale it once the upgrade is committed \
                  or rolled back",
@@ -902,19 +886,8 @@ impl Service {
         kind: OperationKind,
         request_id: &Option<String>,
     ) -> Result<Option<Operation>, ServiceError> {
-        let Some(request_id) = request_id else {
-            return Ok(None);
-        };
-        let record = job.record();
-        match record
-            .operations
-            .iter()
-            .find(|o| &o.request_id == request_id)
-        {
-            Some(op) if op.kind == kind => Ok(Some(op.clone())),
-            Some(_) => Err(ServiceError::conflict(format!(
-                "request id {request_id} names an earlier operation of another kind; use a new id"
-            ))),
+        match request_id {
+            Some(request_id) => earlier(&job.record(), kind, request_id),
             None => Ok(None),
         }
     }
@@ -930,18 +903,13 @@ impl Service {
         probation: Probation,
     ) -> Result<Operation, ServiceError> {
         let run = Self::running(job)?;
-        if job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+        if job.upgrading() {
             return Err(ServiceError::conflict(
                 "an upgrade of the job is in progress; wait until it is committed or rolled \
                  back (or roll it back)",
             ));
         }
-        if job
-            .rescale
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+        if job.rescaling() {
             return Err(ServiceError::conflict(
                 "the job is being rescaled; upgrade it once the rescale is done",
             ));
@@ -1050,6 +1018,26 @@ fn start_error(e: JobError) -> ServiceError {
     }
 }
 
+/// The operation of `record` under `request_id`, if any: the answer to a retry of it, or a
+/// conflict if it is of another kind than `kind`.
+fn earlier(
+    record: &JobRecord,
+    kind: OperationKind,
+    request_id: &str,
+) -> Result<Option<Operation>, ServiceError> {
+    match record
+        .operations
+        .iter()
+        .find(|o| o.request_id == request_id)
+    {
+        Some(op) if op.kind == kind => Ok(Some(op.clone())),
+        Some(_) => Err(ServiceError::conflict(format!(
+            "request id {request_id} names an earlier operation of another kind; use a new id"
+        ))),
+        None => Ok(None),
+    }
+}
+
 /// Points operator `uid` of the spec `table` at component `sha`, with `config` if given.
 fn set_operator(
     table: &mut toml::Table,
@@ -1127,7 +1115,7 @@ fn versions(spec: &JobSpec) -> BTreeMap<String, OperatorVersion> {
 /// wrote it was committed (its commit checkpoint completed), any other was rolled back (the
 /// newest checkpoint is its swap checkpoint or older, written by the old code).
 fn settle_upgrades(job: &ManagedJob) -> Result<(), ServiceError> {
-    if !job.record().upgrades.iter().any(UpgradeEntry::in_progress) {
+    if !job.upgrading() {
         return Ok(());
     }
     let name = job.record().name.clone();
