@@ -76,6 +76,7 @@ extern crate self as weir_sdk;
 mod backend;
 mod context;
 mod error;
+mod fxhash;
 mod level;
 mod operator;
 mod record;

@@ -5,7 +5,6 @@
 //! [`Instance`]; only the [`Backend`] differs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::mem;
 
@@ -14,6 +13,7 @@ use weir_wire::{
 };
 
 use crate::backend::Backend;
+use crate::fxhash::FxMap;
 use crate::state::StateEntry;
 use crate::{Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
@@ -35,7 +35,7 @@ pub(crate) struct Core {
     /// record sends the host one change per timer, not two per record.
     timer_ops: Vec<TimerOp>,
     /// Where each `(slot, domain, timestamp)` is in `timer_ops`.
-    timer_index: HashMap<(u32, TimeDomain, i64), usize>,
+    timer_index: FxMap<(u32, TimeDomain, i64), usize>,
     timer_changes: Vec<u8>,
     store_buf: Vec<u8>,
 }
@@ -49,7 +49,7 @@ impl Core {
             epoch: 0,
             output: OutputWriter::default(),
             timer_ops: Vec::new(),
-            timer_index: HashMap::new(),
+            timer_index: FxMap::default(),
             timer_changes: Vec::new(),
             store_buf: Vec::new(),
         }

@@ -10,6 +10,7 @@ use weir_wire::{DecodeError, MapOp, Reader, put_map_op};
 
 use super::codec::{Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
+use crate::fxhash::FxMap;
 use crate::{Context, Result};
 
 #[derive(Clone, Copy, Debug)]
@@ -48,7 +49,7 @@ pub(crate) struct MapCache {
     /// with more than [`SCANNED`] changes, so that many puts to one key's map in a batch are
     /// not quadratic. A hint: an entry is checked against the key (a stale or colliding one
     /// falls back to a scan).
-    index: std::collections::HashMap<(u32, u64), u32>,
+    index: FxMap<(u32, u64), u32>,
 }
 
 /// Up to this many changes of a slot are scanned rather than indexed.

@@ -253,6 +253,7 @@ impl WasmEngine {
         config.wasm_component_model(true);
         // Execution deadlines of guest calls (see `limits`).
         config.epoch_interruption(options.epoch_interruption);
+        profiler(&mut config)?;
         let engine = Engine::new(&config).map_err(|e| WasmError::Engine(format!("{e:#}")))?;
         if options.epoch_interruption {
             super::limits::start_ticker(&engine)
@@ -417,6 +418,36 @@ impl WasmEngine {
         tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
         loaded.insert(hash, component.clone());
         Ok(component)
+    }
+}
+
+/// `WEIR_WASM_PROFILER=perfmap` (or `jitdump`) makes wasmtime tell `perf` the names of the
+/// guests' functions; a build with the `profiling` feature has the agents.
+fn profiler(config: &mut Config) -> Result<(), WasmError> {
+    let Ok(wanted) = std::env::var("WEIR_WASM_PROFILER") else {
+        return Ok(());
+    };
+    #[cfg(feature = "profiling")]
+    {
+        let strategy = match wanted.as_str() {
+            "perfmap" => wasmtime::ProfilingStrategy::PerfMap,
+            "jitdump" => wasmtime::ProfilingStrategy::JitDump,
+            other => {
+                return Err(WasmError::Engine(format!(
+                    "WEIR_WASM_PROFILER={other:?}: use perfmap or jitdump"
+                )));
+            }
+        };
+        config.profiler(strategy);
+        Ok(())
+    }
+    #[cfg(not(feature = "profiling"))]
+    {
+        let _ = config;
+        Err(WasmError::Engine(format!(
+            "WEIR_WASM_PROFILER={wanted:?} needs a profiling build: cargo build --release -p \
+             weir --features profiling"
+        )))
     }
 }
 
