@@ -71,6 +71,22 @@ fn totals(reference: &[String]) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Runs `weir ARGS` against `server`; what it printed, once it succeeded.
+fn cli(server: &Server, args: &[&str]) -> String {
+    let output = Command::new(weir_bin())
+        .args(args)
+        .env("WEIR_SERVER", format!("http://{}", server.addr))
+        .env("WEIR_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "weir {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// The job's restarts and exceptions: none, if sources and sinks were not restarted.
 fn assert_not_restarted(server: &Server, id: &str) {
     let job = server.job(id);
@@ -208,9 +224,22 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
         "{job}"
     );
     server.wait_status(&id, "running", Duration::from_secs(60));
-    // Committed this time.
-    let done = upgrade_count(&server, &id, &recount, config, 300);
-    assert_eq!(done["status"], "completed", "{done}");
+    // Committed this time, through the CLI, which waits for the commit.
+    let config = format!("count={config}");
+    let component = format!("count=sha256:{recount}");
+    let upgraded = cli(
+        &server,
+        &[
+            "upgrade",
+            &id,
+            &component,
+            "--config",
+            &config,
+            "--probation",
+            "300ms",
+        ],
+    );
+    assert_eq!(upgraded.trim(), "upgraded");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let job = server.job(&id);
@@ -221,17 +250,7 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The CLI's rollback goes back to version 1, which reads its `count` again.
-    let output = Command::new(weir_bin())
-        .args(["rollback", &id])
-        .env("WEIR_SERVER", format!("http://{}", server.addr))
-        .env("WEIR_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_eq!(cli(&server, &["rollback", &id]).trim(), "rolled back");
     let job = server.job(&id);
     let upgrades = job["upgrades"].as_array().unwrap();
     assert_eq!(upgrades.len(), 3, "{job}");
