@@ -35,6 +35,50 @@ fn operate(server: &Server, id: &str, what: &str, request: Value) -> Value {
     server.wait_operation(id, op["request_id"].as_str().unwrap())
 }
 
+/// Asks job `id` to upgrade its count to component `sha` with `config` on a probation too long
+/// to end in a test, and waits until it is on probation; the operation.
+fn start_probation(server: &Server, id: &str, sha: &str, config: Value) -> Value {
+    let request = json!({
+        "operators": [{ "uid": "count", "component": format!("sha256:{sha}"), "config": config }],
+        "probation_ms": 600_000,
+    });
+    let op = server.ok(
+        "POST",
+        &format!("/v1/jobs/{id}/upgrade"),
+        Some(request),
+        202,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.job(id)["upgrades"][0]["status"] != "probation" {
+        assert!(Instant::now() < deadline, "{}", server.job(id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    op
+}
+
+/// Asserts that every word's counts in `by_word` go on across an upgrade: the old code's and
+/// the new code's together are 1..its total in `totals`, each once, the old before the new;
+/// and that both codes wrote some.
+fn assert_counts_go_on(
+    by_word: &BTreeMap<String, (Vec<u64>, Vec<u64>)>,
+    totals: &BTreeMap<String, u64>,
+) {
+    assert_eq!(
+        by_word.keys().collect::<Vec<_>>(),
+        totals.keys().collect::<Vec<_>>()
+    );
+    let (mut old_lines, mut new_lines) = (0, 0);
+    for (word, (old, new)) in by_word {
+        // The new code read the counts the old code wrote.
+        let all: Vec<u64> = old.iter().chain(new).copied().collect();
+        let expected: Vec<u64> = (1..=totals[word]).collect();
+        assert_eq!(all, expected, "the counts of {word:?}");
+        old_lines += old.len();
+        new_lines += new.len();
+    }
+    assert!(old_lines > 0 && new_lines > 0, "{old_lines} {new_lines}");
+}
+
 /// Upgrades the count of job `id` to component `sha` with `config` and `probation_ms`.
 fn upgrade_count(server: &Server, id: &str, sha: &str, config: Value, probation_ms: u64) -> Value {
     let request = json!({
@@ -112,6 +156,12 @@ fn an_upgrade_changes_the_output_format_and_every_count_goes_on() {
     assert!(upgrade["time_to_commit_ms"].as_u64().is_some(), "{upgrade}");
     // Both subtasks of the count swapped and handled records.
     assert_eq!(upgrade["pauses"].as_array().unwrap().len(), 2, "{upgrade}");
+    for pause in upgrade["pauses"].as_array().unwrap() {
+        assert!(
+            pause["snapshot_us"].as_u64() <= pause["pause_us"].as_u64(),
+            "{pause}"
+        );
+    }
     assert!(job["spec"].as_str().unwrap().contains(&recount), "{job}");
     // The new code declares every state the old one wrote.
     assert_eq!(job["undeclared_states"], json!({}), "{job}");
@@ -135,22 +185,7 @@ fn an_upgrade_changes_the_output_format_and_every_count_goes_on() {
     assert_not_restarted(&server, &id);
 
     let totals = totals(&reference(&ws, LINES));
-    let by_word = counts(&committed(&out), "v2:");
-    assert_eq!(
-        by_word.keys().collect::<Vec<_>>(),
-        totals.keys().collect::<Vec<_>>()
-    );
-    let (mut old_lines, mut new_lines) = (0, 0);
-    for (word, (old, new)) in &by_word {
-        // Every count once, the old code's before the new code's: the new code read the
-        // counts the old code wrote.
-        let all: Vec<u64> = old.iter().chain(new).copied().collect();
-        let expected: Vec<u64> = (1..=totals[word]).collect();
-        assert_eq!(all, expected, "the counts of {word:?}");
-        old_lines += old.len();
-        new_lines += new.len();
-    }
-    assert!(old_lines > 0 && new_lines > 0, "{old_lines} {new_lines}");
+    assert_counts_go_on(&counts(&committed(&out), "v2:"), &totals);
 }
 
 #[test]
@@ -195,21 +230,7 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
     // Version 2 counts in a state of its own: `count` is kept, and listed.
     let config = json!({ "prefix": "v2:", "state": "count2" });
     // On probation, a rollback takes the job back to the swap checkpoint with version 1.
-    let request = json!({
-        "operators": [{ "uid": "count", "component": format!("sha256:{recount}"), "config": config.clone() }],
-        "probation_ms": 600_000,
-    });
-    let upgrade = server.ok(
-        "POST",
-        &format!("/v1/jobs/{id}/upgrade"),
-        Some(request),
-        202,
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.job(&id)["upgrades"][0]["status"] != "probation" {
-        assert!(Instant::now() < deadline, "{}", server.job(&id));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let upgrade = start_probation(&server, &id, &recount, config.clone());
     let rollback = operate(&server, &id, "rollback", json!({}));
     assert_eq!(rollback["status"], "completed", "{rollback}");
     let upgrade = server.wait_operation(&id, upgrade["request_id"].as_str().unwrap());
@@ -288,21 +309,7 @@ fn a_server_killed_during_a_probation_resumes_the_job_on_the_old_code_exactly_on
     let out = ws.path("out");
     let (server, id) = running_word_count(&ws, &out);
     let recount = server.component("weir_test_recount");
-    let request = json!({
-        "operators": [{ "uid": "count", "component": format!("sha256:{recount}") }],
-        "probation_ms": 600_000,
-    });
-    server.ok(
-        "POST",
-        &format!("/v1/jobs/{id}/upgrade"),
-        Some(request),
-        202,
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.job(&id)["upgrades"][0]["status"] != "probation" {
-        assert!(Instant::now() < deadline, "{}", server.job(&id));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    start_probation(&server, &id, &recount, json!({}));
     std::thread::sleep(Duration::from_millis(300));
     server.kill();
 
@@ -324,6 +331,27 @@ fn a_server_killed_during_a_probation_resumes_the_job_on_the_old_code_exactly_on
         committed(&out) == reference(&ws, LINES),
         "the output of a run without the upgrade"
     );
+}
+
+#[test]
+fn a_server_stopped_during_a_probation_commits_the_upgrade_at_its_stop_checkpoint() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_word_count(&ws, &out);
+    let recount = server.component("weir_test_recount");
+    start_probation(&server, &id, &recount, json!({ "prefix": "v2:" }));
+    std::thread::sleep(Duration::from_millis(300));
+    // Ctrl-C stops the job at a checkpoint, which the new code wrote and its sink commits:
+    // the upgrade is committed there, and the job resumes on the new code.
+    assert!(server.interrupt().success());
+
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"][0]["status"], "committed", "{job}");
+    assert!(job["spec"].as_str().unwrap().contains(&recount), "{job}");
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    let totals = totals(&reference(&ws, LINES));
+    assert_counts_go_on(&counts(&committed(&out), "v2:"), &totals);
 }
 
 #[test]
@@ -361,6 +389,10 @@ fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
     );
     // Nor does one that names an operator twice, or one the job does not have.
     let recount = server.component("weir_test_recount");
+    // Nor one whose new limits its new code does not fit.
+    let component = format!("sha256:{recount}");
+    let tight =
+        json!({ "uid": "count", "component": component, "limits": { "wasm_size": "100KB" } });
     for (operators, status, says) in [
         (json!(["count", "count"]), 400, "named twice"),
         (
@@ -368,12 +400,16 @@ fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
             404,
             "no operator with uid \"nope\"",
         ),
+        (json!([tight]), 400, "wasm_size"),
     ] {
         let operators: Vec<Value> = operators
             .as_array()
             .unwrap()
             .iter()
-            .map(|uid| json!({ "uid": uid, "component": format!("sha256:{recount}") }))
+            .map(|op| match op {
+                Value::String(uid) => json!({ "uid": uid, "component": component }),
+                op => op.clone(),
+            })
             .collect();
         let (got, error) = server.call(
             "POST",

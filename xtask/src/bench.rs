@@ -246,7 +246,18 @@ input = "count"
 
 /// Runs the job and returns its duration in seconds, as its summary reports it.
 pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path, flags: &[&str]) -> Result<f64> {
-    let out = Command::new(weir)
+    run_job_by(Command::new(weir), spec, summary, flags)
+}
+
+/// [`run_job`] with `command` for the `weir` to run: the binary, or a wrapper (GNU time) that
+/// is given it as its first argument.
+pub(crate) fn run_job_by(
+    mut command: Command,
+    spec: &Path,
+    summary: &Path,
+    flags: &[&str],
+) -> Result<f64> {
+    let out = command
         .args(flags)
         .arg("run")
         .arg(spec)
@@ -256,7 +267,7 @@ pub(crate) fn run_job(weir: &Path, spec: &Path, summary: &Path, flags: &[&str]) 
         .arg("--summary-json")
         .arg(summary)
         .output()
-        .with_context(|| format!("cannot start {}", weir.display()))?;
+        .with_context(|| format!("cannot start {}", command.get_program().to_string_lossy()))?;
     if !out.status.success() {
         bail!(
             "weir run {} failed ({}):\n{}",

@@ -25,7 +25,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench::{number, prepare, toml_str};
+use crate::bench::{number, prepare, run_job_by, toml_str};
 use crate::{exec, guests};
 
 /// Accounts besides the hot one.
@@ -173,29 +173,10 @@ struct Measured {
 
 /// Runs `spec` under GNU time: the job's duration, the process's CPU time and peak RSS.
 fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
-    let (times, summary) = (dir.join("time.txt"), dir.join("summary.json"));
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "%U %S %M", "-o"])
-        .arg(&times)
-        .arg(weir)
-        .arg("run")
-        .arg(spec)
-        .args(["--fresh", "--no-progress", "--summary-json"])
-        .arg(&summary)
-        .output()
-        .with_context(|| format!("cannot start {}", weir.display()))?;
-    if !out.status.success() {
-        bail!(
-            "weir run {} failed ({}):\n{}",
-            spec.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary)?)?;
-    let seconds = json["duration_seconds"]
-        .as_f64()
-        .context("no duration_seconds in the summary")?;
+    let times = dir.join("time.txt");
+    let mut command = Command::new("/usr/bin/time");
+    command.args(["-f", "%U %S %M", "-o"]).arg(&times).arg(weir);
+    let seconds = run_job_by(command, spec, &dir.join("summary.json"), &[])?;
     let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
     Ok(Measured {
         seconds,

@@ -20,6 +20,7 @@ import org.apache.flink.state.rocksdb.RocksDBOptions;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig;
 import org.apache.flink.streaming.api.functions.sink.filesystem.bucketassigners.BasePathBucketAssigner;
@@ -155,6 +156,24 @@ final class BenchJob {
                         WatermarkStrategy.<Transaction>noWatermarks()
                                 .withTimestampAssigner((t, previous) -> t.timestamp))
                 .name("event-time");
+    }
+
+    /**
+     * Runs job {@code jobName} with the command line {@code args}: source, parse, key by
+     * account, {@code function} (named {@code name}), file sink.
+     */
+    static void run(
+            String jobName,
+            String[] args,
+            KeyedProcessFunction<String, Transaction, String> function,
+            String name)
+            throws Exception {
+        Options options = Options.parse(jobName, args);
+        StreamExecutionEnvironment env = environment(options);
+        DataStream<String> lines =
+                transactions(env, options).keyBy(t -> t.account).process(function).name(name);
+        writeLines(lines, options);
+        execute(env, jobName);
     }
 
     /**

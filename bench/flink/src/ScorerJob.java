@@ -11,8 +11,6 @@ import org.apache.flink.api.common.state.StateTtlConfig;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.Types;
-import org.apache.flink.streaming.api.datastream.DataStream;
-import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.util.Collector;
 
@@ -30,17 +28,7 @@ import org.apache.flink.util.Collector;
 public class ScorerJob {
 
     public static void main(String[] args) throws Exception {
-        BenchJob.Options options = BenchJob.Options.parse("ScorerJob", args);
-        StreamExecutionEnvironment env = BenchJob.environment(options);
-
-        DataStream<String> lines =
-                BenchJob.transactions(env, options)
-                        .keyBy(t -> t.account)
-                        .process(new Score())
-                        .name("score");
-        BenchJob.writeLines(lines, options);
-
-        BenchJob.execute(env, "ScorerJob");
+        BenchJob.run("ScorerJob", args, new Score(), "score");
     }
 
     /** Scores each account's transactions; emits alert and summary lines. */

@@ -5,8 +5,6 @@ import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.typeinfo.Types;
-import org.apache.flink.streaming.api.datastream.DataStream;
-import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.util.Collector;
 
@@ -22,17 +20,7 @@ import org.apache.flink.util.Collector;
 public class TopNJob {
 
     public static void main(String[] args) throws Exception {
-        BenchJob.Options options = BenchJob.Options.parse("TopNJob", args);
-        StreamExecutionEnvironment env = BenchJob.environment(options);
-
-        DataStream<String> lines =
-                BenchJob.transactions(env, options)
-                        .keyBy(t -> t.account)
-                        .process(new TopN())
-                        .name("top-n");
-        BenchJob.writeLines(lines, options);
-
-        BenchJob.execute(env, "TopNJob");
+        BenchJob.run("TopNJob", args, new TopN(), "top-n");
     }
 
     /** Keeps an account's largest amounts in a list state and emits them when they change. */

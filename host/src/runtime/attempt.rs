@@ -263,7 +263,7 @@ pub(super) fn run(
                 upgrades
                     .pending
                     .as_ref()
-                    .is_some_and(|p| p.holds_checkpoints(p.records(metrics))),
+                    .is_some_and(|p| p.holds_checkpoints(metrics)),
             );
             for request in flags.savepoints.take() {
                 if probation {

@@ -12,9 +12,38 @@ use crate::checkpoint::RestoreFrom;
 use crate::checkpoint::storage::CheckpointStore;
 use crate::clock::Clock;
 use crate::job::plan::Plan;
-use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::job::spec::{JobSpec, OperatorCode, Vertex, VertexKind};
 use crate::state::BackendKind;
 use crate::wasm::{OperatorComponent, WasmEngine};
+
+/// The component of `vertex` if it is a WebAssembly operator: loaded (validated, compiled,
+/// linked) within its limits, with its grants; an error names the operator.
+pub(crate) fn load_component(
+    vertex: &Vertex,
+    engine: &WasmEngine,
+) -> Result<Option<OperatorComponent>, JobError> {
+    let VertexKind::Operator {
+        uid,
+        code:
+            OperatorCode::Wasm {
+                path,
+                limits,
+                grants,
+            },
+        ..
+    } = &vertex.kind
+    else {
+        return Ok(None);
+    };
+    let component = engine
+        .load(path, limits)
+        .map_err(|cause| JobError::Component {
+            name: vertex.name.clone(),
+            uid: uid.clone(),
+            cause,
+        })?;
+    Ok(Some(component.with_grants(grants.clone())))
+}
 
 /// A job whose operators are loaded and linked, ready to start (any number of times).
 #[derive(Debug)]
@@ -39,25 +68,8 @@ impl Job {
     pub fn new(spec: JobSpec, engine: &WasmEngine) -> Result<Job, JobError> {
         let mut components = HashMap::new();
         for (v, vertex) in spec.vertices.iter().enumerate() {
-            if let VertexKind::Operator {
-                uid,
-                code:
-                    OperatorCode::Wasm {
-                        path,
-                        limits,
-                        grants,
-                    },
-                ..
-            } = &vertex.kind
-            {
-                let component = engine
-                    .load(path, limits)
-                    .map_err(|cause| JobError::Component {
-                        name: vertex.name.clone(),
-                        uid: uid.clone(),
-                        cause,
-                    })?;
-                components.insert(v, component.with_grants(grants.clone()));
+            if let Some(component) = load_component(vertex, engine)? {
+                components.insert(v, component);
             }
         }
         let plan = Plan::new(&spec);

@@ -14,8 +14,8 @@
 //! failure of the job in that time restores the swap checkpoint with the old code and the old
 //! config and discards anything later: the old code only ever reads state the old code wrote,
 //! and the output is exactly once. The first checkpoint after it commits the upgrade (and the
-//! new code's output with it). A failure of the swap checkpoint itself rolls back to the
-//! checkpoint before it.
+//! new code's output with it), as does the checkpoint of a stop during the probation. A
+//! failure of the swap checkpoint itself rolls back to the checkpoint before it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::JobError;
-use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
+use crate::job::spec::{JobSpec, VertexKind};
 use crate::wasm::{OperatorComponent, WasmEngine};
 
 /// New code (and optionally a new config) for one operator, named by uid.
@@ -48,6 +48,14 @@ pub struct Probation {
     pub time: Duration,
     /// Records the upgraded operators' new instances handle (all subtasks together).
     pub records: u64,
+}
+
+impl Probation {
+    /// Whether the probation still runs `elapsed` after the swap checkpoint, the new code
+    /// having handled `records`: until both its time and its records are reached.
+    pub fn lasts(&self, elapsed: Duration, records: u64) -> bool {
+        elapsed < self.time || records < self.records
+    }
 }
 
 impl Default for Probation {
@@ -95,26 +103,13 @@ impl Upgrade {
             if before == Some((code, config)) {
                 continue;
             }
-            let OperatorCode::Wasm {
-                path,
-                limits,
-                grants,
-            } = code
-            else {
-                continue;
-            };
-            let component = engine
-                .load(path, limits)
-                .map_err(|cause| JobError::Component {
-                    name: vertex.name.clone(),
+            if let Some(component) = super::job::load_component(vertex, engine)? {
+                operators.push(OperatorUpgrade {
                     uid: uid.clone(),
-                    cause,
-                })?;
-            operators.push(OperatorUpgrade {
-                uid: uid.clone(),
-                component: component.with_grants(grants.clone()),
-                config: Some(config.clone()),
-            });
+                    component,
+                    config: Some(config.clone()),
+                });
+            }
         }
         Ok(Upgrade {
             operators,
@@ -159,8 +154,6 @@ pub struct Pause {
 pub struct SwapReport {
     /// Of each subtask of the upgraded operators that handled a record after the swap.
     pub pauses: Vec<Pause>,
-    /// From the request to the completion of the swap checkpoint.
-    pub swapped_after: Duration,
     /// From the request to the commit.
     pub committed_after: Duration,
 }
@@ -338,13 +331,16 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Whether checkpoints wait: the new code is on probation, the upgraded operators
-    /// having handled `records` in all.
-    pub(crate) fn holds_checkpoints(&self, records: u64) -> bool {
-        let probation = self.request.upgrade.probation;
+    /// Whether checkpoints wait: the new code is on probation (its records counted by
+    /// `metrics`).
+    pub(crate) fn holds_checkpoints(&self, metrics: &super::Metrics) -> bool {
+        let records = self.records(metrics).saturating_sub(self.records_before);
         self.swapped
-            && (self.since.elapsed() < probation.time
-                || records.saturating_sub(self.records_before) < probation.records)
+            && self
+                .request
+                .upgrade
+                .probation
+                .lasts(self.since.elapsed(), records)
     }
 
     /// The records the upgraded operators have handled, by `metrics`.
@@ -364,7 +360,6 @@ impl Pending {
     pub(crate) fn commit(self) {
         let report = SwapReport {
             pauses: self.plan.pauses(),
-            swapped_after: self.since.saturating_duration_since(self.request.at),
             committed_after: self.request.at.elapsed(),
         };
         self.request.answer(UpgradeOutcome::Committed {
@@ -381,4 +376,26 @@ pub(crate) struct Upgrades {
     pub pending: Option<Pending>,
     /// The job's parts after an upgrade committed in the last attempt.
     pub committed: Option<Arc<super::JobParts>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probation_lasts_until_both_its_time_and_its_records_are_reached() {
+        let p = Probation {
+            time: Duration::from_secs(2),
+            records: 100,
+        };
+        let s = Duration::from_secs;
+        assert!(p.lasts(s(1), 0));
+        assert!(p.lasts(s(1), 500), "records reached, time not");
+        assert!(p.lasts(s(3), 99), "time reached, records not");
+        assert!(!p.lasts(s(2), 100));
+        assert!(
+            !Probation::default().lasts(s(10), 0),
+            "by default, 10 s and no records"
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub(crate) struct UpgradeEntry {
     pub info: UpgradeInfo,
     /// The spec with the new code: the job's spec once the upgrade is committed.
     pub spec: String,
+    /// The job's spec before it, which a rollback of it goes back to.
+    #[serde(default)]
+    pub previous: String,
     /// The rollback operation asked of it while it was on probation.
     #[serde(default)]
     pub rolled_back_by: Option<String>,

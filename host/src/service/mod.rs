@@ -791,10 +791,7 @@ impl Service {
             };
             let config = table_of("config", &op.config)?;
             let limits = table_of("limits", &op.limits)?;
-            set_operator(&mut table, &op.uid, sha, config)?;
-            if let Some(limits) = limits {
-                set_limits(&mut table, &op.uid, limits);
-            }
+            set_operator(&mut table, &op.uid, sha, config, limits)?;
         }
         let probation = Probation {
             time: request
@@ -814,7 +811,8 @@ impl Service {
 
     /// Rolls job `id` back to its previous code: the upgrade on probation is rolled back (as
     /// if its new code had failed), or else the last committed upgrade is undone by an
-    /// upgrade to the code and config before it. Answers at once.
+    /// upgrade to the operators as they were before it (code, config, limits). Answers at
+    /// once.
     pub fn roll_back(&self, id: &str, request: RollbackRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
         if let Some(op) = Self::seen(&job, OperationKind::Rollback, &request.request_id)? {
@@ -858,17 +856,14 @@ impl Service {
             .spec
             .parse()
             .map_err(|e| spec_error(format!("{e}")))?;
+        // The operators' tables as they were: code, config, limits and grants.
+        let mut previous: toml::Table = undo
+            .previous
+            .parse()
+            .map_err(|e| spec_error(format!("{e}")))?;
         for change in &undo.info.operators {
-            let config: serde_json::Value = serde_json::from_str(&change.from.config)
-                .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
-            let config = toml::Value::try_from(config)
-                .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
-            set_operator(
-                &mut table,
-                &change.uid,
-                change.from.component.clone(),
-                Some(config),
-            )?;
+            let before = operator_table(&mut previous, &change.uid)?.clone();
+            *operator_table(&mut table, &change.uid)? = before;
         }
         self.start_upgrade(
             &job,
@@ -959,6 +954,7 @@ impl Service {
                     rollback_of,
                 },
                 spec: new_text,
+                previous: old_text,
                 rolled_back_by: None,
             })
         })?;
@@ -1038,14 +1034,12 @@ fn earlier(
     }
 }
 
-/// Points operator `uid` of the spec `table` at component `sha`, with `config` if given.
-fn set_operator(
-    table: &mut toml::Table,
+/// The table of operator `uid` in the spec `table`.
+fn operator_table<'t>(
+    table: &'t mut toml::Table,
     uid: &str,
-    sha: String,
-    config: Option<toml::Value>,
-) -> Result<(), ServiceError> {
-    let operator = table
+) -> Result<&'t mut toml::Table, ServiceError> {
+    table
         .get_mut("operator")
         .and_then(|o| o.as_array_mut())
         .into_iter()
@@ -1056,31 +1050,31 @@ fn set_operator(
             ServiceError::not_found(format!(
                 "the job has no operator with uid \"{uid}\"; GET /v1/jobs/{{id}} lists them"
             ))
-        })?;
+        })
+}
+
+/// Points WebAssembly operator `uid` of the spec `table` at component `sha`, with `config`
+/// and `limits` if given.
+fn set_operator(
+    table: &mut toml::Table,
+    uid: &str,
+    sha: String,
+    config: Option<toml::Value>,
+    limits: Option<toml::Value>,
+) -> Result<(), ServiceError> {
+    let operator = operator_table(table, uid)?;
     if !operator.contains_key("wasm") {
         return Err(ServiceError::invalid(format!(
             "operator uid \"{uid}\" is a built-in; only WebAssembly operators are upgraded"
         )));
     }
     operator.insert("wasm".into(), format!("sha256:{sha}").into());
-    if let Some(config) = config {
-        operator.insert("config".into(), config);
+    for (key, value) in [("config", config), ("limits", limits)] {
+        if let Some(value) = value {
+            operator.insert(key.into(), value);
+        }
     }
     Ok(())
-}
-
-/// Sets the `limits` of operator `uid` (which `set_operator` found) of the spec `table`.
-fn set_limits(table: &mut toml::Table, uid: &str, limits: toml::Value) {
-    let operator = table
-        .get_mut("operator")
-        .and_then(|o| o.as_array_mut())
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o.as_table_mut())
-        .find(|o| operator_uid(o) == Some(uid));
-    if let Some(operator) = operator {
-        operator.insert("limits".into(), limits);
-    }
 }
 
 /// The uid of an operator table of a spec: its `uid`, else its name.

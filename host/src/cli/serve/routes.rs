@@ -498,8 +498,8 @@ async fn upgrade_job(
 }
 
 /// Back to the previous code: the upgrade on probation is rolled back, or else the last
-/// committed upgrade is undone by an upgrade to the code and config before it. Answers at
-/// once; poll the operation.
+/// committed upgrade is undone by an upgrade to the operators as they were before it (code,
+/// config, limits). Answers at once; poll the operation.
 #[utoipa::path(post, path = "/v1/jobs/{id}/rollback", tag = "jobs", params(JobPath),
     request_body = RollbackRequest,
     responses((status = 202, description = "Rolling back", body = Operation)))]
