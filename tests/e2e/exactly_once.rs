@@ -45,14 +45,15 @@ pub(crate) fn checkpointed_job(ws: &Workspace, name: &str, interval: &str, rest:
 
 /// Word count at parallelism 2 with checkpoints every 100 ms: the input split over two file
 /// source subtasks, rebalanced into the split operator, keyed into the count operator, whose
-/// updates go to a file sink. `state` is the `[state]` table's body.
-fn spec(ws: &Workspace, input: &Path, mode: &str, retained: u32, state: &str) -> PathBuf {
+/// updates go to a file sink. `checkpoint` is more of the `[checkpoint]` table (`mode`, say),
+/// `state` the `[state]` table's body.
+fn spec(ws: &Workspace, input: &Path, checkpoint: &str, retained: u32, state: &str) -> PathBuf {
     checkpointed_job(
         ws,
         "crashy",
         "100ms",
         &format!(
-            r#"mode = "{mode}"
+            r#"{checkpoint}
 num_retained = {retained}
 
 [state]
@@ -131,7 +132,25 @@ fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) -> usize
     for (word, n) in expected {
         let mut seen = counts[word].clone();
         seen.sort_unstable();
-        assert_eq!(seen, (1..=*n).collect::<Vec<_>>(), "updates of {word:?}");
+        if seen != (1..=*n).collect::<Vec<_>>() {
+            let missing: Vec<u64> = (1..=*n)
+                .filter(|c| seen.binary_search(c).is_err())
+                .collect();
+            let mut twice = seen.clone();
+            twice.dedup();
+            let twice: Vec<u64> = twice
+                .into_iter()
+                .filter(|c| seen.iter().filter(|s| *s == c).count() > 1 || c > n)
+                .collect();
+            panic!(
+                "updates of {word:?}: expected 1..={n}, missing {} from {:?}, more than once \
+                 or beyond: {} from {:?}",
+                missing.len(),
+                missing.first(),
+                twice.len(),
+                twice.first(),
+            );
+        }
     }
     counts.values().map(Vec::len).sum()
 }
@@ -268,11 +287,122 @@ fn exactly_once_on_rocksdb_survives_sigkill() {
     }
 }
 
+#[test]
+fn unaligned_checkpoints_survive_sigkill() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "unaligned = true", 1, "");
+    let logs = crash_loop(&ws, &spec, 5);
+    assert!(
+        logs.iter().any(|l| l.contains("replaying")),
+        "no run replayed records in flight:\n{}",
+        logs.join("\n")
+    );
+    crash_tally(5, assert_exactly_once(&ws, &expected));
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.path("chk/crashy/history.json")).unwrap())
+            .unwrap();
+    let stored: Vec<u64> = history["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["status"] == "completed")
+        .map(|e| e["in_flight_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(
+        stored.iter().any(|&b| b > 0),
+        "the checkpoints of a job under backpressure stored records in flight: {stored:?}"
+    );
+}
+
+/// The vertices whose records in flight the `_metadata` of checkpoint `id` holds.
+fn in_flight_vertices(ws: &Workspace, id: u64) -> Vec<String> {
+    let meta = std::fs::read(ws.path(&format!("chk/crashy/chk-{id}/_metadata"))).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+    meta["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["in_flight"].as_array().is_some_and(|f| !f.is_empty()))
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn an_unaligned_checkpoint_restores_its_records_in_flight_at_another_parallelism() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let job = |p: u32| {
+        let spec = spec(&ws, &input, "unaligned = true", 1, "");
+        // The sink keeps its parallelism; the operators go from 2 to `p`.
+        let text = std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace(
+                "uid = \"split\"\n",
+                &format!("uid = \"split\"\nparallelism = {p}\n"),
+            )
+            .replace(
+                "uid = \"count\"\n",
+                &format!("uid = \"count\"\nparallelism = {p}\n"),
+            )
+            .replace("name = \"out\"\n", "name = \"out\"\nedge = \"rebalance\"\n");
+        std::fs::write(&spec, text).unwrap();
+        spec
+    };
+    let spec = job(2);
+    let mut child = start(&ws, &spec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let with_records = loop {
+        if let Some(&id) = completed(&ws).last()
+            && !in_flight_vertices(&ws, id).is_empty()
+        {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint stored records in flight in 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before its SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    child.kill().expect("SIGKILL weir");
+    child.wait().unwrap();
+    let restored = *completed(&ws).last().unwrap();
+    let vertices = in_flight_vertices(&ws, restored);
+    assert!(
+        !vertices.is_empty(),
+        "checkpoint {restored}, completed after {with_records} before the kill, holds records \
+         in flight too"
+    );
+
+    let spec = job(3);
+    let out = command(&ws, &spec)
+        .env("WEIR_LOG", "info")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains(&format!("restoring checkpoint {restored} from")),
+        "{log}"
+    );
+    for v in &vertices {
+        assert!(
+            log.contains(&format!("in flight to \"{v}\" from checkpoint {restored}")),
+            "the records in flight to {v} were replayed:\n{log}"
+        );
+    }
+    crash_tally(1, assert_exactly_once(&ws, &expected));
+}
+
 /// Kills the word count job 5 times and checks its output; `state` is its `[state]` table.
 fn exactly_once_survives_sigkill(state: &str) -> Workspace {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 1, state);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 1, state);
     let logs = crash_loop(&ws, &spec, 5);
     let restores = logs
         .iter()
@@ -307,7 +437,7 @@ fn exactly_once_survives_sigkill(state: &str) -> Workspace {
 fn at_least_once_loses_nothing_after_sigkill() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "at_least_once", 1, "");
+    let spec = spec(&ws, &input, "mode = \"at_least_once\"", 1, "");
     let logs = crash_loop(&ws, &spec, 5);
     assert!(logs.iter().any(|l| l.contains("restoring checkpoint")));
     let counts = sink_counts(&ws);
@@ -321,7 +451,7 @@ fn at_least_once_loses_nothing_after_sigkill() {
 fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 2, "");
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 2, "");
     let mut child = start(&ws, &spec);
     let deadline = Instant::now() + Duration::from_secs(60);
     while completed(&ws).len() < 2 {
@@ -365,7 +495,7 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
 fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "exactly_once", 3, "");
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
     let mut child = start(&ws, &spec);
     while completed(&ws).is_empty() {
         assert!(

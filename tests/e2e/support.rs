@@ -82,7 +82,8 @@ pub fn wasm(name: &str) -> String {
     format!("wasm = {}", toml_path(&operator(name)))
 }
 
-/// A temporary directory for one test: its job spec, inputs and outputs.
+/// A temporary directory for one test: its job spec, inputs and outputs. With `WEIR_KEEP`
+/// set, it stays behind (`/tmp/weir-e2e-*`) for a look at a failed test's logs and files.
 pub struct Workspace {
     dir: TempDir,
 }
@@ -92,6 +93,7 @@ impl Workspace {
         Workspace {
             dir: tempfile::Builder::new()
                 .prefix("weir-e2e-")
+                .disable_cleanup(std::env::var_os("WEIR_KEEP").is_some())
                 .tempdir()
                 .expect("a temporary directory"),
         }

@@ -8,10 +8,13 @@
 //! - **Top-N** (`bench/operators/topn`): the three largest amounts per account in a list state.
 //!
 //! Each at parallelism 2 on memory and RocksDB state, without checkpoints and with one every
-//! second, in weir and in Flink 2.3 (the same logic in `bench/flink`, on a local MiniCluster,
+//! second, aligned and unaligned (the jobs run under full backpressure: the keyed operator is
+//! the bottleneck, so the checkpoints' durations show what the queued records cost them), in
+//! weir and in Flink 2.3 (the same logic in `bench/flink`, on a local MiniCluster,
 //! unless `--no-flink` or there is no `java`): records/s (median of `--runs`; Flink's from its
 //! job's net runtime, without the MiniCluster's start), CPU seconds and peak RSS (GNU time, of
-//! the whole process). The input is
+//! the whole process), and the checkpoints' median and longest duration (weir's from the
+//! job's checkpoint history, Flink's from its checkpoint coordinator's log). The input is
 //! generated here, one file per source subtask with the accounts split between them (so each
 //! account's records keep their order), one account holding 27% of the records; the expected
 //! output is computed here from the generated transactions, by a plain implementation of the
@@ -70,7 +73,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut rows = Vec::new();
     for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
         for backend in ["memory", "rocksdb"] {
-            for checkpoints in [false, true] {
+            for checkpoints in [
+                Checkpoints::Off,
+                Checkpoints::Aligned,
+                Checkpoints::Unaligned,
+            ] {
                 for &system in &systems {
                     let mut measured = Vec::new();
                     for run in 1..=runs {
@@ -111,12 +118,13 @@ pub fn run(args: &[String]) -> Result<()> {
                             );
                         }
                         println!(
-                            "run {run}/{runs}: {system:<5} {job:<6} {backend:<7} checkpoints {:<5} \
-                         {:.2} s, {:.0} k records/s, output checked ({} lines)",
-                            if checkpoints { "1 s" } else { "none" },
+                            "run {run}/{runs}: {system:<5} {job:<6} {backend:<7} checkpoints {:<9} \
+                         {:.2} s, {:.0} k records/s, output checked ({} lines), checkpoints {}",
+                            checkpoints.label(),
                             m.seconds,
                             records as f64 / m.seconds / 1e3,
-                            lines.len()
+                            lines.len(),
+                            durations(&m.checkpoint_ms)
                         );
                         measured.push(m);
                     }
@@ -126,7 +134,7 @@ pub fn run(args: &[String]) -> Result<()> {
                         job,
                         backend,
                         checkpoints,
-                        measured[measured.len() / 2],
+                        measured.swap_remove(measured.len() / 2),
                     ));
                 }
             }
@@ -139,19 +147,48 @@ pub fn run(args: &[String]) -> Result<()> {
         expected.malformed
     );
     println!(
-        "  {:<6} {:<7} {:<8} {:<12} {:>12} {:>8} {:>9}",
+        "  {:<6} {:<7} {:<8} {:<12} {:>12} {:>8} {:>9}   checkpoint duration",
         "system", "job", "state", "checkpoints", "records/s", "CPU s", "peak RSS"
     );
     for (system, job, backend, checkpoints, m) in rows {
         println!(
-            "  {system:<6} {job:<7} {backend:<8} {:<12} {:>10.0} k {:>8.1} {:>6.0} MB",
-            if checkpoints { "every 1 s" } else { "none" },
+            "  {system:<6} {job:<7} {backend:<8} {:<12} {:>10.0} k {:>8.1} {:>6.0} MB   {}",
+            checkpoints.label(),
             records as f64 / m.seconds / 1e3,
             m.cpu_seconds,
-            m.peak_rss_kb as f64 / 1024.0
+            m.peak_rss_kb as f64 / 1024.0,
+            durations(&m.checkpoint_ms)
         );
     }
     Ok(())
+}
+
+/// Checkpointing of a run: every second, aligned or unaligned, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checkpoints {
+    Off,
+    Aligned,
+    Unaligned,
+}
+
+impl Checkpoints {
+    fn label(self) -> &'static str {
+        match self {
+            Checkpoints::Off => "none",
+            Checkpoints::Aligned => "1 s aligned",
+            Checkpoints::Unaligned => "1 s unalgn.",
+        }
+    }
+}
+
+/// `median / longest ms (count)` of checkpoint durations, or `-`.
+fn durations(ms: &[u64]) -> String {
+    let mut sorted = ms.to_vec();
+    sorted.sort_unstable();
+    match (sorted.get(sorted.len() / 2), sorted.last()) {
+        (Some(median), Some(max)) => format!("{median} / {max} ms ({})", sorted.len()),
+        _ => "-".into(),
+    }
 }
 
 /// GNU time measures CPU and peak RSS; installed with apt where it is missing.
@@ -164,11 +201,13 @@ fn ensure_gnu_time() -> Result<()> {
         .context("cannot install GNU time (package `time`); install it yourself")
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Measured {
     seconds: f64,
     cpu_seconds: f64,
     peak_rss_kb: u64,
+    /// The durations of the completed checkpoints.
+    checkpoint_ms: Vec<u64>,
 }
 
 /// Runs `spec` under GNU time: the job's duration, the process's CPU time and peak RSS.
@@ -182,7 +221,31 @@ fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
         seconds,
         cpu_seconds,
         peak_rss_kb,
+        checkpoint_ms: checkpoint_history(&dir.join("checkpoints"))?,
     })
+}
+
+/// The durations of the completed checkpoints in the history of the one job under `dir`
+/// (none without checkpoints).
+fn checkpoint_history(dir: &Path) -> Result<Vec<u64>> {
+    let Ok(jobs) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut ms = Vec::new();
+    for job in jobs {
+        let path = job?.path().join("history.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let history: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        for e in history["checkpoints"].as_array().into_iter().flatten() {
+            if e["status"] == "completed" {
+                ms.extend(e["duration_ms"].as_u64());
+            }
+        }
+    }
+    Ok(ms)
 }
 
 /// Builds the Flink jobs of `bench/flink` (fetching Flink's jars into `work` once); their
@@ -205,7 +268,7 @@ fn flink_classpath(work: &Path) -> Result<String> {
 struct FlinkRun<'a> {
     job: &'a str,
     backend: &'a str,
-    checkpoints: bool,
+    checkpoints: Checkpoints,
 }
 
 /// Runs a Flink job under GNU time, its output into `dir/out`: its net runtime, the JVM's CPU
@@ -240,8 +303,11 @@ fn measure_flink(
         })
         .arg("--state-dir")
         .arg(&state);
-    if run.checkpoints {
+    if run.checkpoints != Checkpoints::Off {
         command.args(["--checkpoint-ms", "1000"]);
+    }
+    if run.checkpoints == Checkpoints::Unaligned {
+        command.args(["--unaligned", "true"]);
     }
     let out = command.output().context("cannot start java")?;
     if !out.status.success() {
@@ -258,10 +324,20 @@ fn measure_flink(
         .and_then(|s| s.trim().parse().ok())
         .context("Flink's job printed no net_runtime_seconds")?;
     let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
+    // "Completed checkpoint 3 for job … (… bytes, checkpointDuration=45 ms, …)."
+    let checkpoint_ms = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("Completed checkpoint"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("checkpointDuration=")?;
+            rest.split(' ').next()?.parse().ok()
+        })
+        .collect();
     Ok(Measured {
         seconds,
         cpu_seconds,
         peak_rss_kb,
+        checkpoint_ms,
     })
 }
 
@@ -298,7 +374,13 @@ fn committed(dir: &Path) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-fn job_spec(job: &str, input: &Path, dir: &Path, backend: &str, checkpoints: bool) -> String {
+fn job_spec(
+    job: &str,
+    input: &Path,
+    dir: &Path,
+    backend: &str,
+    checkpoints: Checkpoints,
+) -> String {
     let operators = guests::operators_dir();
     let wasm = |name: &str| toml_str(&operators.join(format!("{name}.wasm")));
     let keyed = match job {
@@ -309,11 +391,12 @@ fn job_spec(job: &str, input: &Path, dir: &Path, backend: &str, checkpoints: boo
         "[state]\nbackend = \"{backend}\"\ndir = {}\n",
         toml_str(&dir.join("state"))
     );
-    if checkpoints {
+    if checkpoints != Checkpoints::Off {
         let _ = write!(
             tables,
-            "\n[checkpoint]\ninterval = \"1s\"\ndir = {}\n",
-            toml_str(&dir.join("checkpoints"))
+            "\n[checkpoint]\ninterval = \"1s\"\ndir = {}\nunaligned = {}\n",
+            toml_str(&dir.join("checkpoints")),
+            checkpoints == Checkpoints::Unaligned
         );
     }
     format!(

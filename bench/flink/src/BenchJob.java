@@ -51,6 +51,7 @@ final class BenchJob {
         int parallelism = 2;
         String backend = "heap";
         long checkpointMs = 0; // 0: checkpointing off
+        boolean unaligned = false;
         String stateDir;
 
         static Options parse(String jobName, String[] args) {
@@ -67,6 +68,7 @@ final class BenchJob {
                     case "--parallelism" -> o.parallelism = Integer.parseInt(value);
                     case "--backend" -> o.backend = value;
                     case "--checkpoint-ms" -> o.checkpointMs = Long.parseLong(value);
+                    case "--unaligned" -> o.unaligned = Boolean.parseBoolean(value);
                     case "--state-dir" -> o.stateDir = value;
                     default -> throw usage(jobName, "unknown flag " + flag);
                 }
@@ -94,13 +96,15 @@ final class BenchJob {
                             + "\nusage: "
                             + jobName
                             + " --input <dir> --output <dir> [--parallelism 2]"
-                            + " [--backend heap|rocksdb] [--checkpoint-ms <ms> --state-dir <dir>]");
+                            + " [--backend heap|rocksdb] [--checkpoint-ms <ms> --state-dir <dir>"
+                            + " [--unaligned true]]");
         }
     }
 
     /**
      * A local (MiniCluster) environment in STREAMING mode with the state backend and, when
-     * asked for, aligned exactly-once checkpoints to {@code <state-dir>/checkpoints}.
+     * asked for, exactly-once checkpoints (aligned, or unaligned with {@code --unaligned true})
+     * to {@code <state-dir>/checkpoints}.
      */
     static StreamExecutionEnvironment environment(Options o) {
         Configuration conf = new Configuration();
@@ -120,7 +124,7 @@ final class BenchJob {
         if (o.checkpointMs > 0) {
             conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(o.checkpointMs));
             conf.set(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE, CheckpointingMode.EXACTLY_ONCE);
-            conf.set(CheckpointingOptions.ENABLE_UNALIGNED, false);
+            conf.set(CheckpointingOptions.ENABLE_UNALIGNED, o.unaligned);
             conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
             conf.set(
                     CheckpointingOptions.CHECKPOINTS_DIRECTORY,

@@ -12,6 +12,7 @@
 //! interval = "1s"            # required: checkpointing is on when the table is present
 //! dir = "checkpoints"        # default; relative to the job spec's directory
 //! mode = "exactly_once"      # or "at_least_once" (no barrier alignment)
+//! unaligned = false          # barriers overtake queued records, which the checkpoint stores
 //! timeout = "10min"          # a checkpoint not complete by then is aborted
 //! min_pause = "0s"           # between the end of one checkpoint and the next trigger
 //! max_concurrent = 1
@@ -61,6 +62,10 @@ pub(crate) struct Barrier {
     pub kind: BarrierKind,
     /// Canonical for a savepoint.
     pub format: SnapshotFormat,
+    /// An unaligned checkpoint: every task snapshots at once, on its trigger or the first
+    /// barrier, and stores the records its inputs deliver before their barriers (see
+    /// `runtime::barrier`).
+    pub unaligned: bool,
 }
 
 /// What a task does after it snapshotted a barrier's checkpoint.
@@ -101,6 +106,14 @@ pub struct CheckpointConfig {
     #[serde(default)]
     /// Exactly-once (barriers aligned) or at-least-once.
     pub mode: CheckpointMode,
+    /// Unaligned checkpoints (Flink's `execution.checkpointing.unaligned`): instead of waiting
+    /// for its barrier behind the records queued in channels, every task snapshots at once and
+    /// stores the records that were in flight with the checkpoint, to be replayed on restore.
+    /// Checkpoints then take about as long under backpressure as without. Savepoints, the stop
+    /// checkpoint and upgrades stay aligned. Needs `mode = "exactly_once"` and
+    /// `max_concurrent = 1`.
+    #[serde(default)]
+    pub unaligned: bool,
     /// A checkpoint that is not complete this long after its trigger is aborted.
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -144,6 +157,20 @@ impl CheckpointConfig {
         }
         if self.max_concurrent == 0 {
             return Err("max_concurrent must be at least 1".into());
+        }
+        if self.unaligned && self.mode != CheckpointMode::ExactlyOnce {
+            return Err(
+                "unaligned = true needs mode = \"exactly_once\": at-least-once checkpoints do not \
+                 align barriers in the first place; remove one of the two"
+                    .into(),
+            );
+        }
+        if self.unaligned && self.max_concurrent != 1 {
+            return Err(format!(
+                "unaligned = true needs max_concurrent = 1 (it is {}): the records in flight \
+                 belong to one checkpoint at a time",
+                self.max_concurrent
+            ));
         }
         if self.num_retained == 0 {
             return Err(

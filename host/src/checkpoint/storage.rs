@@ -142,6 +142,19 @@ pub(crate) struct VertexMeta {
     /// Which code wrote the state of a WebAssembly operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<CodeVersion>,
+    /// The records in flight to the vertex that an unaligned checkpoint stored, by subtask
+    /// that recorded them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<InFlightFile>,
+}
+
+/// The records in flight to one subtask of a vertex at an unaligned checkpoint: what its
+/// inputs delivered after its snapshot and before their barriers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct InFlightFile {
+    pub subtask: u32,
+    pub records: u64,
+    pub file: StateFile,
 }
 
 /// A version of an operator: its component and its config. A checkpoint (and a savepoint)
@@ -225,6 +238,9 @@ pub struct HistoryEntry {
     pub full_size_bytes: u64,
     /// The longest barrier alignment of any task.
     pub alignment_ms: u64,
+    /// Bytes of records in flight an unaligned checkpoint stored (included in `size_bytes`).
+    #[serde(default)]
+    pub in_flight_bytes: u64,
     /// Per vertex: what it wrote and how long its snapshots took.
     pub operators: Vec<OperatorStats>,
 }
@@ -630,6 +646,12 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
             _ => [None, None],
         })
         .flatten()
+        .chain(
+            meta.vertices
+                .iter()
+                .flat_map(|v| &v.in_flight)
+                .map(|f| &f.file),
+        )
     {
         read_state(dir, file)?;
     }
@@ -737,6 +759,7 @@ mod tests {
                     })
                     .collect(),
                 code: None,
+                in_flight: Vec::new(),
             }],
         }
     }
@@ -922,6 +945,7 @@ mod tests {
                         size_bytes: 2,
                         full_size_bytes: 2,
                         alignment_ms: 0,
+                        in_flight_bytes: 0,
                         operators: vec![],
                     },
                 )

@@ -8,7 +8,7 @@ use crossbeam_channel::Receiver;
 
 use super::CheckpointError;
 use super::coordinator::TaskId;
-use super::storage::{CheckpointStore, SubtaskState};
+use super::storage::{CheckpointStore, InFlightFile, SubtaskState};
 use crate::operator::Snapshot;
 
 /// A task's snapshot for checkpoint `id`, on its way to the writer.
@@ -20,6 +20,20 @@ pub(crate) struct TaskSnapshot {
     /// The synchronous part: copying the state (and a sink's pre-commit).
     pub sync: Duration,
     pub parts: Vec<Part>,
+    /// The records in flight of an unaligned checkpoint, to be replayed into `vertex` on
+    /// restore (see `runtime::barrier`).
+    pub in_flight: Option<InFlight>,
+}
+
+/// The records a task's inputs delivered between its snapshot and their barriers, in the
+/// output encoding of `wit/stream.wit` (what a restore reads back with
+/// `Batch::extend_from_output`).
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    /// The vertex that reads the task's inputs.
+    pub vertex: usize,
+    pub records: u64,
+    pub bytes: Vec<u8>,
 }
 
 /// The snapshot of one vertex of the chain.
@@ -53,6 +67,8 @@ pub(crate) struct Written {
     pub bytes: u64,
     /// Bytes of the state it consists of, shared files written earlier included.
     pub full_bytes: u64,
+    /// The file of the records in flight, for the vertex that reads them.
+    pub in_flight: Option<(usize, InFlightFile)>,
 }
 
 /// The writer thread's loop: writes each task snapshot's files into `store` (the vertices of
@@ -83,7 +99,26 @@ fn write_one(
         sync: snap.sync,
         bytes: 0,
         full_bytes: 0,
+        in_flight: None,
     };
+    if let Some(in_flight) = snap.in_flight {
+        let v = in_flight.vertex;
+        let name = state_file_name(v, &vertices[v], snap.task.subtask);
+        let file = store.write_state(
+            snap.id,
+            &format!("{name}.inflight"),
+            &in_flight.bytes,
+            (0, 0),
+        )?;
+        acked.bytes += file.size;
+        acked.full_bytes += file.size;
+        let file = InFlightFile {
+            subtask: snap.task.subtask,
+            records: in_flight.records,
+            file,
+        };
+        acked.in_flight = Some((v, file));
+    }
     for part in snap.parts {
         let mut written = 0;
         let state = match part.state {

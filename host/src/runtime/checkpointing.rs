@@ -136,10 +136,27 @@ fn apply(
             } else {
                 SnapshotFormat::Native
             };
-            let barrier = Barrier { id, kind, format };
-            for task in &attempt.sources {
-                // A source that has finished is gone; the coordinator knows it.
-                let _ = attempt.controls[task].send(Control::Trigger(barrier));
+            // Savepoints, stops and upgrades stay aligned, as in Flink.
+            let unaligned = kind == BarrierKind::Checkpoint
+                && format == SnapshotFormat::Native
+                && spec.checkpoint.as_ref().is_some_and(|c| c.unaligned);
+            let barrier = Barrier {
+                id,
+                kind,
+                format,
+                unaligned,
+            };
+            // An unaligned checkpoint starts in every task at once; an aligned one in the
+            // sources, and in the others when its barriers arrive. A task that has finished
+            // is gone; the coordinator knows it.
+            if unaligned {
+                for tx in attempt.controls.values() {
+                    let _ = tx.send(Control::Trigger(barrier));
+                }
+            } else {
+                for task in &attempt.sources {
+                    let _ = attempt.controls[task].send(Control::Trigger(barrier));
+                }
             }
             None
         }
@@ -199,6 +216,7 @@ fn apply(
                 size_bytes: 0,
                 full_size_bytes: 0,
                 alignment_ms: 0,
+                in_flight_bytes: 0,
                 operators: Vec::new(),
             };
             if matches!(
@@ -352,6 +370,7 @@ pub(super) fn summarize(
             parallelism: v.parallelism,
             subtasks: vec![SubtaskState::Finished; v.parallelism as usize],
             code: code_version(code, i),
+            in_flight: Vec::new(),
         })
         .collect();
     let mut stats: Vec<OperatorStats> = spec
@@ -365,6 +384,7 @@ pub(super) fn summarize(
         })
         .collect();
     let (mut size, mut full_size, mut alignment) = (0, 0, Duration::ZERO);
+    let mut in_flight_bytes = 0;
     for (task, state) in &done.tasks {
         let TaskState::Snapshot(acked) = state else {
             // Every vertex of a finished task stays `Finished`, but a sink keeps its final
@@ -380,6 +400,10 @@ pub(super) fn summarize(
         };
         size += acked.bytes;
         full_size += acked.full_bytes;
+        if let Some((v, file)) = &acked.in_flight {
+            in_flight_bytes += file.file.size;
+            vertices[*v].in_flight.push(file.clone());
+        }
         alignment = alignment.max(acked.alignment);
         for (v, sub, written) in &acked.parts {
             stats[*v].size_bytes += written;
@@ -407,6 +431,7 @@ pub(super) fn summarize(
         size_bytes: size,
         full_size_bytes: full_size,
         alignment_ms: millis(alignment),
+        in_flight_bytes,
         operators: stats,
     };
     (meta, entry)

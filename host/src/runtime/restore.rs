@@ -7,9 +7,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::Cause;
+use crate::batch::Batch;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::storage::{self, Metadata, SubtaskState};
 use crate::job::spec::{JobSpec, VertexKind};
+use crate::key_group::{key_group, key_group_range};
 #[cfg(doc)]
 use crate::state::redistribute;
 use crate::state::{OperatorStates, restore_operator_states};
@@ -120,6 +122,58 @@ impl Restored {
             .collect()
     }
 
+    /// The records in flight to vertex `v` of `spec` that an unaligned checkpoint stored, for
+    /// subtask `s`, in batches to replay before the subtask reads its inputs. At the
+    /// parallelism of the checkpoint each subtask gets back what it recorded; at another, a
+    /// record with a key goes to the subtask that owns its key group (where a keyed operator
+    /// needs it), one without to subtask `old subtask % parallelism`.
+    pub(crate) fn in_flight(
+        &self,
+        spec: &JobSpec,
+        v: usize,
+        s: u32,
+    ) -> Result<Vec<Batch>, CheckpointError> {
+        let vertex = &spec.vertices[v];
+        let meta = match &vertex.kind {
+            VertexKind::Operator { uid, .. } => self.operator(uid),
+            _ => self.meta.vertex(&vertex.name),
+        };
+        let Some(meta) = meta else {
+            return Ok(Vec::new());
+        };
+        let p = vertex.parallelism;
+        let rescaled = meta.parallelism != p;
+        let groups = key_group_range(spec.max_parallelism, p, s);
+        let mut batches = vec![Batch::default()];
+        for f in &meta.in_flight {
+            if !rescaled && f.subtask != s {
+                continue;
+            }
+            let bytes = storage::read_state(&self.dir, &f.file)?;
+            for rec in weir_wire::OutputReader::new(&bytes) {
+                let (_, rec) = rec.map_err(|e| CheckpointError::Corrupt {
+                    path: self.dir.join(&f.file.file),
+                    reason: format!("its records in flight do not decode: {e}"),
+                })?;
+                let mine = !rescaled
+                    || match rec.key {
+                        Some(key) => groups.contains(&key_group(key, spec.max_parallelism)),
+                        None => f.subtask % p == s,
+                    };
+                if !mine {
+                    continue;
+                }
+                let last = batches.last_mut().expect("one batch at least");
+                last.push(&rec);
+                if last.is_full() {
+                    batches.push(Batch::default());
+                }
+            }
+        }
+        batches.retain(|b| !b.is_empty());
+        Ok(batches)
+    }
+
     /// The operator state of every subtask of operator `uid` that wrote it, read, verified
     /// and in subtask order (empty for a subtask that had none); see [`redistribute`].
     pub(crate) fn operator_states(&self, uid: &str) -> Result<Vec<OperatorStates>, Cause> {
@@ -185,16 +239,17 @@ pub(crate) fn fits(
     }
     for m in &meta.vertices {
         let Some(uid) = &m.uid else { continue };
-        let has_state = m.subtasks.iter().any(|s| {
-            matches!(
-                s,
-                SubtaskState::Operator { state: Some(_), .. }
-                    | SubtaskState::Operator {
-                        operator_state: Some(_),
-                        ..
-                    }
-            )
-        });
+        let has_state = !m.in_flight.is_empty()
+            || m.subtasks.iter().any(|s| {
+                matches!(
+                    s,
+                    SubtaskState::Operator { state: Some(_), .. }
+                        | SubtaskState::Operator {
+                            operator_state: Some(_),
+                            ..
+                        }
+                )
+            });
         let kept = spec
             .vertices
             .iter()
@@ -272,6 +327,7 @@ mod tests {
                         })
                         .collect(),
                     code: None,
+                    in_flight: Vec::new(),
                 })
                 .collect(),
         }
@@ -324,5 +380,92 @@ mod tests {
                 .unwrap_err()
                 .contains("max_parallelism")
         );
+    }
+
+    /// Records in flight to the count operator at parallelism 2: subtask 0 recorded keyed
+    /// records `k0..k99`, subtask 1 records without a key.
+    fn in_flight_checkpoint(dir: &Path) -> Restored {
+        let taken = spec("j", 2, 2);
+        let mut meta = meta_of(&taken, false);
+        let store = storage::CheckpointStore::open(dir, "j").unwrap();
+        for subtask in 0..2u32 {
+            let mut records = weir_wire::OutputWriter::default();
+            for i in 0..100 {
+                let key = format!("k{i}");
+                records.push(
+                    None,
+                    &weir_wire::RecordRef {
+                        kind: weir_wire::Kind::Insert,
+                        key: (subtask == 0).then_some(key.as_bytes()),
+                        timestamp: Some(i),
+                        value: key.as_bytes(),
+                    },
+                );
+            }
+            let file = store
+                .write_state(1, &format!("in-{subtask}"), records.as_bytes(), (0, 0))
+                .unwrap();
+            meta.vertices[1].in_flight.push(storage::InFlightFile {
+                subtask,
+                records: 100,
+                file,
+            });
+        }
+        Restored {
+            dir: store.dir_of(1),
+            meta,
+        }
+    }
+
+    fn values(batches: &[Batch]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+        batches
+            .iter()
+            .flat_map(|b| b.iter())
+            .map(|r| (r.key.map(<[u8]>::to_vec), r.value.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn records_in_flight_go_back_to_their_subtask_or_by_key_group_when_rescaled() {
+        let dir = tempfile::tempdir().unwrap();
+        let restored = in_flight_checkpoint(dir.path());
+        let same = spec("j", 2, 2);
+        let own = values(&restored.in_flight(&same, 1, 0).unwrap());
+        assert_eq!(own.len(), 100, "subtask 0 gets what it recorded, in order");
+        assert_eq!(own[7], (Some(b"k7".to_vec()), b"k7".to_vec()));
+        assert!(
+            values(&restored.in_flight(&same, 1, 1).unwrap())
+                .iter()
+                .all(|(k, _)| k.is_none())
+        );
+        assert!(
+            restored.in_flight(&same, 0, 0).unwrap().is_empty(),
+            "the source has none"
+        );
+
+        let wider = spec("j", 2, 3);
+        let mut keyed = Vec::new();
+        let mut unkeyed = 0;
+        for s in 0..3 {
+            let groups = key_group_range(wider.max_parallelism, 3, s);
+            for (key, _) in values(&restored.in_flight(&wider, 1, s).unwrap()) {
+                match key {
+                    Some(key) => {
+                        assert!(groups.contains(&key_group(&key, wider.max_parallelism)));
+                        keyed.push(key);
+                    }
+                    // Old subtask 1's records go to new subtask 1 % 3.
+                    None => {
+                        assert_eq!(s, 1);
+                        unkeyed += 1;
+                    }
+                }
+            }
+        }
+        keyed.sort();
+        let mut all: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i}").into_bytes()).collect();
+        all.sort();
+        assert_eq!(keyed, all, "every keyed record goes to exactly one subtask");
+        assert_eq!(unkeyed, 100);
     }
 }

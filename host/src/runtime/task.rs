@@ -10,16 +10,21 @@
 //! snapshots the chain (source position, operator state, sink pre-commit) and hands the
 //! bytes to the snapshot writer, which writes them off this thread.
 //!
+//! An unaligned checkpoint starts in every task at its trigger (or first barrier): the task
+//! snapshots at once and records what its inputs deliver until their barriers, reading them
+//! ahead into per-input queues so that the checkpoint does not wait for those records to be
+//! processed; the recorded records go with the snapshot, and a restore replays them first.
+//!
 //! Stop: after the barrier of the checkpoint the job stops at, a task processes nothing more
 //! (a source reads no further, operators are not closed, so end-of-input timers do not fire)
 //! and ends once that checkpoint is complete.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 use super::barrier::{Aligner, Alignment, Progress};
 use super::output::{Disconnected, Message, Output, PushError, Target};
@@ -28,7 +33,7 @@ use super::upgrade::{Pause, SwapPlan};
 use super::{Cause, JobError, Metrics, Shared, vertex_failure};
 use crate::batch::{BATCH_RECORDS, Batch};
 use crate::checkpoint::coordinator::TaskId;
-use crate::checkpoint::writer::{Part, PartState, TaskSnapshot};
+use crate::checkpoint::writer::{InFlight, Part, PartState, TaskSnapshot};
 use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode};
 use crate::clock::Clock;
 use crate::connectors::{ConnectorError, Poll, Sink, SinkContext, Source};
@@ -100,6 +105,9 @@ struct Chain {
     /// aligned, how long the snapshot took, the first stage swapped, and the plan that
     /// reports the pause.
     swapped: Option<(Instant, Duration, usize, Arc<SwapPlan>)>,
+    /// The snapshot of the unaligned checkpoint in progress, held until the records in
+    /// flight to it are recorded, and those records so far.
+    recording: Option<(TaskSnapshot, weir_wire::OutputWriter)>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -266,6 +274,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         shared: Arc::clone(&setup.shared),
         clock: setup.clock.clone(),
         swapped: None,
+        recording: None,
     };
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
@@ -274,6 +283,9 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
             op.open()
                 .map_err(|e| permanent(operator_error(&spec, chain.vertices[i], s, e)))?;
         }
+    }
+    if let Some(r) = &restore {
+        chain.replay_in_flight(r)?;
     }
     let stopped = match source {
         Some(source) => run_source(&setup, head, source, &mut chain)?,
@@ -471,21 +483,44 @@ fn run_source(
 /// Reads the task's inputs into the chain until they all end (`None`) or the job stops at a
 /// checkpoint (its id).
 fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop> {
-    let inputs = &setup.inputs;
     let mode = setup.spec.checkpoint.as_ref().map(|c| c.mode);
     let alignment = match mode {
         Some(CheckpointMode::AtLeastOnce) => Alignment::AtLeast,
         _ => Alignment::Exactly,
     };
-    let mut aligner = Aligner::new(alignment, inputs.len());
-    let origin = Instant::now();
-    let mut ended = vec![false; inputs.len()];
-    // The barriers come on some input and not yet aligned, by checkpoint.
-    let mut barriers = std::collections::BTreeMap::new();
-    while aligner.open_inputs() > 0 {
-        // The inputs readable now; rebuilt whenever a barrier or an end changes that.
+    let inputs = &setup.inputs;
+    let mut reader = Inputs {
+        setup,
+        aligner: Aligner::new(alignment, inputs.len()),
+        origin: Instant::now(),
+        ended: vec![false; inputs.len()],
+        barriers: BTreeMap::new(),
+        queued: inputs.iter().map(|_| VecDeque::new()).collect(),
+    };
+    loop {
+        // Control first: the trigger of an unaligned checkpoint must not wait behind records.
+        while let Ok(c) = setup.control.try_recv() {
+            if let Some(n) = reader.control(chain, c)? {
+                return Ok(Some(n));
+            }
+        }
+        if let Some(n) = reader.read_ahead(chain)? {
+            return Ok(Some(n));
+        }
+        // Records read ahead go before anything their input delivers after them.
+        if let Some(i) = (0..inputs.len()).find(|&i| !reader.queued[i].is_empty()) {
+            let batch = reader.queued[i].pop_front().expect("not empty");
+            chain.push(0, &batch)?;
+            reader.flush_if_idle(chain)?;
+            continue;
+        }
+        if reader.aligner.open_inputs() == 0 {
+            return Ok(None);
+        }
+        // The inputs readable now; rebuilt whenever a barrier, an end, a control message or
+        // a recording changes that.
         let readable: Vec<usize> = (0..inputs.len())
-            .filter(|&i| !ended[i] && !aligner.is_blocked(i))
+            .filter(|&i| !reader.ended[i] && !reader.aligner.is_blocked(i))
             .collect();
         let mut select = Select::new();
         for &i in &readable {
@@ -496,52 +531,155 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
             let op = select.select();
             if op.index() == control {
                 match op.recv(&setup.control) {
-                    Ok(Control::Complete(n)) => chain.notify_complete(n)?,
-                    Ok(Control::Trigger(_)) => {}
+                    Ok(c) => {
+                        if let Some(n) = reader.control(chain, c)? {
+                            return Ok(Some(n));
+                        }
+                        break;
+                    }
                     Err(_) => return Err(Stop::Disconnected),
                 }
-                continue;
             }
             let i = readable[op.index()];
-            let progress = match op.recv(&inputs[i]) {
-                Ok(Message::Data(batch)) => {
-                    chain.push(0, &batch)?;
-                    // Send partial batches only when no readable input has more waiting:
-                    // full batches under load, low latency when idle.
-                    if readable.iter().all(|&i| inputs[i].is_empty()) {
-                        chain.output.flush()?;
-                    }
-                    continue;
-                }
-                Ok(Message::Barrier(barrier)) => {
-                    barriers.entry(barrier.id).or_insert(barrier);
-                    aligner
-                        .on_barrier(i, barrier.id, origin.elapsed())
-                        .map_err(|e| chain.fail_task("checkpoint barrier protocol", e))?
-                }
-                Ok(Message::End) => {
-                    ended[i] = true;
-                    aligner.on_end(i, origin.elapsed())
-                }
-                Err(_) => return Err(Stop::Disconnected),
-            };
-            let Progress { aligned, aborted } = progress;
-            for n in aborted {
-                tracing::debug!(task = ?chain.task, "checkpoint {n} abandoned during alignment");
+            let message = op.recv(&inputs[i]).map_err(|_| Stop::Disconnected)?;
+            let data = matches!(message, Message::Data(_));
+            if let Some(n) = reader.deliver(chain, i, message)? {
+                return Ok(Some(n));
             }
-            if let Some(a) = aligned {
-                // Older barriers were abandoned: this one subsumes them.
-                let barrier = barriers.remove(&a.id).expect("an aligned barrier came");
-                barriers = barriers.split_off(&a.id);
-                chain.checkpoint(barrier, None, a.alignment)?;
-                if barrier.kind == BarrierKind::Stop {
-                    return chain.park(a.id, setup).map(|()| Some(a.id));
-                }
+            if !data || reader.aligner.is_recording(i) || !setup.control.is_empty() {
+                break;
             }
-            break;
         }
     }
-    Ok(None)
+}
+
+/// The input side of a task that reads channels: barrier alignment, and the records read
+/// ahead for an unaligned checkpoint.
+struct Inputs<'a> {
+    setup: &'a TaskSetup,
+    aligner: Aligner,
+    /// The aligner's clock.
+    origin: Instant,
+    ended: Vec<bool>,
+    /// The barriers come on some input and not yet snapshotted, by checkpoint.
+    barriers: BTreeMap<u64, Barrier>,
+    /// Per input: batches read ahead while an unaligned checkpoint recorded them, to be
+    /// processed before anything else of that input.
+    queued: Vec<VecDeque<Batch>>,
+}
+
+impl Inputs<'_> {
+    /// Handles a control message; `Some(n)`: the job stopped at checkpoint n.
+    fn control(&mut self, chain: &mut Chain, c: Control) -> Result<Option<u64>, Stop> {
+        match c {
+            Control::Complete(n) => chain.notify_complete(n).map(|()| None),
+            Control::Trigger(barrier) if barrier.unaligned => {
+                self.barriers.entry(barrier.id).or_insert(barrier);
+                let progress = self.aligner.on_trigger(barrier.id, self.origin.elapsed());
+                self.progress(chain, progress)
+            }
+            // Aligned checkpoints start in the sources.
+            Control::Trigger(_) => Ok(None),
+        }
+    }
+
+    /// Handles what input `i` delivered; `Some(n)`: the job stopped at checkpoint n.
+    fn deliver(&mut self, chain: &mut Chain, i: usize, m: Message) -> Result<Option<u64>, Stop> {
+        let progress = match m {
+            Message::Data(batch) => {
+                if self.aligner.is_recording(i) {
+                    chain.record(&batch);
+                    self.queued[i].push_back(batch);
+                } else {
+                    chain.push(0, &batch)?;
+                    self.flush_if_idle(chain)?;
+                }
+                return Ok(None);
+            }
+            Message::Barrier(barrier) => {
+                self.barriers.entry(barrier.id).or_insert(barrier);
+                let now = self.origin.elapsed();
+                self.aligner
+                    .on_barrier(i, barrier.id, barrier.unaligned, now)
+                    .map_err(|e| chain.fail_task("checkpoint barrier protocol", e))?
+            }
+            Message::End => {
+                self.ended[i] = true;
+                self.aligner.on_end(i, self.origin.elapsed())
+            }
+        };
+        self.progress(chain, progress)
+    }
+
+    /// Reads every input the unaligned checkpoint in progress records, as far as it has
+    /// delivered, into the queues: so the checkpoint completes as soon as the barriers are
+    /// in, however many records are queued before them.
+    fn read_ahead(&mut self, chain: &mut Chain) -> Result<Option<u64>, Stop> {
+        for i in 0..self.setup.inputs.len() {
+            while self.aligner.is_recording(i) {
+                let message = match self.setup.inputs[i].try_recv() {
+                    Ok(m) => m,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Err(Stop::Disconnected),
+                };
+                if let Some(n) = self.deliver(chain, i, message)? {
+                    return Ok(Some(n));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sends partial batches only when no readable input has more waiting: full batches
+    /// under load, low latency when idle.
+    fn flush_if_idle(&self, chain: &mut Chain) -> Result<(), Stop> {
+        let idle = self.queued.iter().all(VecDeque::is_empty)
+            && (0..self.setup.inputs.len()).all(|i| {
+                self.ended[i] || self.aligner.is_blocked(i) || self.setup.inputs[i].is_empty()
+            });
+        if idle {
+            chain.output.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Does what the aligner decided; `Some(n)`: the job stopped at checkpoint n.
+    fn progress(&mut self, chain: &mut Chain, progress: Progress) -> Result<Option<u64>, Stop> {
+        let Progress {
+            aligned,
+            recorded,
+            aborted,
+        } = progress;
+        for n in aborted {
+            tracing::debug!(task = ?chain.task, "checkpoint {n} abandoned during alignment");
+            chain.abandon(n);
+        }
+        if let Some(a) = aligned {
+            // Older barriers were abandoned: this one subsumes them.
+            let barrier = self
+                .barriers
+                .remove(&a.id)
+                .expect("an aligned barrier came");
+            self.barriers = self.barriers.split_off(&a.id);
+            if barrier.unaligned {
+                chain.start_recording(barrier)?;
+                // Batches read ahead for an earlier checkpoint and not processed yet are
+                // input the snapshot does not reflect: records in flight of this one too.
+                for batch in self.queued.iter().flatten() {
+                    chain.record(batch);
+                }
+            } else {
+                chain.checkpoint(barrier, None, a.alignment)?;
+                if barrier.kind == BarrierKind::Stop {
+                    return chain.park(a.id, self.setup).map(|()| Some(a.id));
+                }
+            }
+        }
+        if let Some(n) = recorded {
+            chain.finish_recording(n)?;
+        }
+        Ok(None)
+    }
 }
 
 impl Chain {
@@ -564,6 +702,93 @@ impl Chain {
         alignment: Duration,
     ) -> Result<(), Stop> {
         let aligned = Instant::now();
+        let snapshot = self.snapshot(barrier, source, alignment)?;
+        let sync = snapshot.sync;
+        self.snapshots
+            .send(snapshot)
+            .map_err(|_| Stop::Disconnected)?;
+        if barrier.kind == BarrierKind::Upgrade
+            && let Some(plan) = self.shared.plans.get(barrier.id)
+        {
+            self.swap(&plan)?;
+            let first = (0..self.stages.len()).find(|&i| plan.code.contains_key(&self.vertices[i]));
+            self.swapped = first.map(|i| (aligned, sync, i, plan));
+        }
+        Ok(())
+    }
+
+    /// Starts the unaligned checkpoint of `barrier`: snapshots now and records the records in
+    /// flight until [`Chain::finish_recording`].
+    fn start_recording(&mut self, barrier: Barrier) -> Result<(), Stop> {
+        let snapshot = self.snapshot(barrier, None, Duration::ZERO)?;
+        self.recording = Some((snapshot, weir_wire::OutputWriter::default()));
+        Ok(())
+    }
+
+    /// Adds `batch`, which came in after the snapshot and before its input's barrier, to the
+    /// records in flight of the unaligned checkpoint in progress.
+    fn record(&mut self, batch: &Batch) {
+        if let Some((_, records)) = &mut self.recording {
+            for rec in batch.iter() {
+                records.push(None, &rec);
+            }
+        }
+    }
+
+    /// Every input delivered the barrier of unaligned checkpoint `n` (or ended): hands its
+    /// snapshot, with the records in flight, to the writer.
+    fn finish_recording(&mut self, n: u64) -> Result<(), Stop> {
+        let Some((mut snapshot, mut records)) = self.recording.take_if(|(s, _)| s.id == n) else {
+            return Ok(());
+        };
+        if !records.is_empty() {
+            snapshot.in_flight = Some(InFlight {
+                vertex: self.vertices[0],
+                records: records.records() as u64,
+                bytes: records.take(),
+            });
+        }
+        self.snapshots
+            .send(snapshot)
+            .map_err(|_| Stop::Disconnected)
+    }
+
+    /// Checkpoint `n` was abandoned before its records in flight were complete.
+    fn abandon(&mut self, n: u64) {
+        self.recording.take_if(|(s, _)| s.id == n);
+    }
+
+    /// Replays the records in flight to this subtask that the restored checkpoint stored,
+    /// before anything else.
+    fn replay_in_flight(&mut self, restored: &Restored) -> Result<(), Stop> {
+        for i in 0..self.stages.len() {
+            let v = self.vertices[i];
+            let batches = restored
+                .in_flight(&self.spec, v, self.subtask)
+                .map_err(|e| permanent(self.fail(i, "cannot restore its records in flight", e)))?;
+            let records: usize = batches.iter().map(Batch::len).sum();
+            if records > 0 {
+                tracing::info!(
+                    subtask = self.subtask,
+                    "replaying {records} records in flight to \"{}\" from checkpoint {}",
+                    self.spec.vertices[v].name,
+                    restored.id()
+                );
+            }
+            for batch in &batches {
+                self.push(i, batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forwards the barrier and snapshots the chain (see [`Chain::checkpoint`]).
+    fn snapshot(
+        &mut self,
+        barrier: Barrier,
+        source: Option<(usize, &dyn Source)>,
+        alignment: Duration,
+    ) -> Result<TaskSnapshot, Stop> {
         let n = barrier.id;
         self.output.barrier(barrier)?;
         let started = Instant::now();
@@ -607,25 +832,14 @@ impl Chain {
             parts.push(Part { vertex, state });
         }
         self.last_snapshot = Some(n);
-        let sync = started.elapsed();
-        let snapshot = TaskSnapshot {
+        Ok(TaskSnapshot {
             id: n,
             task: self.task,
             alignment,
-            sync,
+            sync: started.elapsed(),
             parts,
-        };
-        self.snapshots
-            .send(snapshot)
-            .map_err(|_| Stop::Disconnected)?;
-        if barrier.kind == BarrierKind::Upgrade
-            && let Some(plan) = self.shared.plans.get(n)
-        {
-            self.swap(&plan)?;
-            let first = (0..self.stages.len()).find(|&i| plan.code.contains_key(&self.vertices[i]));
-            self.swapped = first.map(|i| (aligned, sync, i, plan));
-        }
-        Ok(())
+            in_flight: None,
+        })
     }
 
     /// Swaps the instances of the operators `plan` names for instances of their new code,
