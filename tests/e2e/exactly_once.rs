@@ -345,7 +345,9 @@ fn an_unaligned_checkpoint_restores_its_records_in_flight_at_another_parallelism
                 "uid = \"count\"\n",
                 &format!("uid = \"count\"\nparallelism = {p}\n"),
             )
-            .replace("name = \"out\"\n", "name = \"out\"\nedge = \"rebalance\"\n");
+            .replace("name = \"out\"\n", "name = \"out\"\nedge = \"rebalance\"\n")
+            // Batches of a few hundred records: debloating at work under the same checks.
+            .replace("[job]\n", "[job]\nbuffer_debloat_target = \"10ms\"\n");
         std::fs::write(&spec, text).unwrap();
         spec
     };

@@ -121,7 +121,8 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     let ws = Workspace::new();
     let seed = fastrand::u64(..);
     eprintln!("savepoint seed {seed}");
-    let (text, expected) = probe_input(1_500_000, seed);
+    // Enough that each run, stopped after its third checkpoint, is still reading then.
+    let (text, expected) = probe_input(4_000_000, seed);
     let input = ws.write("input.txt", text);
     let (sp1, sp2) = (ws.path("savepoints/one"), ws.path("savepoints/two"));
 

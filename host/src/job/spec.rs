@@ -5,6 +5,7 @@
 //! name = "wordcount"
 //! parallelism = 2          # default for every vertex
 //! max_parallelism = 128    # number of key groups
+//! buffer_debloat_target = "1s"  # optional: records queued per channel ≈ this much work
 //!
 //! [[source]]
 //! name = "lines"
@@ -32,6 +33,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -163,6 +165,11 @@ pub struct JobSpec {
     pub restart: RestartStrategy,
     /// The `[state]` table: the keyed-state backend.
     pub state: StateConfig,
+    /// Buffer debloating (Flink's `taskmanager.network.memory.buffer-debloat.target`): the
+    /// records queued in a channel are bounded to about what its receiver processes in this
+    /// time, by shrinking the batches its senders send (see `runtime::debloat`). `None` (the
+    /// default, as in Flink): the channels hold a fixed number of full batches.
+    pub buffer_debloat_target: Option<Duration>,
 }
 
 impl JobSpec {
@@ -195,6 +202,8 @@ struct RawJob {
     name: Option<String>,
     parallelism: Option<u32>,
     max_parallelism: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    buffer_debloat_target: Option<Duration>,
 }
 
 #[derive(Deserialize)]
@@ -339,6 +348,15 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         ));
     }
     let default_parallelism = job.parallelism.unwrap_or(1);
+    let buffer_debloat_target = job.buffer_debloat_target.filter(|t| !t.is_zero());
+    if let Some(t) = buffer_debloat_target
+        && t < Duration::from_millis(10)
+    {
+        return Err(format!(
+            "buffer_debloat_target {t:?} is too short: batches would shrink to a few records; \
+             use at least 10ms, or leave it out to turn debloating off"
+        ));
+    }
     if let Some(c) = &raw.checkpoint {
         c.validate().map_err(|e| format!("[checkpoint]: {e}"))?;
     }
@@ -633,6 +651,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         checkpoint: raw.checkpoint,
         restart,
         state,
+        buffer_debloat_target,
     })
 }
 
@@ -771,6 +790,10 @@ mod tests {
                 "parallelism 5 is out of range",
             ),
             (
+                &format!("[job]\nbuffer_debloat_target = \"1ms\"\n{GEN}"),
+                "buffer_debloat_target 1ms is too short",
+            ),
+            (
                 &format!(
                     "{GEN}[[operator]]\nname = \"a\"\nuid = \"a\"\nnative = \"split_words\"\ninput = [\"gen\", \"b\"]\n\
                      [[operator]]\nname = \"b\"\nuid = \"b\"\nnative = \"split_words\"\ninput = \"a\"\n"
@@ -820,6 +843,15 @@ mod tests {
                 "{text:?}\n gave: {err}\n wanted: {want}"
             );
         }
+    }
+
+    #[test]
+    fn buffer_debloating_is_off_unless_a_target_is_given() {
+        assert_eq!(parse(GEN).unwrap().buffer_debloat_target, None);
+        let spec = parse(&format!("[job]\nbuffer_debloat_target = \"500ms\"\n{GEN}")).unwrap();
+        assert_eq!(spec.buffer_debloat_target, Some(Duration::from_millis(500)));
+        let spec = parse(&format!("[job]\nbuffer_debloat_target = \"0s\"\n{GEN}")).unwrap();
+        assert_eq!(spec.buffer_debloat_target, None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::checkpointing::Checkpointing;
+use super::debloat::{self, Budget, CHANNEL_CAPACITY};
 use super::output::{Message, Target};
 use super::restore::Restored;
 use super::task::{self, Control, TaskEnd, TaskSetup};
@@ -22,10 +23,11 @@ use crate::checkpoint::storage::CheckpointStore;
 use crate::checkpoint::writer::{TaskSnapshot, Written, write_snapshots};
 use crate::job::spec::{EdgeKind, OperatorCode, VertexKind};
 
-/// Batches a channel holds before its sender blocks.
-const CHANNEL_CAPACITY: usize = 8;
 /// How often the supervisor looks at the job's stop and cancel flags.
 pub(super) const TICK: Duration = Duration::from_millis(20);
+
+/// A task's input: a channel's receiving end and its debloating budget.
+type Input = (Receiver<Message>, Budget);
 
 /// What the tasks and the writer tell the supervisor.
 pub(super) enum Event {
@@ -77,7 +79,7 @@ pub(super) fn spawn(
     let spec = &parts.spec;
     let chains = &parts.plan.chains;
     // Channels: inputs[chain][subtask] and targets[chain][subtask].
-    let mut inputs: Vec<Vec<Vec<Receiver<Message>>>> = chains
+    let mut inputs: Vec<Vec<Vec<Input>>> = chains
         .iter()
         .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
         .collect();
@@ -97,8 +99,9 @@ pub(super) fn spawn(
                     continue;
                 }
                 let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-                senders.push(tx);
-                inputs[conn.to_chain][d as usize].push(rx);
+                let budget = debloat::new_budget();
+                senders.push((tx, Arc::clone(&budget)));
+                inputs[conn.to_chain][d as usize].push((rx, budget));
             }
             targets[conn.from_chain][u as usize].push(Target::new(
                 spec.vertices[chains[conn.to_chain].head()].name.clone(),
@@ -155,11 +158,13 @@ pub(super) fn spawn(
             if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
                 attempt.sources.push(task);
             }
+            let (receivers, budgets) = inputs[c].pop().unwrap_or_default().into_iter().unzip();
             let setup = TaskSetup {
                 spec: Arc::clone(spec),
                 task,
                 chain: chain.vertices.clone(),
-                inputs: inputs[c].pop().unwrap_or_default(),
+                inputs: receivers,
+                budgets,
                 targets: targets[c].pop().unwrap_or_default(),
                 components: chain
                     .vertices

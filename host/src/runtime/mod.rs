@@ -8,6 +8,7 @@
 mod attempt;
 pub(crate) mod barrier;
 mod checkpointing;
+mod debloat;
 mod error;
 mod events;
 mod job;

@@ -4,7 +4,11 @@
 //! Records are collected per downstream subtask and sent as full batches; a full channel
 //! blocks the sender, which is how backpressure reaches the sources.
 
+use std::sync::atomic::Ordering;
+
 use crossbeam_channel::Sender;
+
+use super::debloat::Budget;
 
 use crate::batch::Batch;
 use crate::checkpoint::Barrier;
@@ -50,6 +54,9 @@ pub(crate) struct Target {
     edge: EdgeKind,
     /// One sender per downstream subtask (one in total for a forward edge).
     senders: Vec<Sender<Message>>,
+    /// Each channel's debloating budget, and its value read at the start of a push.
+    budgets: Vec<Budget>,
+    limits: Vec<usize>,
     pending: Vec<Batch>,
     next: usize,
     max_parallelism: u32,
@@ -60,18 +67,26 @@ impl Target {
         to: String,
         side_output: Option<String>,
         edge: EdgeKind,
-        senders: Vec<Sender<Message>>,
+        channels: Vec<(Sender<Message>, Budget)>,
         max_parallelism: u32,
     ) -> Self {
+        let (senders, budgets): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
         Target {
             to,
             side_output,
             edge,
             pending: senders.iter().map(|_| Batch::default()).collect(),
+            limits: budgets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            budgets,
             senders,
             next: 0,
             max_parallelism,
         }
+    }
+
+    /// Whether the pending batch of channel `i` is as large as it may get.
+    fn is_full(&self, i: usize) -> bool {
+        self.pending[i].is_full() || self.pending[i].len() >= self.limits[i]
     }
 
     fn send(&mut self, i: usize) -> Result<(), Disconnected> {
@@ -106,6 +121,9 @@ impl Output {
                 continue;
             }
             read = true;
+            for (limit, budget) in t.limits.iter_mut().zip(&t.budgets) {
+                *limit = budget.load(Ordering::Relaxed);
+            }
             match t.edge {
                 EdgeKind::KeyBy => {
                     let p = t.senders.len() as u32;
@@ -116,20 +134,20 @@ impl Output {
                         let g = key_group(key, t.max_parallelism);
                         let i = subtask_for_key_group(g, t.max_parallelism, p) as usize;
                         t.pending[i].push(&rec);
-                        if t.pending[i].is_full() {
+                        if t.is_full(i) {
                             t.send(i)?;
                         }
                     }
                 }
                 // Forward has a single sender; rebalance deals whole batches round-robin.
                 EdgeKind::Forward | EdgeKind::Rebalance => {
-                    let i = t.next;
                     for rec in batch.iter() {
+                        let i = t.next;
                         t.pending[i].push(&rec);
-                    }
-                    if t.pending[i].is_full() {
-                        t.send(i)?;
-                        t.next = (t.next + 1) % t.senders.len();
+                        if t.is_full(i) {
+                            t.send(i)?;
+                            t.next = (t.next + 1) % t.senders.len();
+                        }
                     }
                 }
             }
@@ -176,6 +194,7 @@ impl Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::debloat::new_budget;
     use crossbeam_channel::bounded;
     use weir_wire::Kind;
 
@@ -198,7 +217,7 @@ mod tests {
             "c".into(),
             None,
             EdgeKind::KeyBy,
-            txs,
+            txs.into_iter().map(|tx| (tx, new_budget())).collect(),
             128,
         )]);
         let mut b = Batch::default();
@@ -230,7 +249,7 @@ mod tests {
             "count".into(),
             None,
             EdgeKind::KeyBy,
-            vec![tx],
+            vec![(tx, new_budget())],
             128,
         )]);
         let mut b = Batch::default();
@@ -243,12 +262,18 @@ mod tests {
         let (main_tx, main_rx) = bounded(10);
         let (late_tx, late_rx) = bounded(10);
         let mut out = Output::new(vec![
-            Target::new("main".into(), None, EdgeKind::Forward, vec![main_tx], 128),
+            Target::new(
+                "main".into(),
+                None,
+                EdgeKind::Forward,
+                vec![(main_tx, new_budget())],
+                128,
+            ),
             Target::new(
                 "late".into(),
                 Some("late".into()),
                 EdgeKind::Forward,
-                vec![late_tx],
+                vec![(late_tx, new_budget())],
                 128,
             ),
         ]);
@@ -276,9 +301,42 @@ mod tests {
             "c".into(),
             None,
             EdgeKind::Forward,
-            vec![tx],
+            vec![(tx, new_budget())],
             128,
         )]);
         assert!(out.end().is_err());
+    }
+
+    #[test]
+    fn a_smaller_budget_cuts_smaller_batches_on_every_edge() {
+        for edge in [EdgeKind::Forward, EdgeKind::Rebalance, EdgeKind::KeyBy] {
+            let (tx, rx) = bounded(100);
+            let budget = new_budget();
+            let mut out = Output::new(vec![Target::new(
+                "c".into(),
+                None,
+                edge,
+                vec![(tx, std::sync::Arc::clone(&budget))],
+                128,
+            )]);
+            budget.store(100, Ordering::Relaxed);
+            let mut b = Batch::default();
+            for i in 0..250 {
+                let k = format!("k{i}");
+                b.push_with(Kind::Insert, Some(k.as_bytes()), None, |v| {
+                    v.extend_from_slice(k.as_bytes())
+                });
+            }
+            out.push(None, &b).unwrap();
+            out.end().unwrap();
+            let sizes: Vec<usize> = rx
+                .try_iter()
+                .filter_map(|m| match m {
+                    Message::Data(b) => Some(b.len()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sizes, [100, 100, 50], "{edge:?}");
+        }
     }
 }

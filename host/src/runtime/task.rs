@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 use super::barrier::{Aligner, Alignment, Progress};
+use super::debloat::{Budget, Debloater};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::restore::Restored;
 use super::upgrade::{Pause, SwapPlan};
@@ -53,6 +54,8 @@ pub(crate) struct TaskSetup {
     pub task: TaskId,
     pub chain: Vec<usize>,
     pub inputs: Vec<Receiver<Message>>,
+    /// The debloating budget of each input's channel.
+    pub budgets: Vec<Budget>,
     pub targets: Vec<Target>,
     pub components: HashMap<usize, OperatorComponent>,
     pub metrics: Arc<Metrics>,
@@ -496,6 +499,10 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
         ended: vec![false; inputs.len()],
         barriers: BTreeMap::new(),
         queued: inputs.iter().map(|_| VecDeque::new()).collect(),
+        debloater: setup
+            .spec
+            .buffer_debloat_target
+            .map(|target| Debloater::new(target, setup.budgets.clone())),
     };
     loop {
         // Control first: the trigger of an unaligned checkpoint must not wait behind records.
@@ -566,6 +573,8 @@ struct Inputs<'a> {
     /// Per input: batches read ahead while an unaligned checkpoint recorded them, to be
     /// processed before anything else of that input.
     queued: Vec<VecDeque<Batch>>,
+    /// Sizes the batches of the input channels to their pace (none when turned off).
+    debloater: Option<Debloater>,
 }
 
 impl Inputs<'_> {
@@ -587,6 +596,9 @@ impl Inputs<'_> {
     fn deliver(&mut self, chain: &mut Chain, i: usize, m: Message) -> Result<Option<u64>, Stop> {
         let progress = match m {
             Message::Data(batch) => {
+                if let Some(d) = &mut self.debloater {
+                    d.took(i, batch.len());
+                }
                 if self.aligner.is_recording(i) {
                     chain.record(&batch);
                     self.queued[i].push_back(batch);

@@ -693,10 +693,10 @@ impl KeyedState {
     ) -> Result<(), StateError> {
         let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
         let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
-            return on_backend!(&self.backend, b => b.read_list(st, group, key, f));
+            return on_backend!(&mut self.backend, b => b.read_list(st, group, key, f));
         };
         let (mut kept, mut changed) = (Vec::new(), on_read);
-        on_backend!(&self.backend, b => b.read_list(st, group, key, |raw| {
+        on_backend!(&mut self.backend, b => b.read_list(st, group, key, |raw| {
             let (old, user) = split(raw);
             if ttl.expired(old, now) {
                 changed = true;

@@ -256,10 +256,20 @@ impl Rocks {
         for (_, kind, ttl) in db.declarations()? {
             db.register(kind, ttl);
         }
+        // Weir before one row per list kept a list sequence number here.
         let mut seq = META.to_vec();
         seq.extend_from_slice(b"seq");
-        if let Some(v) = db.db.get(&seq).map_err(|e| db.fail("a restore", e))? {
-            db.next_seq = v.as_slice().try_into().map_or(0, u64::from_be_bytes);
+        if db
+            .db
+            .get(&seq)
+            .map_err(|e| db.fail("a restore", e))?
+            .is_some()
+        {
+            return Err(db.fail(
+                "a restore",
+                "the checkpoint keeps list state in the row layout of an older weir; restore \
+                 the job from a savepoint instead (savepoints do not depend on the layout)",
+            ));
         }
         db.confirmed = manifest
             .sst

@@ -1,18 +1,20 @@
 //! The RocksDB backend: one embedded database per operator subtask.
 //!
 //! Row keys put the key group first, so that one key group is one contiguous range (a later
-//! rescale can take whole ranges), and give every list element and map entry a row of its
-//! own:
+//! rescale can take whole ranges). A value and a whole list are one row, a map entry is a row
+//! of its own:
 //!
 //! ```text
-//! u16 key group | u16 state id | u32 key length | key               value state
-//! u16 key group | u16 state id | u32 key length | key | u64 seq     list element, in seq order
+//! u16 key group | u16 state id | u32 key length | key               value, or list
 //! u16 key group | u16 state id | u32 key length | key | map key     map entry, in map-key order
 //! 0xFFFF | "state" | u16 id      the declaration of a state (kind, TTL, name)
-//! 0xFFFF | "seq"                 the next list sequence number
 //! ```
 //!
 //! (all big-endian; `0xFFFF` is above every key group, as `max_parallelism` is at most 32,768.)
+//! A list's value is its elements, each `u32` length (little-endian) and bytes, as Flink
+//! keeps a list in one value: reading a list is one point read, through the value cache like
+//! a value, and rewriting one is one put. (A row per element made every rewrite of a list a
+//! scan over the tombstones of its earlier rewrites.)
 //!
 //! Writes go into a `WriteBatch` that the front commits at the end of each call, without a
 //! write-ahead log: a crash loses the memtable, but a restore starts from a checkpoint, which
@@ -47,12 +49,12 @@ pub(crate) use files::{Manifest, is_manifest, link_or_copy, shared_names};
 use layout::{META, prefix_end, put_prefix};
 use options::{options, ttl_filter};
 
-/// The TTL of each state by id, read by the compaction filter on RocksDB's threads.
-pub(super) type TtlTable = Arc<RwLock<Vec<Option<Ttl>>>>;
+/// The TTL and kind of each state by id, read by the compaction filter on RocksDB's threads.
+pub(super) type TtlTable = Arc<RwLock<Vec<Option<(Ttl, StateKind)>>>>;
 
 pub(crate) struct Rocks {
     db: DB,
-    /// Recently used values of value states, in front of `db`.
+    /// Recently used values of value states and lists, in front of `db`.
     cache: ValueCache,
     /// Where and how it was opened, to open a restored database the same way.
     setup: Setup,
@@ -68,8 +70,6 @@ pub(crate) struct Rocks {
     write: WriteOptions,
     /// Scratch space for row keys.
     key: Vec<u8>,
-    next_seq: u64,
-    seq_dirty: bool,
     ttls: TtlTable,
     watermark: Arc<AtomicI64>,
     /// Dropped after `db`: deletes the working directory.
@@ -156,8 +156,6 @@ impl Rocks {
             batch: WriteBatch::default(),
             write,
             key: Vec::new(),
-            next_seq: 0,
-            seq_dirty: false,
             ttls,
             watermark,
             dir,
@@ -175,7 +173,7 @@ impl Rocks {
         self.ttls
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .push(ttl.filter(Ttl::active));
+            .push(ttl.filter(Ttl::active).map(|t| (t, kind)));
     }
 
     pub(crate) fn declare(
@@ -222,12 +220,6 @@ impl Rocks {
 
     pub(crate) fn commit(&mut self) -> Result<(), StateError> {
         self.cache.evict(&mut self.batch);
-        if self.seq_dirty {
-            let mut row = META.to_vec();
-            row.extend_from_slice(b"seq");
-            self.batch.put(row, self.next_seq.to_be_bytes());
-            self.seq_dirty = false;
-        }
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -338,16 +330,35 @@ impl Rocks {
         it.status().map_err(|e| self.fail("a scan", e))
     }
 
+    /// The cached value of the row in the scratch key, read from RocksDB into the cache
+    /// first if needed.
+    fn cached(&mut self) -> Result<Option<&[u8]>, StateError> {
+        if !self.cache.promote(&self.key) {
+            let v = self
+                .db
+                .get_pinned(&self.key)
+                .map_err(|e| self.fail("a read", e))?;
+            self.cache.put(&self.key, v.as_deref(), false);
+        }
+        Ok(self.cache.get(&self.key))
+    }
+
     pub(crate) fn read_list(
-        &self,
+        &mut self,
         st: usize,
         group: u32,
         key: &[u8],
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), StateError> {
-        let mut prefix = Vec::new();
-        put_prefix(&mut prefix, st, group, key);
-        self.rows(&prefix, |_, v| f(v))
+        self.prefix(st, group, key);
+        let damaged = match self.cached()? {
+            Some(list) => list_elements(list, &mut f).is_none(),
+            None => false,
+        };
+        if damaged {
+            return Err(self.fail("a read", "a list value is damaged"));
+        }
+        Ok(())
     }
 
     /// Deletes every row of `key` in `st` (in the pending batch).
@@ -363,6 +374,8 @@ impl Rocks {
         Ok(())
     }
 
+    /// Replaces (`clear`) or extends `key`'s list in `st` by `append`: in the cache, from which
+    /// it reaches RocksDB when evicted or at the next checkpoint.
     pub(crate) fn write_list<'a>(
         &mut self,
         st: usize,
@@ -371,17 +384,19 @@ impl Rocks {
         clear: bool,
         append: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<(), StateError> {
-        let len = self.prefix(st, group, key);
-        if clear {
-            self.delete_rows(len)?;
-        }
+        self.prefix(st, group, key);
+        let mut list = match clear {
+            true => Vec::new(),
+            false => self.cached()?.map(<[u8]>::to_vec).unwrap_or_default(),
+        };
         for e in append {
-            self.key.truncate(len);
-            self.key.extend_from_slice(&self.next_seq.to_be_bytes());
-            self.next_seq += 1;
-            self.seq_dirty = true;
-            self.batch.put(&self.key, e);
+            list.extend_from_slice(&(e.len() as u32).to_le_bytes());
+            list.extend_from_slice(e);
         }
+        self.cache
+            .put(&self.key, (!list.is_empty()).then_some(&list[..]), true);
+        // A restore writes many lists in a row: keep the cache to its size.
+        self.cache.evict(&mut self.batch);
         self.flush_large_batch()
     }
 
@@ -444,20 +459,36 @@ impl Rocks {
                 return;
             }
             let (key, suffix) = rest.split_at(len);
-            f(
-                key,
-                match kind {
-                    StateKind::Value => Row::Value(v),
-                    StateKind::List => Row::Element(v),
-                    StateKind::Map => Row::Entry(suffix, v),
-                },
-            );
+            match kind {
+                StateKind::Value => f(key, Row::Value(v)),
+                StateKind::List => {
+                    if list_elements(v, |e| f(key, Row::Element(e))).is_none() {
+                        bad = Some(v.len());
+                    }
+                }
+                StateKind::Map => f(key, Row::Entry(suffix, v)),
+            }
         })?;
         match bad {
             Some(_) => Err(self.fail("a scan", "a row key is damaged")),
             None => Ok(()),
         }
     }
+}
+
+/// Calls `f` with each element of an encoded list, in order; `None` if it is damaged.
+pub(super) fn list_elements(mut list: &[u8], mut f: impl FnMut(&[u8])) -> Option<()> {
+    while !list.is_empty() {
+        let (len, rest) = list.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return None;
+        }
+        let (e, rest) = rest.split_at(len);
+        f(e);
+        list = rest;
+    }
+    Some(())
 }
 
 /// How a database was opened.

@@ -10,9 +10,12 @@ use crate::clock::Clock;
 use crate::state::StateConfig;
 use crate::state::ttl::split;
 
-use super::{META, TtlTable};
+use super::{META, TtlTable, list_elements};
+use crate::state::StateKind;
 
-/// The compaction filter that drops expired entries of states with a TTL.
+/// The compaction filter that drops expired entries of states with a TTL: values and map
+/// entries, and lists whose every element expired (a list with some live elements keeps its
+/// expired ones until a read or a full snapshot cleans them up).
 pub(super) fn ttl_filter(
     ttls: TtlTable,
     clock: Clock,
@@ -29,7 +32,7 @@ pub(super) fn ttl_filter(
             .get(st)
             .copied()
             .flatten();
-        let Some(ttl) = ttl else {
+        let Some((ttl, kind)) = ttl else {
             return Decision::Keep;
         };
         let now = if ttl.event_time {
@@ -37,7 +40,15 @@ pub(super) fn ttl_filter(
         } else {
             clock.now_ms()
         };
-        if ttl.expired(split(value).0, now) {
+        let expired = match kind {
+            StateKind::List => {
+                let mut live = false;
+                let whole = list_elements(value, |e| live |= !ttl.expired(split(e).0, now));
+                whole.is_some() && !live
+            }
+            _ => ttl.expired(split(value).0, now),
+        };
+        if expired {
             Decision::Remove
         } else {
             Decision::Keep
