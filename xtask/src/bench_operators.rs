@@ -29,7 +29,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::bench::{number, prepare, run_job_by, toml_str};
-use crate::{exec, guests};
+use crate::{callgrind, exec, guests};
 
 /// Accounts besides the hot one.
 const ACCOUNTS: u64 = 20_000;
@@ -44,14 +44,24 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut records = 3_000_000;
     let mut runs = 3;
     let mut flink = true;
+    let mut profile = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--records" => records = number(&mut args, "--records")?,
             "--runs" => runs = number(&mut args, "--runs")?,
             "--no-flink" => flink = false,
-            other => bail!("unknown option `{other}`; use --records N, --runs R, --no-flink"),
+            "--callgrind" => profile = true,
+            other => bail!(
+                "unknown option `{other}`; use --records N, --runs R, --no-flink, --callgrind"
+            ),
         }
+    }
+    if profile {
+        let (weir, dir) = prepare("bench-operators")?;
+        let input = dir.join(format!("transactions-{records}"));
+        let expected = generate(&input, records)?;
+        return callgrind_split(&weir, &dir, &input, records, &expected);
     }
     ensure_gnu_time()?;
     let (weir, dir) = prepare("bench-operators")?;
@@ -104,19 +114,7 @@ pub fn run(args: &[String]) -> Result<()> {
                             }
                         };
                         let lines = committed(&out)?;
-                        if &lines != expected {
-                            let first = lines
-                                .iter()
-                                .zip(expected.iter())
-                                .find(|(a, b)| a != b)
-                                .map(|(a, b)| format!("first difference: {a:?} against {b:?}"))
-                                .unwrap_or_default();
-                            bail!(
-                                "{system} {job} on {backend}: {} output lines, {} expected; {first}",
-                                lines.len(),
-                                expected.len()
-                            );
-                        }
+                        check(&lines, expected, &format!("{system} {job} on {backend}"))?;
                         println!(
                             "run {run}/{runs}: {system:<5} {job:<6} {backend:<7} checkpoints {:<9} \
                          {:.2} s, {:.0} k records/s, output checked ({} lines), checkpoints {}",
@@ -124,7 +122,7 @@ pub fn run(args: &[String]) -> Result<()> {
                             m.seconds,
                             records as f64 / m.seconds / 1e3,
                             lines.len(),
-                            durations(&m.checkpoint_ms)
+                            durations(&m)
                         );
                         measured.push(m);
                     }
@@ -157,8 +155,81 @@ pub fn run(args: &[String]) -> Result<()> {
             records as f64 / m.seconds / 1e3,
             m.cpu_seconds,
             m.peak_rss_kb as f64 / 1024.0,
-            durations(&m.checkpoint_ms)
+            durations(&m)
         );
+    }
+    Ok(())
+}
+
+/// Fails unless a run's committed output `lines` is the `expected` one.
+fn check(lines: &[String], expected: &[String], run: &str) -> Result<()> {
+    if lines == expected {
+        return Ok(());
+    }
+    let first = lines
+        .iter()
+        .zip(expected.iter())
+        .find(|(a, b)| a != b)
+        .map(|(a, b)| format!("first difference: {a:?} against {b:?}"))
+        .unwrap_or_default();
+    bail!(
+        "{run}: {} output lines, {} expected; {first}",
+        lines.len(),
+        expected.len()
+    )
+}
+
+/// `--callgrind`: each job once, on memory state without checkpoints, under callgrind; its
+/// instructions per record, split by where they go (see `callgrind`).
+fn callgrind_split(
+    weir: &Path,
+    dir: &Path,
+    input: &Path,
+    records: u64,
+    expected: &Expected,
+) -> Result<()> {
+    callgrind::ensure_valgrind()?;
+    let mut rows = Vec::new();
+    for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
+        let out = dir.join("out");
+        for d in [&out, &dir.join("state")] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        let spec = dir.join(format!("{job}.toml"));
+        std::fs::write(&spec, job_spec(job, input, dir, "memory", Checkpoints::Off))?;
+        let file = dir.join(format!("callgrind.{job}.out"));
+        let mut command = Command::new("valgrind");
+        command
+            .args(["--tool=callgrind", "--dump-line=no"])
+            .arg(format!("--callgrind-out-file={}", file.display()))
+            .arg(weir);
+        println!("{job}: {records} records under callgrind (slow)");
+        run_job_by(command, &spec, &dir.join("summary.json"), &[])?;
+        check(
+            &committed(&out)?,
+            expected,
+            &format!("{job} under callgrind"),
+        )?;
+        rows.push((job, callgrind::split(&file)?));
+    }
+    println!();
+    println!(
+        "instructions per record, {records} records, parallelism 2, memory state, no checkpoints"
+    );
+    for (job, split) in rows {
+        println!(
+            "  {job}: {} in all ({:.2} G; loading the components {:.2} G more)",
+            split.total / records,
+            split.total as f64 / 1e9,
+            split.startup as f64 / 1e9
+        );
+        for (part, n) in &split.parts {
+            println!(
+                "    {part:<24} {:>7} {:>5.1} %",
+                n / records,
+                *n as f64 * 100.0 / split.total as f64
+            );
+        }
     }
     Ok(())
 }
@@ -181,12 +252,17 @@ impl Checkpoints {
     }
 }
 
-/// `median / longest ms (count)` of checkpoint durations, or `-`.
-fn durations(ms: &[u64]) -> String {
-    let mut sorted = ms.to_vec();
+/// `median / longest ms (count)` of checkpoint durations, with the longest synchronous part
+/// where known, or `-`.
+fn durations(m: &Measured) -> String {
+    let mut sorted = m.checkpoint_ms.clone();
     sorted.sort_unstable();
+    let sync = m
+        .sync_ms
+        .map(|s| format!(", sync <= {s} ms"))
+        .unwrap_or_default();
     match (sorted.get(sorted.len() / 2), sorted.last()) {
-        (Some(median), Some(max)) => format!("{median} / {max} ms ({})", sorted.len()),
+        (Some(median), Some(max)) => format!("{median} / {max} ms ({}){sync}", sorted.len()),
         _ => "-".into(),
     }
 }
@@ -208,6 +284,8 @@ struct Measured {
     peak_rss_kb: u64,
     /// The durations of the completed checkpoints.
     checkpoint_ms: Vec<u64>,
+    /// The longest synchronous part of any of them (weir's history has it).
+    sync_ms: Option<u64>,
 }
 
 /// Runs `spec` under GNU time: the job's duration, the process's CPU time and peak RSS.
@@ -217,21 +295,23 @@ fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
     command.args(["-f", "%U %S %M", "-o"]).arg(&times).arg(weir);
     let seconds = run_job_by(command, spec, &dir.join("summary.json"), &[])?;
     let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
+    let (checkpoint_ms, sync_ms) = checkpoint_history(&dir.join("checkpoints"))?;
     Ok(Measured {
         seconds,
         cpu_seconds,
         peak_rss_kb,
-        checkpoint_ms: checkpoint_history(&dir.join("checkpoints"))?,
+        checkpoint_ms,
+        sync_ms,
     })
 }
 
 /// The durations of the completed checkpoints in the history of the one job under `dir`
-/// (none without checkpoints).
-fn checkpoint_history(dir: &Path) -> Result<Vec<u64>> {
+/// (none without checkpoints), and their longest synchronous part.
+fn checkpoint_history(dir: &Path) -> Result<(Vec<u64>, Option<u64>)> {
     let Ok(jobs) = std::fs::read_dir(dir) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
-    let mut ms = Vec::new();
+    let (mut ms, mut sync) = (Vec::new(), None);
     for job in jobs {
         let path = job?.path().join("history.json");
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -240,12 +320,16 @@ fn checkpoint_history(dir: &Path) -> Result<Vec<u64>> {
         let history: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
         for e in history["checkpoints"].as_array().into_iter().flatten() {
-            if e["status"] == "completed" {
-                ms.extend(e["duration_ms"].as_u64());
+            if e["status"] != "completed" {
+                continue;
+            }
+            ms.extend(e["duration_ms"].as_u64());
+            for op in e["operators"].as_array().into_iter().flatten() {
+                sync = sync.max(op["sync_ms"].as_u64());
             }
         }
     }
-    Ok(ms)
+    Ok((ms, sync))
 }
 
 /// Builds the Flink jobs of `bench/flink` (fetching Flink's jars into `work` once); their
@@ -338,6 +422,7 @@ fn measure_flink(
         cpu_seconds,
         peak_rss_kb,
         checkpoint_ms,
+        sync_ms: None,
     })
 }
 

@@ -28,6 +28,7 @@ mod bench_operators;
 mod bench_postgres;
 mod bench_serve;
 mod bench_state;
+mod callgrind;
 mod demo;
 mod guests;
 mod services;

@@ -82,7 +82,7 @@ impl std::fmt::Display for StateKind {
 /// incremental = true        # RocksDB checkpoints share unchanged SST files (false: full copies)
 /// block_cache = "64 MiB"    # RocksDB, per subtask: cache of uncompressed blocks
 /// write_buffer = "16 MiB"   # RocksDB, per subtask: memtable size before a flush
-/// cache_entries = 100000    # RocksDB, per subtask: value-state values cached in memory
+/// cache_entries = 100000    # RocksDB, per subtask: values and lists cached in memory
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,7 +102,8 @@ pub struct StateConfig {
     #[serde(default = "default_write_buffer")]
     /// RocksDB's memtable size, per subtask.
     pub write_buffer: bytesize::ByteSize,
-    /// RocksDB, per subtask: values of value states kept in memory in front of RocksDB.
+    /// RocksDB, per subtask: values of value states and lists kept in memory in front of
+    /// RocksDB.
     #[serde(default = "default_cache_entries")]
     pub cache_entries: u64,
 }
