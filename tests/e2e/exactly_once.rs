@@ -287,11 +287,27 @@ fn exactly_once_on_rocksdb_survives_sigkill() {
     }
 }
 
+/// The job's checkpoint history (`history.json`).
+fn history(ws: &Workspace) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(ws.path("chk/crashy/history.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn unaligned_checkpoints_survive_sigkill() {
+    unaligned_checkpoints_survive_sigkill_on("");
+}
+
+#[test]
+fn unaligned_checkpoints_on_rocksdb_survive_sigkill() {
+    unaligned_checkpoints_survive_sigkill_on("backend = \"rocksdb\"");
+}
+
+/// Kills the word count with unaligned checkpoints 5 times and checks its output; `state` is
+/// its `[state]` table.
+fn unaligned_checkpoints_survive_sigkill_on(state: &str) {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "unaligned = true", 1, "");
+    let spec = spec(&ws, &input, "unaligned = true", 1, state);
     let logs = crash_loop(&ws, &spec, 5);
     assert!(
         logs.iter().any(|l| l.contains("replaying")),
@@ -299,10 +315,7 @@ fn unaligned_checkpoints_survive_sigkill() {
         logs.join("\n")
     );
     crash_tally(5, assert_exactly_once(&ws, &expected));
-    let history: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(ws.path("chk/crashy/history.json")).unwrap())
-            .unwrap();
-    let stored: Vec<u64> = history["checkpoints"]
+    let stored: Vec<u64> = history(&ws)["checkpoints"]
         .as_array()
         .unwrap()
         .iter()
@@ -422,9 +435,7 @@ fn exactly_once_survives_sigkill(state: &str) -> Workspace {
         completed(&ws).is_empty(),
         "a finished job discards its checkpoints"
     );
-    let history: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(ws.path("chk/crashy/history.json")).unwrap())
-            .unwrap();
+    let history = history(&ws);
     let entries = history["checkpoints"].as_array().unwrap();
     assert!(
         entries.iter().any(|e| e["status"] == "completed"

@@ -795,6 +795,18 @@ mod tests {
             ),
             (
                 &format!(
+                    "[checkpoint]\ninterval = \"1s\"\nunaligned = true\nmode = \"at_least_once\"\n{GEN}"
+                ),
+                "unaligned = true needs mode = \"exactly_once\"",
+            ),
+            (
+                &format!(
+                    "[checkpoint]\ninterval = \"1s\"\nunaligned = true\nmax_concurrent = 2\n{GEN}"
+                ),
+                "unaligned = true needs max_concurrent = 1 (it is 2)",
+            ),
+            (
+                &format!(
                     "{GEN}[[operator]]\nname = \"a\"\nuid = \"a\"\nnative = \"split_words\"\ninput = [\"gen\", \"b\"]\n\
                      [[operator]]\nname = \"b\"\nuid = \"b\"\nnative = \"split_words\"\ninput = \"a\"\n"
                 ),

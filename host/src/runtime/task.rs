@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 
 use super::barrier::{Aligner, Alignment, Progress};
-use super::debloat::{Budget, Debloater};
+use super::debloat::{Budget, CHANNEL_CAPACITY, Debloater};
 use super::output::{Disconnected, Message, Output, PushError, Target};
 use super::restore::Restored;
 use super::upgrade::{Pause, SwapPlan};
@@ -46,6 +46,9 @@ use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use crate::state::{StateSetup, redistribute, snapshot_operator_states};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
+/// The most batches an unaligned checkpoint reads ahead of an input: a full channel, and as
+/// much again for what its sender sends before its barrier.
+const READ_AHEAD: usize = 2 * CHANNEL_CAPACITY;
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
 const MAX_IDLE: Duration = Duration::from_millis(100);
 
@@ -625,10 +628,12 @@ impl Inputs<'_> {
 
     /// Reads every input the unaligned checkpoint in progress records, as far as it has
     /// delivered, into the queues: so the checkpoint completes as soon as the barriers are
-    /// in, however many records are queued before them.
+    /// in, however many records are queued before them. A queue holds at most
+    /// [`READ_AHEAD`] batches: an operator slower than its checkpoint interval would
+    /// otherwise queue more at every checkpoint than it processes in between.
     fn read_ahead(&mut self, chain: &mut Chain) -> Result<Option<u64>, Stop> {
         for i in 0..self.setup.inputs.len() {
-            while self.aligner.is_recording(i) {
+            while self.aligner.is_recording(i) && self.queued[i].len() < READ_AHEAD {
                 let message = match self.setup.inputs[i].try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Empty) => break,
