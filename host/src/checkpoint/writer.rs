@@ -26,8 +26,7 @@ pub(crate) struct TaskSnapshot {
 }
 
 /// The records a task's inputs delivered between its snapshot and their barriers, in the
-/// output encoding of `wit/stream.wit` (what a restore reads back with
-/// `Batch::extend_from_output`).
+/// output encoding of `wit/stream.wit` (a restore reads them back with `OutputReader`).
 #[derive(Debug)]
 pub(crate) struct InFlight {
     /// The vertex that reads the task's inputs.
