@@ -543,6 +543,14 @@ impl<'a> Context<'a> {
 
     /// Deletes the current key's event-time timer at `timestamp`, if any.
     ///
+    /// "Delete my previous timer, register a new one" per record is cheap: both are noted in
+    /// the SDK, only the last change per key and timestamp of a batch reaches the host, with
+    /// the batch's other timer changes in one call, and the host keeps timers in ordered sets
+    /// (a delete is one search, with no allocation). Measured on the account scorer, which
+    /// does it for every record (`cargo xtask bench-operators --callgrind`): about 1,500
+    /// instructions per record for its timers, firing included, against about 4,500 for
+    /// reading and writing its five states.
+    ///
     /// ```
     /// # use weir_sdk::prelude::*;
     /// # #[derive(Default)] struct Op;
