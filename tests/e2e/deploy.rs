@@ -6,13 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::service::{Server, TOKEN, committed, reference, word_count};
-use crate::support::{Workspace, weir_bin};
+use crate::support::Workspace;
 
 /// Lines of the rate-limited word counts, and their rate: long enough for an upgrade or two.
 const LINES: u64 = 200_000;
@@ -117,12 +116,7 @@ fn totals(reference: &[String]) -> BTreeMap<String, u64> {
 
 /// Runs `weir ARGS` against `server`; what it printed, once it succeeded.
 fn cli(server: &Server, args: &[&str]) -> String {
-    let output = Command::new(weir_bin())
-        .args(args)
-        .env("WEIR_SERVER", format!("http://{}", server.addr))
-        .env("WEIR_TOKEN", TOKEN)
-        .output()
-        .unwrap();
+    let output = server.cli(args);
     assert!(
         output.status.success(),
         "weir {args:?}: {}",

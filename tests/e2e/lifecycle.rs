@@ -161,14 +161,14 @@ pub(crate) fn probe_input(lines: usize, seed: u64) -> (String, Vec<String>) {
 
 /// The probe job: one file source (so that each key's records keep their order), the keyer,
 /// then over `key_by` the state probe at parallelism 2 into a file sink, checkpointed every
-/// 30 ms.
-fn probe_job(ws: &Workspace, input: &Path) -> PathBuf {
+/// 30 ms; `checkpoint` is more of the `[checkpoint]` table.
+fn probe_job(ws: &Workspace, input: &Path, checkpoint: &str) -> PathBuf {
     checkpointed_job(
         ws,
         "crashy",
         "30ms",
         &format!(
-            r#"
+            r#"{checkpoint}
 [[source]]
 name = "lines"
 type = "file"
@@ -206,20 +206,31 @@ pub(crate) fn committed_lines(ws: &Workspace) -> Vec<String> {
 
 #[test]
 fn stops_at_random_moments_and_resumes_give_the_output_of_an_uninterrupted_run() {
-    const STOPS: usize = 20;
+    stop_loop("", 20);
+}
+
+/// The stop is an aligned checkpoint, taken while unaligned ones come and go.
+#[test]
+fn stops_at_random_moments_with_unaligned_checkpoints_give_the_output_of_an_uninterrupted_run() {
+    stop_loop("unaligned = true", 8);
+}
+
+/// Stops the probe job (with `checkpoint` in its `[checkpoint]` table) at `planned` random
+/// moments, resuming it after each, and checks its output against a run without stops.
+fn stop_loop(checkpoint: &str, planned: usize) {
     let ws = Workspace::new();
     let seed = fastrand::u64(..);
     eprintln!("stop loop seed {seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let (text, expected) = probe_input(4_000_000, seed);
     let input = ws.write("input.txt", text);
-    let spec = probe_job(&ws, &input);
+    let spec = probe_job(&ws, &input, checkpoint);
     let mut visible = BTreeMap::new();
     let mut stops = 0;
-    for run in 0..=STOPS {
+    for run in 0..=planned {
         let name = format!("run-{run}");
         let child = start(&ws, &spec, &name, &[]);
-        if run < STOPS {
+        if run < planned {
             // A random moment: one in four while the job may still be starting (loading its
             // components, restoring), the others while it runs, early enough that every run
             // leaves input for the next.
@@ -263,11 +274,11 @@ fn stops_at_random_moments_and_resumes_give_the_output_of_an_uninterrupted_run()
             }
             _ => panic!("neither stopped nor finished: {report}"),
         }
-        assert!(run < STOPS, "the last run was not interrupted: {report}");
+        assert!(run < planned, "the last run was not interrupted: {report}");
     }
     assert!(
-        stops >= STOPS / 2,
-        "only {stops} of {STOPS} runs were stopped before the input ended; make it larger"
+        stops >= planned / 2,
+        "only {stops} of {planned} runs were stopped before the input ended; make it larger"
     );
     let lines = committed_lines(&ws);
     assert_eq!(

@@ -27,6 +27,16 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// Runs the client command `weir ARGS` against this server (with its address and token).
+    pub(crate) fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(weir_bin())
+            .args(args)
+            .env("WEIR_SERVER", format!("http://{}", self.addr))
+            .env("WEIR_TOKEN", TOKEN)
+            .output()
+            .expect("run the weir client")
+    }
+
     /// Starts `weir serve` on `data` with the test's tokens and `extra` arguments.
     pub(crate) fn start(ws: &Workspace, data: &Path, extra: &[&str]) -> Server {
         let tokens = ws.write("tokens", format!("{TOKEN}\n{READ_TOKEN} read-only\n"));
@@ -872,12 +882,7 @@ fn the_cli_client_runs_a_job_on_a_server() {
         ),
     );
     let client = |args: &[&str]| {
-        let output = Command::new(weir_bin())
-            .args(args)
-            .env("WEIR_SERVER", format!("http://{}", server.addr))
-            .env("WEIR_TOKEN", TOKEN)
-            .output()
-            .unwrap();
+        let output = server.cli(args);
         (
             output.status.success(),
             String::from_utf8_lossy(&output.stdout).into_owned(),

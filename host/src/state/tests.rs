@@ -735,6 +735,31 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
 }
 
 #[test]
+fn a_checkpoint_in_the_row_per_element_list_layout_is_refused_with_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let clock = Clock::manual(0);
+    let mut s = open_incremental(0..128, &clock, dir.path());
+    let l = s.declare("l", StateKind::List, None).unwrap();
+    add(&mut s, l, "k", ListWrite::Append, &["a"]);
+    // The list sequence number that weir kept before a list was one row.
+    let Backend::Rocks(r) = &mut s.backend else {
+        unreachable!()
+    };
+    r.put_meta(b"seq", &7u64.to_be_bytes()).unwrap();
+    let (manifest, _) = checkpoint(&mut s, 1, &shared);
+    let mut restored = open_incremental(0..128, &clock, dir.path());
+    let err = restored
+        .restore_file(&manifest, &shared, |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("older weir") && err.contains("savepoint"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_incremental_checkpoint_keeps_expiry_times() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");

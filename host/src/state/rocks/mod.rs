@@ -515,6 +515,12 @@ impl Rocks {
         Ok(())
     }
 
+    /// Writes the meta row `name`, as an earlier weir may have.
+    pub(crate) fn put_meta(&mut self, name: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.batch.put([&META[..], name].concat(), value);
+        self.commit()
+    }
+
     /// The rows of key groups in the database, and the bytes of its SST files.
     pub(crate) fn disk_usage(&self) -> Result<(u64, u64), StateError> {
         let mut rows = 0;
