@@ -9,6 +9,13 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// A hash map with [`FxHasher`].
 pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
+/// The [`FxHasher`] hash of `bytes` (eight at a time).
+pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(bytes);
+    h.finish()
+}
+
 #[derive(Default, Clone, Copy)]
 pub(crate) struct FxHasher(u64);
 

@@ -10,7 +10,7 @@ use weir_wire::{DecodeError, MapOp, Reader, put_map_op};
 
 use super::codec::{Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
-use crate::fxhash::FxMap;
+use crate::fxhash::{FxMap, hash_bytes};
 use crate::{Context, Result};
 
 #[derive(Clone, Copy, Debug)]
@@ -54,13 +54,6 @@ pub(crate) struct MapCache {
 
 /// Up to this many changes of a slot are scanned rather than indexed.
 const SCANNED: usize = 8;
-
-/// FNV-1a of a map key's bytes.
-fn hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 /// Where the current value of a map key is.
 enum Found {
@@ -110,7 +103,7 @@ impl MapCache {
     fn position(&self, slot: u32, key: &[u8], arena: &[u8]) -> Option<usize> {
         let changes = self.changes(slot);
         if changes.len() > SCANNED
-            && let Some(&i) = self.index.get(&(slot, hash(key)))
+            && let Some(&i) = self.index.get(&(slot, hash_bytes(key)))
             && changes
                 .get(i as usize)
                 .is_some_and(|c| c.key.get(arena) == key)
@@ -137,11 +130,12 @@ impl MapCache {
             // The list outgrows scanning: index all of it.
             let list = self.overlays.get(self.slots[slot as usize].overlay);
             for (j, c) in list.iter().enumerate() {
-                self.index.insert((slot, hash(c.key.get(arena))), j as u32);
+                self.index
+                    .insert((slot, hash_bytes(c.key.get(arena))), j as u32);
             }
         } else if i > SCANNED {
             self.index
-                .insert((slot, hash(change.key.get(arena))), i as u32);
+                .insert((slot, hash_bytes(change.key.get(arena))), i as u32);
         }
     }
 
