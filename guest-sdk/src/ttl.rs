@@ -252,8 +252,8 @@ impl Ttl {
         self.set_ttl_time_characteristic(TtlTimeCharacteristic::ProcessingTime)
     }
 
-    /// Measure the TTL against the task's watermark. (weir has no watermarks yet, so
-    /// event-time TTLs do not expire in a running job.)
+    /// Measure the TTL against the task's watermark (in a job without watermarks, entries
+    /// do not expire before the input ends).
     ///
     /// ```
     /// # use std::time::Duration;

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::storage::put_shared;
 use crate::clock::Clock;
 use crate::operator::SnapshotFormat;
-use crate::state::{BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup};
+use crate::state::{
+    BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup, Timers,
+};
+use weir_wire::TimeDomain;
 
 const BATCH: usize = 4096;
 const MAX_PARALLELISM: u32 = 128;
@@ -56,6 +59,13 @@ pub fn state(keys: &[u64], dir: &Path) -> Result<(), String> {
             }
             let _ = std::fs::remove_dir_all(&root);
         }
+    }
+    println!(
+        "\n{:>10} {:>10} | {:>12} {:>12} {:>16} | {:>10} {:>10}",
+        "keys", "records", "value ns/rec", "timer ns/rec", "replace ns/rec", "pending", "fire ns"
+    );
+    for &n in keys {
+        timers(n.min(1_000_000), 2_000_000)?;
     }
     Ok(())
 }
@@ -246,4 +256,64 @@ fn restore(
         return Err(format!("the restore lost keys: {found} of 3 sampled found"));
     }
     Ok(took)
+}
+
+/// The cost per record of what an operator does with one timer per key, against a value-state
+/// write: for `records` records over `keys` keys in random order (timestamps rising), on the
+/// memory backend. Prints nanoseconds per record.
+pub fn timers(keys: u64, records: u64) -> Result<(), String> {
+    let mut rng = fastrand::Rng::with_seed(3);
+    let stream: Vec<u64> = (0..records).map(|_| rng.u64(0..keys)).collect();
+    let name = |k: u64| format!("key-{k}");
+    let names: Vec<String> = (0..keys).map(name).collect();
+    let dir = std::env::temp_dir().join(format!("weir-bench-timers-{}", std::process::id()));
+    let mut s = open(BackendKind::Memory, &dir)?;
+    let id = s
+        .declare("count", StateKind::Value, None)
+        .map_err(|e| e.to_string())?;
+    let per_record = |started: Instant| started.elapsed().as_nanos() as f64 / records as f64;
+
+    // A value-state write per record, as the WASM host stores a batch's changes.
+    let started = Instant::now();
+    update(&mut s, id, stream.iter().copied(), 1)?;
+    let value = per_record(started);
+
+    // Timers: register one per record, then the same with the key's previous timer deleted
+    // first, then fire them all.
+    const DELAY: i64 = 60_000;
+    let mut timers = Timers::default();
+    let started = Instant::now();
+    for (i, &k) in stream.iter().enumerate() {
+        timers.register(
+            TimeDomain::EventTime,
+            i as i64 + DELAY,
+            names[k as usize].as_bytes(),
+        );
+    }
+    let register = per_record(started);
+    let mut timers = Timers::default();
+    let mut previous: Vec<Option<i64>> = vec![None; keys as usize];
+    let started = Instant::now();
+    for (i, &k) in stream.iter().enumerate() {
+        let key = names[k as usize].as_bytes();
+        if let Some(at) = previous[k as usize] {
+            timers.delete(TimeDomain::EventTime, at, key);
+        }
+        let at = i as i64 + DELAY;
+        timers.register(TimeDomain::EventTime, at, key);
+        previous[k as usize] = Some(at);
+    }
+    let replace = per_record(started);
+    let pending = timers.len();
+    let started = Instant::now();
+    let mut fired = 0;
+    while timers.pop_due(TimeDomain::EventTime, i64::MAX).is_some() {
+        fired += 1;
+    }
+    let fire = started.elapsed().as_nanos() as f64 / fired.max(1) as f64;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{keys:>10} {records:>10} | {value:>12.0} {register:>12.0} {replace:>16.0} | {pending:>10} {fire:>10.0}"
+    );
+    Ok(())
 }

@@ -39,6 +39,12 @@ impl Clock {
         }
     }
 
+    /// Whether this is a manual clock: one that moves only when told, so that nothing can
+    /// wait for it to reach a time.
+    pub fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
     /// Sets a manual clock to `ms`.
     ///
     /// # Panics

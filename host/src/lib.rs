@@ -23,7 +23,7 @@
 //! # Layout
 //!
 //! Modules depend on each other one way only: the leaf contracts (`batch`, `clock`,
-//! `key_group`, `operator`, `role`, `failpoint`) → `state` → `wasm`, `native`, `connectors` →
+//! `key_group`, `operator`, `role`, `failpoint`, `watermark`) → `state` → `wasm`, `native`, `connectors` →
 //! `checkpoint` → `job` → `runtime`. Pure decisions (the checkpoint coordinator, barrier
 //! alignment, the restart strategy) are free of I/O, with their tests beside them; the code
 //! that carries them out sits next to them. The command line is part of the `weir` binary,
@@ -48,6 +48,7 @@ pub(crate) mod runtime;
 pub mod service;
 pub(crate) mod state;
 pub(crate) mod wasm;
+pub mod watermark;
 
 pub use clock::Clock;
 pub use job::spec::{EdgeKind, Input, JobSpec, OperatorCode, SpecError, Vertex, VertexKind};

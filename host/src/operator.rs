@@ -98,6 +98,22 @@ pub trait Operator: Send {
     /// Handles one batch, appending what it emits to `out`.
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError>;
 
+    /// The watermark advanced to `watermark`: fire the event-time timers at or before it, in
+    /// timestamp order, appending what they emit to `out`.
+    fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    /// Fire the processing-time timers due at `now`, appending what they emit to `out`.
+    fn on_processing_time(&mut self, _now: i64, _out: &mut Batch) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    /// When the earliest processing-time timer is due, if there is one.
+    fn next_processing_time(&mut self) -> Option<i64> {
+        None
+    }
+
     /// The input has ended: fire what remains (event-time timers) and append the last output.
     fn close(&mut self, _out: &mut Batch) -> Result<(), OperatorError> {
         Ok(())

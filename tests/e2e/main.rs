@@ -11,6 +11,7 @@ mod bad_specs;
 mod cache;
 mod clickstream;
 mod deploy;
+mod event_time;
 mod exactly_once;
 mod isolation;
 mod lifecycle;

@@ -31,6 +31,7 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-recount",
     "weir-test-hostile",
     "weir-test-unknown-import",
+    "weir-test-windows",
 ];
 
 /// Where the components are copied to.

@@ -278,19 +278,21 @@ pub fn details_table(d: &JobDetails) -> String {
     );
     if !d.vertices.is_empty() {
         s += &format!(
-            "  {:<16} {:>8} {:>4} {:>12} {:>12} {:>10} {:>10}\n",
-            "vertex", "role", "p", "records in", "records out", "in/s", "out/s"
+            "  {:<16} {:>8} {:>4} {:>12} {:>12} {:>10} {:>10} {:>14}\n",
+            "vertex", "role", "p", "records in", "records out", "in/s", "out/s", "watermark"
         );
         for v in &d.vertices {
+            let watermark = v.watermark.map_or("-".to_string(), |w| w.to_string());
             s += &format!(
-                "  {:<16} {:>8} {:>4} {:>12} {:>12} {:>10.0} {:>10.0}\n",
+                "  {:<16} {:>8} {:>4} {:>12} {:>12} {:>10.0} {:>10.0} {:>14}\n",
                 v.name,
                 v.role,
                 v.parallelism,
                 v.records_in,
                 v.records_out,
                 v.records_in_per_second,
-                v.records_out_per_second
+                v.records_out_per_second,
+                watermark
             );
         }
     }

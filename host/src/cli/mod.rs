@@ -845,6 +845,7 @@ fn write_summary_json(
             serde_json::json!({
                 "name": v.name, "role": v.role,
                 "records_in": v.records_in, "records_out": v.records_out,
+                "watermark": v.watermark,
             })
         })
         .collect();

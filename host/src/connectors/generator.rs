@@ -51,9 +51,54 @@ pub struct GeneratorConfig {
     /// most frequent word occurs about `1 / r` as often as the most frequent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vocabulary: Option<u32>,
+    /// Event times for the records (absent: records have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<EventTime>,
 }
 
-/// The records a generator emits; none carries a timestamp.
+/// `event_time = { ... }` of a generator: record `i` (its global index) gets the timestamp
+/// `start + i × interval − d`, with `d` drawn for each record from `0..=max_disorder`, so
+/// the records are out of order by at most `max_disorder`, as the same seed always gives.
+///
+/// ```toml
+/// event_time = { start = 1_700_000_000_000, interval = "10ms", max_disorder = "2s" }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventTime {
+    /// The timestamp of record 0, in milliseconds since the Unix epoch (default 0).
+    #[serde(default)]
+    pub start: i64,
+    /// Between the timestamps of consecutive records before disorder (default 1 ms).
+    #[serde(default = "one_ms", with = "humantime_serde")]
+    pub interval: Duration,
+    /// How much earlier than its place a record's timestamp may be (default 0: in order).
+    #[serde(default, with = "humantime_serde")]
+    pub max_disorder: Duration,
+}
+
+fn one_ms() -> Duration {
+    Duration::from_millis(1)
+}
+
+impl EventTime {
+    /// The timestamp of record `i`, whose random stream (apart from the record's own) is
+    /// `rng`.
+    fn of(&self, i: u64, rng: &mut SplitMix64) -> i64 {
+        let place = self
+            .start
+            .saturating_add((i as i64).saturating_mul(self.interval.as_millis() as i64));
+        let disorder = self.max_disorder.as_millis() as u64;
+        let d = if disorder == 0 {
+            0
+        } else {
+            rng.next_u64() % (disorder + 1)
+        };
+        place.saturating_sub(d as i64)
+    }
+}
+
+/// The records a generator emits (with timestamps when `event_time` is set).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GeneratorMode {
@@ -146,6 +191,7 @@ impl GeneratorConfig {
             next: subtask as u64,
             pacer: self.rate.map(|rate| Pacer::new(rate / parallelism as f64)),
             word: Vec::new(),
+            event_time: self.event_time,
         })
     }
 }
@@ -179,18 +225,28 @@ pub(super) struct Generator {
     pacer: Option<Pacer>,
     /// Reused for the word of a keyed record.
     word: Vec<u8>,
+    event_time: Option<EventTime>,
 }
+
+/// Mixed into the seed of the random stream of records' disorder, apart from their values'.
+const DISORDER_STREAM: u64 = 0x5eed_d150_4de4;
 
 impl Generator {
     fn emit(&mut self, out: &mut Batch, i: u64) {
         let mut rng = SplitMix64::for_record(self.seed_mix, i);
+        let ts = self.event_time.map(|e| {
+            e.of(
+                i,
+                &mut SplitMix64::for_record(self.seed_mix ^ DISORDER_STREAM, i),
+            )
+        });
         match self.mode {
             GeneratorMode::Sequence => {
-                out.push_with(Kind::Insert, None, None, |buf| push_decimal(buf, i));
+                out.push_with(Kind::Insert, None, ts, |buf| push_decimal(buf, i));
             }
             GeneratorMode::Words => {
                 let (zipf, n) = (&self.zipf, self.words_per_line);
-                out.push_with(Kind::Insert, None, None, |buf| {
+                out.push_with(Kind::Insert, None, ts, |buf| {
                     for w in 0..n {
                         if w > 0 {
                             buf.push(b' ');
@@ -207,7 +263,7 @@ impl Generator {
                 self.word.clear();
                 push_word(&mut self.word, rank);
                 let word = &self.word;
-                out.push_with(Kind::Insert, Some(word), None, |buf| {
+                out.push_with(Kind::Insert, Some(word), ts, |buf| {
                     buf.extend_from_slice(word)
                 });
             }

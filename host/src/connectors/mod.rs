@@ -41,7 +41,7 @@ mod print_sink;
 pub use discard_sink::DiscardSinkConfig;
 pub use file_sink::{FileSinkConfig, RollingPolicy};
 pub use file_source::FileSourceConfig;
-pub use generator::{GeneratorConfig, GeneratorMode};
+pub use generator::{EventTime, GeneratorConfig, GeneratorMode};
 pub use line_format::LineFormat;
 pub use postgres_sink::{PostgresSinkConfig, RowFormat, WriteMode};
 pub use print_sink::PrintSinkConfig;
@@ -207,6 +207,14 @@ impl SourceConfig {
         match self {
             SourceConfig::File(_) => false,
             SourceConfig::Generator(c) => c.produces_keys(),
+        }
+    }
+
+    /// Whether the records carry event time (a generator with `event_time`).
+    pub fn produces_timestamps(&self) -> bool {
+        match self {
+            SourceConfig::File(_) => false,
+            SourceConfig::Generator(c) => c.event_time.is_some(),
         }
     }
 

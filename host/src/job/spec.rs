@@ -42,6 +42,7 @@ use crate::connectors::{SinkConfig, SourceConfig};
 use crate::native;
 use crate::state::StateConfig;
 use crate::wasm::{Grants, Limits};
+use crate::watermark::WatermarkStrategy;
 
 /// Flink's default number of key groups.
 pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
@@ -146,6 +147,10 @@ pub struct Vertex {
     pub inputs: Vec<Input>,
     /// Source, operator or sink, with its configuration.
     pub kind: VertexKind,
+    /// How the watermarks of its output are made from its records' timestamps (a source, or
+    /// an operator that sets the timestamps); `None`: a source makes none, an operator
+    /// forwards those of its input.
+    pub watermark: Option<WatermarkStrategy>,
 }
 
 /// A validated job: vertices in topological order (every input before its consumer).
@@ -227,6 +232,7 @@ struct RawOperator {
     config: Option<toml::Table>,
     limits: Option<toml::Table>,
     grants: Option<toml::Table>,
+    watermark: Option<WatermarkStrategy>,
 }
 
 /// The keys every vertex table has besides its connector configuration.
@@ -235,6 +241,7 @@ struct Common {
     parallelism: Option<u32>,
     inputs: Vec<String>,
     edge: EdgeKind,
+    watermark: Option<WatermarkStrategy>,
 }
 
 fn take_common(table: &mut toml::Table, what: &str, index: usize) -> Result<Common, String> {
@@ -270,11 +277,19 @@ fn take_common(table: &mut toml::Table, what: &str, index: usize) -> Result<Comm
         None => EdgeKind::Forward,
         Some(v) => EdgeKind::deserialize(v).map_err(|e| format!("{what} \"{name}\": edge: {e}"))?,
     };
+    let watermark = match table.remove("watermark") {
+        None => None,
+        Some(v) => Some(
+            WatermarkStrategy::deserialize(v)
+                .map_err(|e| format!("{what} \"{name}\": watermark: {e}"))?,
+        ),
+    };
     Ok(Common {
         name,
         parallelism,
         inputs,
         edge,
+        watermark,
     })
 }
 
@@ -383,6 +398,14 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         let config = connector(table, "source", &common.name, |c: &SourceConfig| {
             c.validate(base_dir)
         })?;
+        if common.watermark.is_some() && !config.produces_timestamps() {
+            return Err(format!(
+                "source \"{}\" has a `watermark` strategy, but its records carry no event time; \
+                 put the strategy on the operator that gives them one (it emits them with a \
+                 timestamp), or give a generator `event_time = {{ ... }}`",
+                common.name
+            ));
+        }
         pending.push(Pending {
             common,
             kind: VertexKind::Source(config),
@@ -456,6 +479,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 parallelism: op.parallelism,
                 inputs,
                 edge: op.edge,
+                watermark: op.watermark,
             },
             kind: VertexKind::Operator { uid, code, config },
             role: "operator",
@@ -463,6 +487,13 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     }
     for (i, mut table) in raw.sink.into_iter().enumerate() {
         let common = take_common(&mut table, "sink", i)?;
+        if common.watermark.is_some() {
+            return Err(format!(
+                "sink \"{}\" has a `watermark`; watermarks are made at sources and operators, \
+                 remove it",
+                common.name
+            ));
+        }
         let config = connector(table, "sink", &common.name, |c: &SinkConfig| {
             c.validate(base_dir)
         })?;
@@ -640,6 +671,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                     })
                     .collect(),
                 kind: p.kind,
+                watermark: p.common.watermark,
             }
         })
         .collect();
@@ -751,6 +783,9 @@ mod tests {
     }
 
     const GEN: &str = "[[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\n";
+    /// [`GEN`] with event time.
+    const EVENTS: &str =
+        "[[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\nevent_time = {}\n";
 
     #[test]
     fn minimal_job_orders_vertices_topologically() {
@@ -792,6 +827,25 @@ mod tests {
             (
                 &format!("[job]\nbuffer_debloat_target = \"1ms\"\n{GEN}"),
                 "buffer_debloat_target 1ms is too short",
+            ),
+            (
+                &format!("{EVENTS}watermark = {{ max_out_of_orderness = \"soon\" }}\n"),
+                "source \"gen\": watermark: ",
+            ),
+            (
+                &format!("{GEN}watermark = {{}}\n"),
+                "source \"gen\" has a `watermark` strategy, but its records carry no event time",
+            ),
+            (
+                &format!("{EVENTS}watermark = {{ delay = \"1s\" }}\n"),
+                "unknown field `delay`, expected `max_out_of_orderness` or `idleness`",
+            ),
+            (
+                &format!(
+                    "{GEN}[[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"gen\"\n\
+                     watermark = {{ idleness = \"1s\" }}\n"
+                ),
+                "sink \"out\" has a `watermark`; watermarks are made at sources and operators",
             ),
             (
                 &format!(
@@ -855,6 +909,28 @@ mod tests {
                 "{text:?}\n gave: {err}\n wanted: {want}"
             );
         }
+    }
+
+    #[test]
+    fn a_watermark_strategy_belongs_to_its_vertex() {
+        let spec = parse(&format!(
+            "{EVENTS}watermark = {{ max_out_of_orderness = \"2s\", idleness = \"1m\" }}\n\
+             [[operator]]\nname = \"split\"\nuid = \"s\"\nnative = \"split_words\"\ninput = \"gen\"\n\
+             watermark = {{}}\n"
+        ))
+        .unwrap();
+        let strategy = |name: &str| {
+            let v = spec.vertices.iter().find(|v| v.name == name).unwrap();
+            v.watermark
+        };
+        assert_eq!(
+            strategy("gen"),
+            Some(WatermarkStrategy {
+                max_out_of_orderness: Duration::from_secs(2),
+                idleness: Some(Duration::from_secs(60)),
+            })
+        );
+        assert_eq!(strategy("split"), Some(WatermarkStrategy::default()));
     }
 
     #[test]

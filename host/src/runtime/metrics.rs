@@ -1,7 +1,7 @@
 //! Live counters of a running job: records in and out per vertex, and checkpoints.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::VertexSummary;
 use crate::checkpoint::HistoryEntry;
@@ -23,9 +23,30 @@ pub struct VertexMetrics {
     /// Keyed states its code has not declared (restored, or left by older code), by
     /// subtask, as of its last checkpoint.
     undeclared_states: Mutex<std::collections::BTreeMap<u32, Vec<String>>>,
+    /// The event-time watermark of each subtask (`i64::MIN`: none yet): the one its timers
+    /// fire on, or for a source the one it makes.
+    watermarks: Vec<AtomicI64>,
 }
 
 impl VertexMetrics {
+    /// Subtask `subtask` reached watermark `t`.
+    pub(crate) fn set_watermark(&self, subtask: u32, t: i64) {
+        if let Some(w) = self.watermarks.get(subtask as usize) {
+            w.store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// The vertex's event-time watermark: the least of its subtasks', `None` until every
+    /// subtask has one (a watermark held back shows here).
+    pub fn watermark(&self) -> Option<i64> {
+        let min = self
+            .watermarks
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .min()?;
+        (min != i64::MIN).then_some(min)
+    }
+
     /// Subtask `subtask` holds `states` that its code has not declared.
     pub(crate) fn set_undeclared_states(&self, subtask: u32, states: Vec<String>) {
         let mut all = self
@@ -82,6 +103,7 @@ impl Metrics {
                 role: v.role,
                 records_in: v.records_in.load(Ordering::Relaxed),
                 records_out: v.records_out.load(Ordering::Relaxed),
+                watermark: v.watermark(),
             })
             .collect()
     }
@@ -104,6 +126,7 @@ impl Metrics {
                     records_in: AtomicU64::new(0),
                     records_out: AtomicU64::new(0),
                     undeclared_states: Mutex::default(),
+                    watermarks: (0..parallelism).map(|_| AtomicI64::new(i64::MIN)).collect(),
                 })
                 .collect(),
             checkpoints: Mutex::new(CheckpointStatus::default()),

@@ -177,6 +177,8 @@ pub struct VertexSummary {
     pub records_in: u64,
     /// Records it emitted.
     pub records_out: u64,
+    /// Its event-time watermark (the least of its subtasks'), once every subtask has one.
+    pub watermark: Option<i64>,
 }
 
 /// How a job that did not fail went.

@@ -45,6 +45,7 @@ use crate::operator::Snapshot;
 use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError};
 use crate::state::{StateSetup, redistribute, snapshot_operator_states};
 use crate::wasm::{OperatorComponent, WasmOperator};
+use crate::watermark::{Generator, Valve, Watermark};
 
 /// The most batches an unaligned checkpoint reads ahead of an input: a full channel, and as
 /// much again for what its sender sends before its barrier.
@@ -114,6 +115,13 @@ struct Chain {
     /// The snapshot of the unaligned checkpoint in progress, held until the records in
     /// flight to it are recorded, and those records so far.
     recording: Option<(TaskSnapshot, weir_wire::OutputWriter)>,
+    /// Per stage: the watermark generator of an operator with a `watermark` strategy, which
+    /// makes the watermarks after it (those of its input stop there).
+    generators: Vec<Option<Generator>>,
+    /// The watermark generator of the source heading the chain, with its strategy.
+    head_generator: Option<Generator>,
+    /// The source heading the chain, if one does.
+    source: Option<usize>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -281,7 +289,19 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         clock: setup.clock.clone(),
         swapped: None,
         recording: None,
+        generators: Vec::new(),
+        head_generator: None,
+        source: source.is_some().then_some(head),
     };
+    let now = chain.clock.now_ms();
+    if source.is_some() {
+        chain.head_generator =
+            (spec.vertices[head].watermark.as_ref()).map(|s| Generator::new(s, now));
+    }
+    chain.generators = (chain.vertices.iter())
+        .map(|&v| spec.vertices[v].watermark.as_ref())
+        .map(|strategy| strategy.map(|s| Generator::new(s, now)))
+        .collect();
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
             // `open` sees only the code, its config and the restored state: what fails here
@@ -467,15 +487,17 @@ fn run_source(
             .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, "", e))?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            chain.push(0, &batch)?;
+            chain.push_source(&batch)?;
             batch.clear();
         }
+        let next = chain.on_time()?;
         match status {
             Poll::Ready => {}
             Poll::Idle(d) => {
                 chain.output.flush()?;
+                let wait = next.map_or(d, |n| n.min(d)).min(MAX_IDLE);
                 // Wake up for a checkpoint trigger at once.
-                if let Ok(c) = setup.control.recv_timeout(d.min(MAX_IDLE))
+                if let Ok(c) = setup.control.recv_timeout(wait)
                     && let Some(n) = control(chain, source.as_ref(), c)?
                 {
                     return chain.park(n, setup).map(|()| Some(n));
@@ -502,6 +524,7 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
         ended: vec![false; inputs.len()],
         barriers: BTreeMap::new(),
         queued: inputs.iter().map(|_| VecDeque::new()).collect(),
+        valve: Valve::new(inputs.len()),
         debloater: setup
             .spec
             .buffer_debloat_target
@@ -519,11 +542,14 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
         }
         // Records read ahead go before anything their input delivers after them.
         if let Some(i) = (0..inputs.len()).find(|&i| !reader.queued[i].is_empty()) {
-            let batch = reader.queued[i].pop_front().expect("not empty");
-            chain.push(0, &batch)?;
+            match reader.queued[i].pop_front().expect("not empty") {
+                Queued::Data(batch) => chain.push(0, &batch)?,
+                Queued::Watermark(w) => reader.watermark(chain, i, w)?,
+            }
             reader.flush_if_idle(chain)?;
             continue;
         }
+        let wait = chain.on_time()?;
         if reader.aligner.open_inputs() == 0 {
             return Ok(None);
         }
@@ -538,7 +564,14 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
         }
         let control = select.recv(&setup.control);
         loop {
-            let op = select.select();
+            let op = match wait {
+                None => select.select(),
+                Some(wait) => match select.select_timeout(wait) {
+                    Ok(op) => op,
+                    // Processing time moved on: fire what is due.
+                    Err(_) => break,
+                },
+            };
             if op.index() == control {
                 match op.recv(&setup.control) {
                     Ok(c) => {
@@ -556,15 +589,28 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
             if let Some(n) = reader.deliver(chain, i, message)? {
                 return Ok(Some(n));
             }
-            if !data || reader.aligner.is_recording(i) || !setup.control.is_empty() {
+            // With timers or idleness to watch, the select needs a timeout: the loop above
+            // sets it (and fires what is due) after every batch.
+            if !data
+                || reader.aligner.is_recording(i)
+                || !setup.control.is_empty()
+                || wait.is_some()
+                || chain.on_time()?.is_some()
+            {
                 break;
             }
         }
     }
 }
 
-/// The input side of a task that reads channels: barrier alignment, and the records read
-/// ahead for an unaligned checkpoint.
+/// What an input delivered ahead, during an unaligned checkpoint.
+enum Queued {
+    Data(Batch),
+    Watermark(Watermark),
+}
+
+/// The input side of a task that reads channels: barrier alignment, the records read ahead
+/// for an unaligned checkpoint, and the watermark.
 struct Inputs<'a> {
     setup: &'a TaskSetup,
     aligner: Aligner,
@@ -573,9 +619,11 @@ struct Inputs<'a> {
     ended: Vec<bool>,
     /// The barriers come on some input and not yet snapshotted, by checkpoint.
     barriers: BTreeMap<u64, Barrier>,
-    /// Per input: batches read ahead while an unaligned checkpoint recorded them, to be
-    /// processed before anything else of that input.
-    queued: Vec<VecDeque<Batch>>,
+    /// Per input: batches (and the watermarks between them) read ahead while an unaligned
+    /// checkpoint recorded them, to be processed before anything else of that input.
+    queued: Vec<VecDeque<Queued>>,
+    /// The task's watermark, from its inputs'.
+    valve: Valve,
     /// Sizes the batches of the input channels to their pace (none when turned off).
     debloater: Option<Debloater>,
 }
@@ -604,7 +652,7 @@ impl Inputs<'_> {
                 }
                 if self.aligner.is_recording(i) {
                     chain.record(&batch);
-                    self.queued[i].push_back(batch);
+                    self.queued[i].push_back(Queued::Data(batch));
                 } else {
                     chain.push(0, &batch)?;
                     self.flush_if_idle(chain)?;
@@ -618,12 +666,32 @@ impl Inputs<'_> {
                     .on_barrier(i, barrier.id, barrier.unaligned, now)
                     .map_err(|e| chain.fail_task("checkpoint barrier protocol", e))?
             }
+            Message::Watermark(w) => {
+                if self.aligner.is_recording(i) {
+                    // Behind the records read ahead before it.
+                    self.queued[i].push_back(Queued::Watermark(w));
+                } else {
+                    self.watermark(chain, i, w)?;
+                }
+                return Ok(None);
+            }
             Message::End => {
                 self.ended[i] = true;
+                for w in self.valve.on_end(i) {
+                    chain.watermark(0, w)?;
+                }
                 self.aligner.on_end(i, self.origin.elapsed())
             }
         };
         self.progress(chain, progress)
+    }
+
+    /// Input `i` said `w`: what it changes of the task's watermark goes through the chain.
+    fn watermark(&mut self, chain: &mut Chain, i: usize, w: Watermark) -> Result<(), Stop> {
+        for w in self.valve.on_input(i, w) {
+            chain.watermark(0, w)?;
+        }
+        Ok(())
     }
 
     /// Reads every input the unaligned checkpoint in progress records, as far as it has
@@ -682,8 +750,10 @@ impl Inputs<'_> {
                 chain.start_recording(barrier)?;
                 // Batches read ahead for an earlier checkpoint and not processed yet are
                 // input the snapshot does not reflect: records in flight of this one too.
-                for batch in self.queued.iter().flatten() {
-                    chain.record(batch);
+                for queued in self.queued.iter().flatten() {
+                    if let Queued::Data(batch) = queued {
+                        chain.record(batch);
+                    }
                 }
             } else {
                 chain.checkpoint(barrier, None, a.alignment)?;
@@ -995,6 +1065,121 @@ impl Chain {
         Ok(())
     }
 
+    /// What a source read: into the chain, then the watermarks it makes (with the source's
+    /// strategy).
+    fn push_source(&mut self, batch: &Batch) -> Result<(), Stop> {
+        self.push(0, batch)?;
+        if let Some(g) = &mut self.head_generator {
+            let mut made = smallvec::SmallVec::<[Watermark; 2]>::new();
+            g.on_batch(batch, self.clock.now_ms(), |w| made.push(w));
+            for w in made {
+                if let (Watermark::At(t), Some(source)) = (w, self.source) {
+                    self.metrics.vertices[source].set_watermark(self.subtask, t);
+                }
+                self.watermark(0, w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What operator stage `i` emitted into `out` (from a batch, timers or its close): counted,
+    /// side outputs routed, pushed on, then the watermarks it makes (with its strategy). The
+    /// buffer goes back to the stage, empty.
+    fn emitted(&mut self, i: usize, mut out: Batch) -> Result<(), Stop> {
+        let m = &self.metrics.vertices[self.vertices[i]];
+        m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
+        let mut made = smallvec::SmallVec::<[Watermark; 2]>::new();
+        if let Some(g) = &mut self.generators[i] {
+            g.on_batch(&out, self.clock.now_ms(), |w| made.push(w));
+        }
+        let result = self
+            .send_side_outputs(i)
+            .and_then(|()| self.push(i + 1, &out));
+        out.clear();
+        self.bufs[i] = out;
+        result?;
+        for w in made {
+            self.watermark(i + 1, w)?;
+        }
+        Ok(())
+    }
+
+    /// Event time reaches stage `from` (from the chain's input, or made by the stage before
+    /// it): each operator from there on fires its event-time timers up to it, and it goes on
+    /// to the next stage and out of the chain, unless a stage makes its own watermarks.
+    fn watermark(&mut self, from: usize, w: Watermark) -> Result<(), Stop> {
+        for i in from..self.stages.len() {
+            if let Watermark::At(t) = w {
+                self.metrics.vertices[self.vertices[i]].set_watermark(self.subtask, t);
+            }
+            if let (Watermark::At(t), Stage::Operator(op)) = (w, &mut self.stages[i]) {
+                let mut out = std::mem::take(&mut self.bufs[i]);
+                if let Err(e) = op.on_watermark(t, &mut out) {
+                    return Err(operator_error(
+                        &self.spec,
+                        self.vertices[i],
+                        self.subtask,
+                        e,
+                    ));
+                }
+                self.emitted(i, out)?;
+            }
+            if self.generators[i].is_some() {
+                return Ok(());
+            }
+        }
+        Ok(self.output.watermark(w)?)
+    }
+
+    /// Fires the processing-time timers due now and says idleness where it set in; returns
+    /// how long until there is more to do then (`None`: nothing is pending). A manual clock
+    /// moves without telling, so it is looked at every [`MAX_IDLE`].
+    fn on_time(&mut self) -> Result<Option<Duration>, Stop> {
+        let now = self.clock.now_ms();
+        let mut next: Option<i64> = None;
+        let mut due = |t: Option<i64>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        if let Some(g) = &mut self.head_generator {
+            if let Some(w) = g.on_time(now) {
+                self.watermark(0, w)?;
+            }
+            due(self.head_generator.as_ref().and_then(Generator::next_check));
+        }
+        for i in 0..self.stages.len() {
+            if let Stage::Operator(op) = &mut self.stages[i] {
+                if op.next_processing_time().is_some_and(|t| t <= now) {
+                    let mut out = std::mem::take(&mut self.bufs[i]);
+                    if let Err(e) = op.on_processing_time(now, &mut out) {
+                        return Err(operator_error(
+                            &self.spec,
+                            self.vertices[i],
+                            self.subtask,
+                            e,
+                        ));
+                    }
+                    self.emitted(i, out)?;
+                }
+                if let Stage::Operator(op) = &mut self.stages[i] {
+                    due(op.next_processing_time());
+                }
+            }
+            if let Some(g) = &mut self.generators[i] {
+                if let Some(w) = g.on_time(now) {
+                    self.watermark(i + 1, w)?;
+                }
+                due(self.generators[i].as_ref().and_then(Generator::next_check));
+            }
+        }
+        let wait = next.map(|t| Duration::from_millis(t.saturating_sub(now).max(0) as u64));
+        Ok(match (wait, self.clock.is_manual()) {
+            (Some(wait), true) => Some(wait.max(Duration::from_millis(1)).min(MAX_IDLE)),
+            (wait, _) => wait,
+        })
+    }
+
     /// Pushes `batch` into stage `i` and everything after it.
     fn push(&mut self, i: usize, batch: &Batch) -> Result<(), Stop> {
         if i == self.stages.len() {
@@ -1025,13 +1210,7 @@ impl Chain {
                         e,
                     ));
                 }
-                m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
-                let result = self
-                    .send_side_outputs(i)
-                    .and_then(|()| self.push(i + 1, &out));
-                out.clear();
-                self.bufs[i] = out;
-                result
+                self.emitted(i, out)
             }
             Stage::Sink(sink) => sink
                 .write(batch)
@@ -1055,10 +1234,7 @@ impl Chain {
                             e,
                         ));
                     }
-                    let m = &self.metrics.vertices[self.vertices[i]];
-                    m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
-                    self.send_side_outputs(i)?;
-                    self.push(i + 1, &out)?;
+                    self.emitted(i, out)?;
                 }
                 Stage::Sink(sink) => match sink.finish() {
                     Ok(commit) if commit.is_null() => {}

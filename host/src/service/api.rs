@@ -96,6 +96,11 @@ pub struct VertexStatus {
     pub records_in_per_second: f64,
     /// Records emitted per second, over the last seconds.
     pub records_out_per_second: f64,
+    /// Its event-time watermark in milliseconds (the least of its subtasks'), once every
+    /// subtask has one; absent in a job without watermarks, or while one is held back
+    /// before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
 }
 
 /// The whole status of a job.

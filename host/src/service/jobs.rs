@@ -534,6 +534,7 @@ impl Run {
                 records_out: count.1,
                 records_in_per_second: rate.0,
                 records_out_per_second: rate.1,
+                watermark: v.watermark(),
             })
             .collect()
     }

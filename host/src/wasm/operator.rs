@@ -177,57 +177,57 @@ impl WasmOperator {
         Err(OperatorError::Guest { kind, message })
     }
 
-    /// Fires the event-time timers as at the end of input, when the watermark jumps to the
-    /// end of time: in timestamp order and in batches, every timer pending when the input
-    /// ended, then once more as many as are pending after that (those the callbacks
-    /// registered, which the watermark has passed too), and no more, so that a timer that keeps
-    /// registering itself cannot keep the job from ending. The job's cancellation ends the
-    /// firing between batches.
-    fn fire_all_event_timers(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
-        self.store.data_mut().set_watermark(i64::MAX);
-        for _round in 0..2 {
-            let mut due = self.store.data_mut().timers().event_len();
-            while due > 0 {
-                if self.store.data().call_clock().is_cancelled() {
-                    return Err(OperatorError::Cancelled);
-                }
-                let n = due.min(BATCH_RECORDS);
-                due -= n;
-                self.fire_event_timers(n, out)?;
+    /// Fires the timers of `domain` due at `upto`, in timestamp order and in batches: at
+    /// most twice as many as were pending when it began, so that timers that keep registering
+    /// themselves at or before `upto` cannot keep the task here (those left fire at the next
+    /// advance, or stay when the input ends, with a warning). The job's cancellation ends the
+    /// firing between batches. Returns whether due timers were left.
+    fn fire_timers(
+        &mut self,
+        domain: TimeDomain,
+        upto: i64,
+        out: &mut Batch,
+    ) -> Result<bool, OperatorError> {
+        let mut budget = 2 * self.store.data_mut().timers().len();
+        let mut fired = Vec::new();
+        loop {
+            let data = self.store.data_mut();
+            fired.clear();
+            while fired.len() < BATCH_RECORDS.min(budget)
+                && let Some(timer) = data.timers().pop_due(domain, upto)
+            {
+                fired.push(timer);
             }
+            if fired.is_empty() {
+                let next = data.timers().next(domain);
+                return Ok(next.is_some_and(|t| t <= upto));
+            }
+            budget -= fired.len();
+            if data.call_clock().is_cancelled() {
+                return Err(OperatorError::Cancelled);
+            }
+            self.call_on_timers(domain, &fired, out)?;
         }
-        let data = self.store.data_mut();
-        let left = data.timers().event_len();
-        if left > 0 {
-            let ctx = data.context();
-            tracing::warn!(
-                job = ctx.job,
-                operator = ctx.uid,
-                subtask = ctx.subtask,
-                "{left} event-time timer(s) registered by timer callbacks at the end of input \
-                 did not fire: at the end of input, timers registered while timers fire fire \
-                 once more, not again and again"
-            );
-        }
-        Ok(())
     }
 
-    /// Fires the `n` earliest event-time timers in one call.
-    fn fire_event_timers(&mut self, n: usize, out: &mut Batch) -> Result<(), OperatorError> {
+    /// Hands `fired` timers of `domain` to the guest in one call.
+    fn call_on_timers(
+        &mut self,
+        domain: TimeDomain,
+        fired: &[(i64, crate::state::Key)],
+        out: &mut Batch,
+    ) -> Result<(), OperatorError> {
         self.begin(Hook::OnTimers);
         let data = self.store.data_mut();
-        let fired: Vec<(i64, Box<[u8]>)> = std::iter::from_fn(|| data.timers().pop_event())
-            .take(n)
-            .collect();
         let mut slots: FastMap<&[u8], u32> = FastMap::default();
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut entries = Vec::with_capacity(fired.len());
-        for (ts, key) in &fired {
+        for (ts, key) in fired {
             let slot = *slots.entry(&key[..]).or_insert_with(|| {
                 keys.push(&key[..]);
                 (keys.len() - 1) as u32
             });
-            entries.push((TimeDomain::EventTime, slot, *ts));
+            entries.push((domain, slot, *ts));
         }
         for k in &keys {
             data.add_key(k);
@@ -291,8 +291,40 @@ impl Operator for WasmOperator {
         self.end(result, Some(input), out)
     }
 
+    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
+        self.store.data_mut().set_watermark(watermark);
+        self.fire_timers(TimeDomain::EventTime, watermark, out)
+            .map(|_| ())
+    }
+
+    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<(), OperatorError> {
+        self.fire_timers(TimeDomain::ProcessingTime, now, out)
+            .map(|_| ())
+    }
+
+    fn next_processing_time(&mut self) -> Option<i64> {
+        self.store
+            .data_mut()
+            .timers()
+            .next(TimeDomain::ProcessingTime)
+    }
+
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
-        self.fire_all_event_timers(out)?;
+        self.store.data_mut().set_end_of_time();
+        if self.fire_timers(TimeDomain::EventTime, i64::MAX, out)? {
+            let data = self.store.data_mut();
+            let left = data.timers().event_len();
+            let ctx = data.context();
+            tracing::warn!(
+                job = ctx.job,
+                operator = ctx.uid,
+                subtask = ctx.subtask,
+                "{} event-time timer(s) registered by timer callbacks at the end of input did \
+                 not fire: at the end of input, timers fire as often as twice the number \
+                 pending when it ended, not again and again",
+                left
+            );
+        }
         self.begin(Hook::Close);
         let result = self
             .bindings

@@ -279,9 +279,17 @@ impl HostState {
         &mut self.timers
     }
 
-    /// Sets the watermark the guest sees.
+    /// Sets the watermark the guest sees and event-time TTLs expire against.
     pub(crate) fn set_watermark(&mut self, watermark: i64) {
         self.watermark = Some(watermark);
+        self.state.set_watermark(watermark);
+    }
+
+    /// The input ended: the guest sees the watermark at the end of time, while event-time
+    /// TTLs stay where the last watermark left them, so that what the last timers read does
+    /// not expire under them.
+    pub(crate) fn set_end_of_time(&mut self) {
+        self.watermark = Some(i64::MAX);
     }
 
     /// Fills `snapshot` with keyed state and timers for checkpoint `n`.

@@ -1,0 +1,384 @@
+//! Event time: watermarks made at sources and operators, event-time timers that fire as the
+//! watermark passes them, idleness, and processing-time timers on the job's clock. The
+//! windows are user code (the `weir_test_windows` guest: a tumbling count in a map state
+//! with an event-time timer per window), checked against a count computed here.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use weir::checkpoint::RestoreFrom;
+use weir::{Clock, Job, JobControl, JobSpec, RunningJob, WasmEngine};
+
+use crate::exactly_once::{checkpointed_job, crash_loop};
+use crate::support::{Workspace, key_value, part_files, toml_path, wasm};
+
+const WINDOW_MS: i64 = 1_000;
+
+/// `lines` records `k<i>,<timestamp>` over 20 keys, 10 ms apart and out of order by up to
+/// `disorder` ms; also returns each key's count per window.
+fn events(lines: usize, disorder: i64, seed: u64) -> (String, BTreeMap<(String, i64), u64>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut text = String::new();
+    let mut windows = BTreeMap::new();
+    for i in 0..lines as i64 {
+        let key = format!("k{}", rng.u32(..20));
+        let ts = i * 10 - rng.i64(0..=disorder);
+        text.push_str(&format!("{key},{ts}\n"));
+        *windows
+            .entry((key, ts - ts.rem_euclid(WINDOW_MS)))
+            .or_insert(0) += 1;
+    }
+    (text, windows)
+}
+
+/// The job: `input` read by two file source subtasks, parsed (with event time) with a
+/// watermark strategy of `delay`, keyed into the windows at `parallelism`; window results
+/// to `out/`, late records to `late/`.
+fn windows_job(input: &Path, delay: &str, parallelism: u32, ws: &Workspace, rest: &str) -> String {
+    format!(
+        r#"{rest}
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = 65536
+parallelism = 2
+
+[[operator]]
+name = "parse"
+uid = "parse"
+{windows}
+input = "lines"
+parallelism = 2
+config = {{ parse = true }}
+watermark = {{ max_out_of_orderness = "{delay}" }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+{windows}
+input = "parse"
+edge = "key_by"
+parallelism = {parallelism}
+config = {{ window_ms = {WINDOW_MS} }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+parallelism = {parallelism}
+path = {out}
+format = "key_value"
+
+[[sink]]
+name = "late"
+type = "file"
+input = "windows.late"
+parallelism = {parallelism}
+path = {late}
+format = "key_value"
+"#,
+        input = toml_path(input),
+        windows = wasm("weir_test_windows"),
+        out = toml_path(&ws.path("out")),
+        late = toml_path(&ws.path("late")),
+    )
+}
+
+/// Window results in `dir` as `(key, start) -> count`; each window once.
+fn results(dir: &Path) -> BTreeMap<(String, i64), u64> {
+    let mut out = BTreeMap::new();
+    for line in part_files(dir).into_values().flatten() {
+        let (key, value) = key_value(&line);
+        let (start, n) = value.split_once(',').expect("start,count");
+        let window = (key.to_owned(), start.parse().expect("a start"));
+        let old = out.insert(window.clone(), n.parse().expect("a count"));
+        assert!(old.is_none(), "window {window:?} fired twice");
+    }
+    out
+}
+
+fn lines(dir: &Path) -> Vec<String> {
+    part_files(dir).into_values().flatten().collect()
+}
+
+#[test]
+fn windows_fire_as_the_watermark_passes_and_match_an_independent_count() {
+    let (text, expected) = events(60_000, 400, 1);
+    for parallelism in [1, 3] {
+        for backend in ["memory", "rocksdb"] {
+            let ws = Workspace::new();
+            let input = ws.write("events.txt", &text);
+            let state = format!("[state]\nbackend = \"{backend}\"\n");
+            ws.run_ok(&windows_job(&input, "400ms", parallelism, &ws, &state));
+            assert_eq!(
+                results(&ws.path("out")),
+                expected,
+                "parallelism {parallelism}, {backend}"
+            );
+            assert_eq!(lines(&ws.path("late")), Vec::<String>::new());
+        }
+    }
+}
+
+#[test]
+fn records_later_than_the_watermark_go_to_the_side_output_and_none_is_lost() {
+    // Disorder of up to 2 s against a watermark that trails by 50 ms: windows fire while
+    // records of theirs are still to come.
+    let (text, expected) = events(60_000, 2_000, 2);
+    let ws = Workspace::new();
+    let input = ws.write("events.txt", &text);
+    ws.run_ok(&windows_job(&input, "50ms", 2, &ws, ""));
+    let got = results(&ws.path("out"));
+    let late = lines(&ws.path("late"));
+    assert!(!late.is_empty(), "no record came after its window fired");
+    let mut counted = got.clone();
+    for line in &late {
+        let (key, ts) = key_value(line);
+        let ts: i64 = ts.parse().expect("a timestamp");
+        *counted
+            .entry((key.to_owned(), ts - ts.rem_euclid(WINDOW_MS)))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(counted, expected, "a record was neither counted nor late");
+    for (window, n) in &got {
+        assert!(*n <= expected[window], "{window:?} counted {n}");
+    }
+}
+
+/// A job of two sources into the windows: `events`, 4,000 records 10 ms apart in event time
+/// at 2,000 a second, and `trickle`, one record at event time 0 and then nothing for a long
+/// time, with `idleness` in its watermark strategy (or none).
+fn two_sources(ws: &Workspace, idleness: &str) -> JobSpec {
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"[job]
+name = "idle"
+
+[[source]]
+name = "events"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 20
+count = 4000
+rate = 2000
+event_time = {{ start = 0, interval = "10ms" }}
+watermark = {{ max_out_of_orderness = "0s" }}
+
+[[source]]
+name = "trickle"
+type = "generator"
+mode = "keyed_words"
+rate = 0.001
+event_time = {{ start = 0 }}
+watermark = {{ max_out_of_orderness = "0s" {idleness} }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+{windows}
+input = ["events", "trickle"]
+edge = "key_by"
+config = {{ window_ms = {WINDOW_MS} }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+path = {out}
+format = "key_value"
+"#,
+            windows = wasm("weir_test_windows"),
+            out = toml_path(&ws.path("out")),
+        ),
+    );
+    JobSpec::from_file(&spec).expect("a valid spec")
+}
+
+/// Waits until `done` holds of the running job, for at most a minute.
+fn wait_for(what: &str, job: &mut Option<RunningJob>, done: impl Fn(&RunningJob) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done(job.as_ref().expect("running")) {
+        if job.as_ref().is_some_and(RunningJob::is_finished) {
+            let end = job.take().expect("running").wait();
+            panic!("the job ended while waiting until {what}: {end:?}");
+        }
+        assert!(Instant::now() < deadline, "gave up waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_idle_source_holds_back_the_watermark_unless_its_strategy_says_idleness() {
+    let home = Workspace::new();
+    let engine = WasmEngine::new(Some(home.path("cache"))).expect("an engine");
+    for idleness in [false, true] {
+        let ws = Workspace::new();
+        let setting = if idleness {
+            ", idleness = \"200ms\""
+        } else {
+            ""
+        };
+        let job = Job::new(two_sources(&ws, setting), &engine).expect("a job");
+        let control = JobControl::new();
+        let mut running = Some(
+            job.start_controlled(RestoreFrom::Fresh, control.clone())
+                .expect("it starts"),
+        );
+        let windows = |r: &RunningJob| {
+            let m = &r.metrics().vertices;
+            let v = m.iter().find(|v| v.name == "windows").expect("windows");
+            let (records_in, records_out) =
+                (v.records_in.load(Relaxed), v.records_out.load(Relaxed));
+            (records_in, records_out, v.watermark())
+        };
+        // The trickle's record and most events are in, while the events go on.
+        wait_for("records reached the windows", &mut running, |r| {
+            windows(r).0 >= 1_500
+        });
+        let (_, fired, watermark) = windows(running.as_ref().unwrap());
+        if idleness {
+            // The trickle went idle: the events alone move the watermark, windows fire.
+            assert!(
+                fired > 0 && watermark.is_some_and(|w| w >= WINDOW_MS),
+                "{fired} {watermark:?}"
+            );
+        } else {
+            // The trickle's watermark (its one record at 0) holds the job back, and the
+            // status shows it.
+            assert_eq!(fired, 0, "a window fired past the held-back watermark");
+            assert_eq!(watermark, Some(-1));
+        }
+        control.stop();
+        running.unwrap().wait().expect("it stops");
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_on_the_jobs_clock_with_no_records_flowing() {
+    let ws = Workspace::new();
+    let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"[job]
+name = "ptimers"
+
+[[source]]
+name = "trickle"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 1
+rate = 0.001
+
+[[operator]]
+name = "timers"
+uid = "timers"
+{windows}
+input = "trickle"
+edge = "key_by"
+config = {{ processing_ms = 5000 }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "timers"
+path = {out}
+format = "key_value"
+"#,
+            windows = wasm("weir_test_windows"),
+            out = toml_path(&ws.path("out")),
+        ),
+    );
+    let clock = Clock::manual(1_000_000);
+    let job = Job::new(JobSpec::from_file(&spec).unwrap(), &engine)
+        .unwrap()
+        .with_clock(clock.clone());
+    let control = JobControl::new();
+    let mut running = Some(
+        job.start_controlled(RestoreFrom::Fresh, control.clone())
+            .unwrap(),
+    );
+    let timers = |r: &RunningJob| {
+        let v = &r.metrics().vertices;
+        let v = v.iter().find(|v| v.name == "timers").unwrap();
+        (v.records_in.load(Relaxed), v.records_out.load(Relaxed))
+    };
+    wait_for("the record came", &mut running, |r| timers(r).0 == 1);
+    clock.advance(Duration::from_millis(4_999));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        timers(running.as_ref().unwrap()).1,
+        0,
+        "the timer fired early"
+    );
+    clock.advance(Duration::from_millis(1));
+    wait_for("the timer fired", &mut running, |r| timers(r).1 == 1);
+    control.stop();
+    running.unwrap().wait().unwrap();
+    let out = lines(&ws.path("out"));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].ends_with("\tpfired 1005000"), "{out:?}");
+}
+
+#[test]
+fn windows_and_their_timers_are_emitted_exactly_once_across_sigkills() {
+    // Generated events out of order by up to 300 ms, paced so that runs last long enough to
+    // be killed; the watermark trails by 300 ms, so no record is late and the output must
+    // equal an uninterrupted run's.
+    let job = |ws: &Workspace, checkpoint: &str| {
+        checkpointed_job(
+            ws,
+            "crashy",
+            "100ms",
+            &format!(
+                r#"{checkpoint}
+[[source]]
+name = "events"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 30
+count = 150_000
+rate = 50_000
+event_time = {{ start = 0, interval = "2ms", max_disorder = "300ms" }}
+watermark = {{ max_out_of_orderness = "300ms" }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+{windows}
+input = "events"
+edge = "key_by"
+config = {{ window_ms = {WINDOW_MS} }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+path = {out}
+format = "key_value"
+"#,
+                windows = wasm("weir_test_windows"),
+                out = toml_path(&ws.path("out")),
+            ),
+        )
+    };
+    let clean = Workspace::new();
+    let spec = job(&clean, "");
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    assert!(run.success(), "{run}");
+    let expected = results(&clean.path("out"));
+    assert_eq!(expected.values().sum::<u64>(), 150_000);
+
+    // Aligned checkpoints, and unaligned ones (whose records in flight come back first).
+    for checkpoint in ["", "unaligned = true"] {
+        let ws = Workspace::new();
+        let spec = job(&ws, checkpoint);
+        crash_loop(&ws, &spec, 3);
+        assert_eq!(results(&ws.path("out")), expected, "{checkpoint}");
+    }
+}
