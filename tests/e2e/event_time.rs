@@ -326,7 +326,7 @@ format = "key_value"
 }
 
 #[test]
-fn windows_and_their_timers_are_emitted_exactly_once_across_sigkills() {
+fn windows_in_guests_and_in_the_host_are_emitted_exactly_once_across_sigkills() {
     // Generated events out of order by up to 300 ms, paced so that runs last long enough to
     // be killed; the watermark trails by 300 ms, so no record is late and the output must
     // equal an uninterrupted run's.
@@ -361,9 +361,24 @@ type = "file"
 input = "windows"
 path = {out}
 format = "key_value"
+
+[[operator]]
+name = "host_windows"
+uid = "host_windows"
+input = "events"
+edge = "key_by"
+window = {{ type = "sliding", size = "{WINDOW_MS}ms", slide = "250ms", aggregate = "count" }}
+
+[[sink]]
+name = "host_out"
+type = "file"
+input = "host_windows"
+path = {host_out}
+format = "key_value"
 "#,
                 windows = wasm("weir_test_windows"),
                 out = toml_path(&ws.path("out")),
+                host_out = toml_path(&ws.path("host_out")),
             ),
         )
     };
@@ -373,6 +388,17 @@ format = "key_value"
     assert!(run.success(), "{run}");
     let expected = results(&clean.path("out"));
     assert_eq!(expected.values().sum::<u64>(), 150_000);
+    let (host_expected, again) = window_results(&clean.path("host_out"));
+    assert_eq!(again, 0);
+    let host_total: u64 = host_expected
+        .values()
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        host_total,
+        4 * 150_000,
+        "each record is in four sliding windows"
+    );
 
     // Aligned checkpoints, and unaligned ones (whose records in flight come back first).
     for checkpoint in ["", "unaligned = true"] {
@@ -380,5 +406,204 @@ format = "key_value"
         let spec = job(&ws, checkpoint);
         crash_loop(&ws, &spec, 3);
         assert_eq!(results(&ws.path("out")), expected, "{checkpoint}");
+        let (host, again) = window_results(&ws.path("host_out"));
+        assert_eq!((host, again), (host_expected.clone(), 0), "{checkpoint}");
     }
+}
+
+/// `lines` records `k<i>,<timestamp>,<value>` over 20 keys, 10 ms apart, out of order by up
+/// to `disorder` ms, with values 0..100.
+fn valued_events(lines: usize, disorder: i64, seed: u64) -> (String, Vec<(String, i64, u64)>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut text = String::new();
+    let mut records = Vec::new();
+    for i in 0..lines as i64 {
+        let (key, ts, value) = (
+            format!("k{}", rng.u32(..20)),
+            i * 10 - rng.i64(0..=disorder),
+            rng.u64(..100),
+        );
+        text.push_str(&format!("{key},{ts},{value}\n"));
+        records.push((key, ts, value));
+    }
+    (text, records)
+}
+
+/// The job: events read and parsed by `readers` subtasks with a watermark trailing by
+/// `delay`, into the host window `window` (a TOML table) at `parallelism`; results to
+/// `out/`, its late records to `late/`.
+fn host_window_job(
+    input: &Path,
+    delay: &str,
+    window: &str,
+    (readers, parallelism): (u32, u32),
+    ws: &Workspace,
+    rest: &str,
+) -> String {
+    format!(
+        r#"{rest}
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = 65536
+parallelism = {readers}
+
+[[operator]]
+name = "parse"
+uid = "parse"
+{windows}
+input = "lines"
+parallelism = {readers}
+config = {{ parse = true }}
+watermark = {{ max_out_of_orderness = "{delay}" }}
+
+[[operator]]
+name = "window"
+uid = "window"
+input = "parse"
+edge = "key_by"
+parallelism = {parallelism}
+window = {window}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "window"
+parallelism = {parallelism}
+path = {out}
+format = "key_value"
+
+[[sink]]
+name = "late"
+type = "file"
+input = "window.late"
+parallelism = {parallelism}
+path = {late}
+format = "key_value"
+"#,
+        input = toml_path(input),
+        windows = wasm("weir_test_windows"),
+        out = toml_path(&ws.path("out")),
+        late = toml_path(&ws.path("late")),
+    )
+}
+
+/// The last result of each window in `dir` (a late record fires its window again), and how
+/// many windows fired more than once.
+fn window_results(dir: &Path) -> (BTreeMap<(String, i64, i64), String>, usize) {
+    let mut last = BTreeMap::new();
+    let mut again = 0;
+    for line in lines(dir) {
+        let (key, value) = key_value(&line);
+        let mut fields = value.splitn(3, ',');
+        let mut next = || fields.next().expect("start,end,result").to_owned();
+        let (start, end, result) = (next().parse().unwrap(), next().parse().unwrap(), next());
+        if last.insert((key.to_owned(), start, end), result).is_some() {
+            again += 1;
+        }
+    }
+    (last, again)
+}
+
+/// Windows computed here, as the tests expect them: `size` ms windows starting every `step`
+/// ms, with `aggregate` ("count" or "sum") over the values.
+fn expected_windows(
+    records: &[(String, i64, u64)],
+    size: i64,
+    step: i64,
+    aggregate: &str,
+) -> BTreeMap<(String, i64, i64), String> {
+    let mut acc: BTreeMap<(String, i64, i64), u64> = BTreeMap::new();
+    for (key, ts, value) in records {
+        let mut start = ts - ts.rem_euclid(step);
+        while start > ts - size {
+            let add = if aggregate == "count" { 1 } else { *value };
+            *acc.entry((key.clone(), start, start + size)).or_insert(0) += add;
+            start -= step;
+        }
+    }
+    acc.into_iter().map(|(w, n)| (w, n.to_string())).collect()
+}
+
+#[test]
+fn host_windows_tumbling_and_sliding_match_an_independent_computation() {
+    let (text, records) = valued_events(30_000, 300, 4);
+    let cases = [
+        (
+            r#"{ type = "tumbling", size = "1s", aggregate = "count" }"#,
+            1_000,
+            1_000,
+            "count",
+        ),
+        (
+            r#"{ type = "sliding", size = "2s", slide = "500ms", aggregate = "sum" }"#,
+            2_000,
+            500,
+            "sum",
+        ),
+    ];
+    for (window, size, step, aggregate) in cases {
+        let expected = expected_windows(&records, size, step, aggregate);
+        for parallelism in [1, 3] {
+            for backend in ["memory", "rocksdb"] {
+                let ws = Workspace::new();
+                let input = ws.write("events.txt", &text);
+                let state = format!("[state]\nbackend = \"{backend}\"\n");
+                ws.run_ok(&host_window_job(
+                    &input,
+                    "300ms",
+                    window,
+                    (2, parallelism),
+                    &ws,
+                    &state,
+                ));
+                let (got, again) = window_results(&ws.path("out"));
+                let case = format!("{window} at parallelism {parallelism} on {backend}");
+                assert_eq!(got, expected, "{case}");
+                assert_eq!(again, 0, "{case}: a window fired twice");
+                assert_eq!(lines(&ws.path("late")), Vec::<String>::new(), "{case}");
+            }
+        }
+    }
+}
+
+#[test]
+fn host_windows_take_late_records_within_the_allowed_lateness_and_side_output_the_rest() {
+    // Out of order by up to 2 s, a watermark 50 ms behind, 500 ms of allowed lateness, read
+    // in order by one subtask. Each record's value is its timestamp, so that a late one
+    // tells its window.
+    let (_, records) = valued_events(30_000, 2_000, 5);
+    let text: String = (records.iter())
+        .map(|(key, ts, _)| format!("{key},{ts},{ts}\n"))
+        .collect();
+    let ws = Workspace::new();
+    let input = ws.write("events.txt", &text);
+    let window =
+        r#"{ type = "tumbling", size = "1s", aggregate = "count", allowed_lateness = "500ms" }"#;
+    ws.run_ok(&host_window_job(&input, "50ms", window, (1, 2), &ws, ""));
+    let (got, again) = window_results(&ws.path("out"));
+    assert!(again > 0, "no late record fired its window again");
+    let late = lines(&ws.path("late"));
+    assert!(
+        !late.is_empty(),
+        "no record came later than the allowed lateness"
+    );
+    // Every record is in its window's last result or in the side output, once.
+    let mut counted: BTreeMap<(String, i64, i64), u64> = (got.iter())
+        .map(|(w, n)| (w.clone(), n.parse().unwrap()))
+        .collect();
+    for line in &late {
+        let (key, ts) = key_value(line);
+        let ts: i64 = ts.parse().unwrap();
+        let start = ts - ts.rem_euclid(1_000);
+        *counted
+            .entry((key.to_owned(), start, start + 1_000))
+            .or_insert(0) += 1;
+    }
+    let expected: BTreeMap<_, u64> = expected_windows(&records, 1_000, 1_000, "count")
+        .into_iter()
+        .map(|(w, n)| (w, n.parse().unwrap()))
+        .collect();
+    assert_eq!(counted, expected);
 }

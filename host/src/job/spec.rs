@@ -40,6 +40,7 @@ use serde::Deserialize;
 use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
 use crate::native;
+use crate::native::window::WindowSpec;
 use crate::state::StateConfig;
 use crate::wasm::{Grants, Limits};
 use crate::watermark::WatermarkStrategy;
@@ -105,6 +106,8 @@ pub enum OperatorCode {
     },
     /// A built-in native operator by name.
     Native(String),
+    /// A window in the host, with a built-in aggregate.
+    Window(WindowSpec),
 }
 
 /// Kind of a vertex of the job graph.
@@ -233,6 +236,7 @@ struct RawOperator {
     limits: Option<toml::Table>,
     grants: Option<toml::Table>,
     watermark: Option<WatermarkStrategy>,
+    window: Option<WindowSpec>,
 }
 
 /// The keys every vertex table has besides its connector configuration.
@@ -415,15 +419,27 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     let mut uids = HashSet::new();
     for op in raw.operator {
         let name = op.name;
-        let code = match (op.wasm, op.native) {
-            (Some(path), None) => OperatorCode::Wasm {
+        let code = match (op.wasm, op.native, op.window) {
+            (None, None, Some(window)) => {
+                window
+                    .validate()
+                    .map_err(|e| format!("operator \"{name}\": window: {e}"))?;
+                if op.limits.is_some() || op.grants.is_some() || op.config.is_some() {
+                    return Err(format!(
+                        "operator \"{name}\": `limits`, `grants` and `config` apply to \
+                         WebAssembly operators; remove them from the window"
+                    ));
+                }
+                OperatorCode::Window(window)
+            }
+            (Some(path), None, None) => OperatorCode::Wasm {
                 path: base_dir.join(path),
                 limits: Limits::resolve(raw.limits.as_ref(), op.limits.as_ref())
                     .map_err(|e| format!("operator \"{name}\": {e}"))?,
                 grants: Grants::resolve(op.grants, base_dir)
                     .map_err(|e| format!("operator \"{name}\": {e}"))?,
             },
-            (None, Some(native)) => {
+            (None, Some(native), None) => {
                 if op.limits.is_some() || op.grants.is_some() {
                     return Err(format!(
                         "operator \"{name}\": `limits` and `grants` apply to WebAssembly \
@@ -438,14 +454,14 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 }
                 OperatorCode::Native(native)
             }
-            (Some(_), Some(_)) => {
+            (None, None, None) => {
                 return Err(format!(
-                    "operator \"{name}\" sets both `wasm` and `native`; keep one"
+                    "operator \"{name}\" needs `wasm = \"path/to/operator.wasm\"` (or `native = \"...\"` for a built-in, or `window = {{ ... }}`)"
                 ));
             }
-            (None, None) => {
+            _ => {
                 return Err(format!(
-                    "operator \"{name}\" needs `wasm = \"path/to/operator.wasm\"` (or `native = \"...\"` for a built-in)"
+                    "operator \"{name}\" sets more than one of `wasm`, `native` and `window`; keep one"
                 ));
             }
         };
@@ -565,17 +581,30 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 ));
             }
             if let Some(side) = &side_output {
-                if !matches!(
-                    pending[from].kind,
+                match &pending[from].kind {
                     VertexKind::Operator {
                         code: OperatorCode::Wasm { .. },
                         ..
+                    } => {}
+                    VertexKind::Operator {
+                        code: OperatorCode::Window(w),
+                        ..
+                    } if w.late == *side => {}
+                    VertexKind::Operator {
+                        code: OperatorCode::Window(w),
+                        ..
+                    } => {
+                        return Err(format!(
+                            "{} \"{name}\" reads side output \"{side}\" of window \"{input}\", which emits only \"{}\" (its late records)",
+                            p.role, w.late
+                        ));
                     }
-                ) {
-                    return Err(format!(
-                        "{} \"{name}\" reads side output \"{side}\" of \"{input}\", which has none; only WebAssembly operators emit side outputs",
-                        p.role
-                    ));
+                    _ => {
+                        return Err(format!(
+                            "{} \"{name}\" reads side output \"{side}\" of \"{input}\", which has none; only WebAssembly operators and windows emit side outputs",
+                            p.role
+                        ));
+                    }
                 }
                 if side.is_empty() {
                     return Err(format!(
@@ -639,6 +668,22 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                     "{} \"{name}\" (parallelism {}) reads from \"{up}\" (parallelism {}) over a forward edge, \
                      which needs equal parallelism; set edge = \"rebalance\" or \"key_by\", or equal parallelism",
                     pending[v].role, parallelism[v], parallelism[from]
+                ));
+            }
+            if edge != EdgeKind::KeyBy
+                && let VertexKind::Operator {
+                    code: OperatorCode::Window(_),
+                    ..
+                } = pending[v].kind
+            {
+                return Err(format!(
+                    "window \"{name}\" reads from \"{up}\" with edge = \"{}\"; a window is \
+                     per key, so its input must be keyed: set edge = \"key_by\"",
+                    if edge == EdgeKind::Forward {
+                        "forward"
+                    } else {
+                        "rebalance"
+                    }
                 ));
             }
             if edge == EdgeKind::KeyBy && side_output.is_none() && keyed[from] == Some(false) {
@@ -766,6 +811,10 @@ fn keys_known(kinds: &[&VertexKind], inputs: &[Vec<Input>], order: &[usize]) -> 
                 code: OperatorCode::Native(name),
                 ..
             } => native::emits_keys(name, inputs[v].iter().map(|i| keyed[i.from])),
+            VertexKind::Operator {
+                code: OperatorCode::Window(_),
+                ..
+            } => Some(true),
             _ => None,
         };
     }
@@ -831,6 +880,42 @@ mod tests {
             (
                 &format!("{EVENTS}watermark = {{ max_out_of_orderness = \"soon\" }}\n"),
                 "source \"gen\": watermark: ",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n\
+                     window = {{ type = \"tumbling\", size = \"1s\", aggregate = \"median\" }}\n"
+                ),
+                "unknown variant `median`, expected one of `count`, `sum`, `min`, `max`, `avg`",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n\
+                     window = {{ type = \"sliding\", size = \"1s\", aggregate = \"count\" }}\n"
+                ),
+                "operator \"w\": window: a sliding window needs slide",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\n\
+                     window = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
+                ),
+                "window \"w\" reads from \"gen\" with edge = \"forward\"; a window is per key",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n\
+                     native = \"count_words\"\nwindow = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
+                ),
+                "sets more than one of `wasm`, `native` and `window`",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n\
+                     window = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n\
+                     [[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"w.dropped\"\n"
+                ),
+                "reads side output \"dropped\" of window \"w\", which emits only \"late\"",
             ),
             (
                 &format!("{GEN}watermark = {{}}\n"),

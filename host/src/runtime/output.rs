@@ -62,9 +62,6 @@ pub(crate) struct Target {
     budgets: Vec<Budget>,
     limits: Vec<usize>,
     pending: Vec<Batch>,
-    /// Per channel: a watermark that goes right after its pending batch, which came before
-    /// it (sent with that batch rather than cutting it short).
-    watermarks: Vec<Option<i64>>,
     next: usize,
     max_parallelism: u32,
 }
@@ -83,7 +80,6 @@ impl Target {
             side_output,
             edge,
             pending: senders.iter().map(|_| Batch::default()).collect(),
-            watermarks: vec![None; senders.len()],
             limits: budgets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
             budgets,
             senders,
@@ -101,13 +97,7 @@ impl Target {
         let batch = std::mem::take(&mut self.pending[i]);
         self.senders[i]
             .send(Message::Data(batch))
-            .map_err(|_| Disconnected)?;
-        if let Some(t) = self.watermarks[i].take() {
-            self.senders[i]
-                .send(Message::Watermark(Watermark::At(t)))
-                .map_err(|_| Disconnected)?;
-        }
-        Ok(())
+            .map_err(|_| Disconnected)
     }
 }
 
@@ -189,25 +179,11 @@ impl Output {
         self.broadcast(|| Message::Barrier(barrier))
     }
 
-    /// Sends `w` to every downstream subtask after the records before it. A watermark goes
-    /// out at once on a channel with no pending records, else right after them, so that
-    /// watermarks do not cut batches short; idleness is said at once.
+    /// Flushes and sends `w` to every downstream subtask, after the records before it. (A
+    /// watermark does cut the pending batches short, so that event time moves on at once
+    /// downstream: a generator makes at most one per batch it sees.)
     pub(crate) fn watermark(&mut self, w: Watermark) -> Result<(), Disconnected> {
-        let Watermark::At(t) = w else {
-            return self.broadcast(|| Message::Watermark(w));
-        };
-        for target in &mut self.targets {
-            for i in 0..target.senders.len() {
-                if target.pending[i].is_empty() {
-                    target.senders[i]
-                        .send(Message::Watermark(w))
-                        .map_err(|_| Disconnected)?;
-                } else {
-                    target.watermarks[i] = Some(t);
-                }
-            }
-        }
-        Ok(())
+        self.broadcast(|| Message::Watermark(w))
     }
 
     /// Flushes and tells every downstream subtask that this one is done.
@@ -330,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn a_watermark_follows_the_records_before_it_without_cutting_their_batch() {
+    fn a_watermark_follows_the_records_before_it_on_every_channel() {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| bounded(100)).unzip();
         let mut out = Output::new(vec![Target::new(
             "c".into(),
@@ -339,36 +315,27 @@ mod tests {
             txs.into_iter().map(|tx| (tx, new_budget())).collect(),
             128,
         )]);
-        let mut b = Batch::default();
         // Keys of subtask 0 only: subtask 1's channel has nothing pending.
         let keys: Vec<String> = (0..)
             .map(|i| format!("k{i}"))
             .filter(|k| subtask_for_key_group(key_group(k.as_bytes(), 128), 128, 2) == 0)
-            .take(3)
+            .take(2)
             .collect();
-        for k in &keys[..2] {
+        let mut b = Batch::default();
+        for k in &keys {
             b.push_with(Kind::Insert, Some(k.as_bytes()), None, |v| {
                 v.extend_from_slice(k.as_bytes())
             });
         }
         out.push(None, &b).unwrap();
         out.watermark(Watermark::At(5)).unwrap();
-        out.watermark(Watermark::At(7)).unwrap();
-        let mut late = Batch::default();
-        late.push_with(Kind::Insert, Some(keys[2].as_bytes()), None, |v| {
-            v.extend_from_slice(keys[2].as_bytes())
-        });
-        out.push(None, &late).unwrap();
         out.end().unwrap();
         let k = |i: usize| keys[i].as_bytes().to_vec();
         assert_eq!(
             drain(&rxs[0]),
-            [k(0), k(1), k(2), b"<At(7)>".to_vec(), b"<end>".to_vec()]
+            [k(0), k(1), b"<At(5)>".to_vec(), b"<end>".to_vec()]
         );
-        assert_eq!(
-            drain(&rxs[1]),
-            [b"<At(5)>".to_vec(), b"<At(7)>".to_vec(), b"<end>".to_vec()]
-        );
+        assert_eq!(drain(&rxs[1]), [b"<At(5)>".to_vec(), b"<end>".to_vec()]);
     }
 
     #[test]

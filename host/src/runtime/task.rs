@@ -352,6 +352,7 @@ pub(super) fn new_operator(
     let ctx = operator_context(spec, v, s, cancelled);
     match code {
         OperatorCode::Native(name) => native::build(name, &ctx, &state),
+        OperatorCode::Window(window) => native::window::build(window, &ctx, &state),
         OperatorCode::Wasm { .. } => {
             let component = component.expect("Job::new loads every wasm operator");
             WasmOperator::new(component, ctx, &state).map(|o| Box::new(o) as Box<dyn Operator>)

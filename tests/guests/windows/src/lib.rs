@@ -7,8 +7,8 @@
 //!   whose window has fired already goes to the side output `late` as `<timestamp>`.
 //! - `{ "processing_ms": N }`: per record, a processing-time timer `N` ms after the current
 //!   processing time; emits `pfired <timestamp>` when it fires.
-//! - `{ "parse": true }`: a line `key,timestamp` becomes a record with that key and event
-//!   time, value `key`.
+//! - `{ "parse": true }`: a line `key,timestamp[,value]` becomes a record with that key and
+//!   event time, and that value (`key` without one).
 
 use serde::Deserialize;
 use weir_sdk::prelude::*;
@@ -35,11 +35,13 @@ impl Operator for Windows {
     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
         if self.config.parse {
             let line = rec.value_str()?;
-            let (key, ts) = line
-                .split_once(',')
-                .ok_or_else(|| Error::msg(format!("not key,timestamp: {line:?}")))?;
+            let mut fields = line.split(',');
+            let (Some(key), Some(ts)) = (fields.next(), fields.next()) else {
+                return Err(Error::msg(format!("not key,timestamp[,value]: {line:?}")));
+            };
             let ts: i64 = ts.trim().parse().map_err(Error::new)?;
-            return ctx.emit_record(Kind::Insert, Some(key.as_bytes()), Some(ts), key);
+            let value = fields.next().unwrap_or(key);
+            return ctx.emit_record(Kind::Insert, Some(key.as_bytes()), Some(ts), value);
         }
         if let Some(delay) = self.config.processing_ms {
             ctx.register_processing_time_timer(ctx.current_processing_time() + delay)?;
