@@ -34,58 +34,13 @@ fn events(lines: usize, disorder: i64, seed: u64) -> (String, BTreeMap<(String, 
     (text, windows)
 }
 
-/// The job: `input` read by two file source subtasks, parsed (with event time) with a
-/// watermark strategy of `delay`, keyed into the windows at `parallelism`; window results
-/// to `out/`, late records to `late/`.
+/// The job of [`events_job`] with the guest's windows (a tumbling count in user code).
 fn windows_job(input: &Path, delay: &str, parallelism: u32, ws: &Workspace, rest: &str) -> String {
-    format!(
-        r#"{rest}
-[[source]]
-name = "lines"
-type = "file"
-path = {input}
-split_size = 65536
-parallelism = 2
-
-[[operator]]
-name = "parse"
-uid = "parse"
-{windows}
-input = "lines"
-parallelism = 2
-config = {{ parse = true }}
-watermark = {{ max_out_of_orderness = "{delay}" }}
-
-[[operator]]
-name = "windows"
-uid = "windows"
-{windows}
-input = "parse"
-edge = "key_by"
-parallelism = {parallelism}
-config = {{ window_ms = {WINDOW_MS} }}
-
-[[sink]]
-name = "out"
-type = "file"
-input = "windows"
-parallelism = {parallelism}
-path = {out}
-format = "key_value"
-
-[[sink]]
-name = "late"
-type = "file"
-input = "windows.late"
-parallelism = {parallelism}
-path = {late}
-format = "key_value"
-"#,
-        input = toml_path(input),
-        windows = wasm("weir_test_windows"),
-        out = toml_path(&ws.path("out")),
-        late = toml_path(&ws.path("late")),
-    )
+    let windows = format!(
+        "{}\nconfig = {{ window_ms = {WINDOW_MS} }}",
+        wasm("weir_test_windows")
+    );
+    events_job(input, delay, &windows, (2, parallelism), ws, rest)
 }
 
 /// Window results in `dir` as `(key, start) -> count`; each window once.
@@ -375,10 +330,25 @@ type = "file"
 input = "host_windows"
 path = {host_out}
 format = "key_value"
+
+[[operator]]
+name = "sessions"
+uid = "sessions"
+input = "events"
+edge = "key_by"
+window = {{ type = "session", gap = "40ms", aggregate = "count" }}
+
+[[sink]]
+name = "session_out"
+type = "file"
+input = "sessions"
+path = {session_out}
+format = "key_value"
 "#,
                 windows = wasm("weir_test_windows"),
                 out = toml_path(&ws.path("out")),
                 host_out = toml_path(&ws.path("host_out")),
+                session_out = toml_path(&ws.path("session_out")),
             ),
         )
     };
@@ -399,6 +369,12 @@ format = "key_value"
         4 * 150_000,
         "each record is in four sliding windows"
     );
+    let (sessions_expected, again) = window_results(&clean.path("session_out"));
+    assert_eq!(again, 0);
+    let sessions: u64 = (sessions_expected.values())
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(sessions, 150_000);
 
     // Aligned checkpoints, and unaligned ones (whose records in flight come back first).
     for checkpoint in ["", "unaligned = true"] {
@@ -408,6 +384,12 @@ format = "key_value"
         assert_eq!(results(&ws.path("out")), expected, "{checkpoint}");
         let (host, again) = window_results(&ws.path("host_out"));
         assert_eq!((host, again), (host_expected.clone(), 0), "{checkpoint}");
+        let (sessions, again) = window_results(&ws.path("session_out"));
+        assert_eq!(
+            (sessions, again),
+            (sessions_expected.clone(), 0),
+            "{checkpoint}"
+        );
     }
 }
 
@@ -429,13 +411,13 @@ fn valued_events(lines: usize, disorder: i64, seed: u64) -> (String, Vec<(String
     (text, records)
 }
 
-/// The job: events read and parsed by `readers` subtasks with a watermark trailing by
-/// `delay`, into the host window `window` (a TOML table) at `parallelism`; results to
-/// `out/`, its late records to `late/`.
-fn host_window_job(
+/// The job: `input` read and parsed (with event time) by `readers` subtasks with a
+/// watermark strategy of `delay`, keyed into the operator `windows` (the TOML of its code
+/// and config) at `parallelism`; its results to `out/`, its late records to `late/`.
+fn events_job(
     input: &Path,
     delay: &str,
-    window: &str,
+    windows: &str,
     (readers, parallelism): (u32, u32),
     ws: &Workspace,
     rest: &str,
@@ -452,24 +434,24 @@ parallelism = {readers}
 [[operator]]
 name = "parse"
 uid = "parse"
-{windows}
+{parse}
 input = "lines"
 parallelism = {readers}
 config = {{ parse = true }}
 watermark = {{ max_out_of_orderness = "{delay}" }}
 
 [[operator]]
-name = "window"
-uid = "window"
+name = "windows"
+uid = "windows"
 input = "parse"
 edge = "key_by"
 parallelism = {parallelism}
-window = {window}
+{windows}
 
 [[sink]]
 name = "out"
 type = "file"
-input = "window"
+input = "windows"
 parallelism = {parallelism}
 path = {out}
 format = "key_value"
@@ -477,16 +459,28 @@ format = "key_value"
 [[sink]]
 name = "late"
 type = "file"
-input = "window.late"
+input = "windows.late"
 parallelism = {parallelism}
 path = {late}
 format = "key_value"
 "#,
         input = toml_path(input),
-        windows = wasm("weir_test_windows"),
+        parse = wasm("weir_test_windows"),
         out = toml_path(&ws.path("out")),
         late = toml_path(&ws.path("late")),
     )
+}
+
+/// The job of [`events_job`] with the host window `window` (a TOML table).
+fn host_window_job(
+    input: &Path,
+    delay: &str,
+    window: &str,
+    tasks: (u32, u32),
+    ws: &Workspace,
+    rest: &str,
+) -> String {
+    events_job(input, delay, &format!("window = {window}"), tasks, ws, rest)
 }
 
 /// The last result of each window in `dir` (a late record fires its window again), and how
@@ -526,8 +520,37 @@ fn expected_windows(
     acc.into_iter().map(|(w, n)| (w, n.to_string())).collect()
 }
 
+/// Session windows computed here: a key's records no more than `gap` ms apart (in time
+/// order) share a session `[first, last + gap)`; the count of each.
+fn expected_sessions(
+    records: &[(String, i64, u64)],
+    gap: i64,
+) -> BTreeMap<(String, i64, i64), String> {
+    let mut by_key: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (key, ts, _) in records {
+        by_key.entry(key).or_default().push(*ts);
+    }
+    let mut out = BTreeMap::new();
+    for (key, mut times) in by_key {
+        times.sort_unstable();
+        let (mut first, mut n) = (times[0], 0);
+        for (i, &t) in times.iter().enumerate() {
+            if i > 0 && t - times[i - 1] > gap {
+                out.insert((key.to_owned(), first, times[i - 1] + gap), n.to_string());
+                (first, n) = (t, 0);
+            }
+            n += 1;
+        }
+        out.insert(
+            (key.to_owned(), first, times[times.len() - 1] + gap),
+            n.to_string(),
+        );
+    }
+    out
+}
+
 #[test]
-fn host_windows_tumbling_and_sliding_match_an_independent_computation() {
+fn host_windows_tumbling_sliding_and_session_match_an_independent_computation() {
     let (text, records) = valued_events(30_000, 300, 4);
     let cases = [
         (
@@ -542,9 +565,20 @@ fn host_windows_tumbling_and_sliding_match_an_independent_computation() {
             500,
             "sum",
         ),
+        // Each key's records are 200 ms apart on average: sessions of one to many records,
+        // and records out of order that bridge two sessions.
+        (
+            r#"{ type = "session", gap = "150ms", aggregate = "count" }"#,
+            150,
+            0,
+            "session",
+        ),
     ];
     for (window, size, step, aggregate) in cases {
-        let expected = expected_windows(&records, size, step, aggregate);
+        let expected = match aggregate {
+            "session" => expected_sessions(&records, size),
+            _ => expected_windows(&records, size, step, aggregate),
+        };
         for parallelism in [1, 3] {
             for backend in ["memory", "rocksdb"] {
                 let ws = Workspace::new();

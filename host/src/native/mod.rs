@@ -36,17 +36,7 @@ pub fn build(
     match name {
         "split_words" => Ok(Box::new(SplitWords)),
         "count_words" => {
-            let mut state = KeyedState::open(
-                state,
-                &ctx.uid,
-                ctx.subtask,
-                ctx.max_parallelism,
-                ctx.key_groups.clone(),
-            )
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
-            let count = state
-                .declare("count", StateKind::Value, None)
-                .map_err(|e| OperatorError::Contract(e.to_string()))?;
+            let (state, count) = keyed_state(ctx, state, "count", StateKind::Value)?;
             Ok(Box::new(CountWords {
                 state,
                 count,
@@ -58,6 +48,27 @@ pub fn build(
             "unknown native operator \"{other}\""
         ))),
     }
+}
+
+/// The operator's keyed state as `setup` says, with the one state it declares.
+fn keyed_state(
+    ctx: &OperatorContext,
+    setup: &StateSetup,
+    name: &str,
+    kind: StateKind,
+) -> Result<(KeyedState, StateId), OperatorError> {
+    let mut state = KeyedState::open(
+        setup,
+        &ctx.uid,
+        ctx.subtask,
+        ctx.max_parallelism,
+        ctx.key_groups.clone(),
+    )
+    .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    let id = state
+        .declare(name, kind, None)
+        .map_err(|e| OperatorError::Contract(e.to_string()))?;
+    Ok((state, id))
 }
 
 /// Splits each line on ASCII whitespace; emits every word with key = value = the word.

@@ -1,9 +1,9 @@
-//! Windows in the host: keyed tumbling and sliding event-time windows with a built-in
+//! Windows in the host: keyed tumbling, sliding and session event-time windows with a built-in
 //! aggregate, allowed lateness and a side output for records later than that, as Flink's
 //! `window(...).allowedLateness(...).sideOutputLateData(...).aggregate(...)`, so that a simple
 //! window needs no component.
 //!
-//! Each key's open windows are a map state (window start → accumulator) in the job's state
+//! Each key's open windows are a map state (window start → end and accumulator) in the job's state
 //! backend, read and written once per batch for the batch's keys, and its timers are in the
 //! checkpoint with it, so RocksDB, checkpoints, restores and rescaling work as for any
 //! operator. A window fires when the watermark passes its last millisecond (an event-time
@@ -29,16 +29,25 @@ use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup, T
 /// ```toml
 /// window = { type = "sliding", size = "10m", slide = "1m", aggregate = "sum",
 ///            allowed_lateness = "30s", late = "late" }
+/// window = { type = "session", gap = "30m", aggregate = "count" }
 /// ```
+///
+/// A session holds a key's records no more than `gap` apart, `[first, last + gap)`; a
+/// record that overlaps or touches several sessions merges them (their timers are replaced
+/// by the merged session's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WindowSpec {
-    /// `tumbling` or `sliding`.
+    /// `tumbling`, `sliding` or `session`.
     #[serde(rename = "type")]
     pub kind: WindowKind,
-    /// The length of a window.
-    #[serde(with = "humantime_serde")]
-    pub size: Duration,
+    /// The length of a window (tumbling and sliding windows).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub size: Option<Duration>,
     /// How far apart sliding windows start (sliding windows only).
     #[serde(
         default,
@@ -46,6 +55,14 @@ pub struct WindowSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub slide: Option<Duration>,
+    /// The gap that ends a session: a key's records closer than this to each other are in
+    /// one session window (session windows only).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gap: Option<Duration>,
     /// Shifts the windows' starts from multiples of the size (or slide) since the epoch.
     #[serde(default, with = "humantime_serde")]
     pub offset: Duration,
@@ -71,6 +88,9 @@ pub enum WindowKind {
     Tumbling,
     /// Windows of `size` starting every `slide`: a record is in `size / slide` of them.
     Sliding,
+    /// A window per burst of a key's records, closed by `gap` without records; sessions
+    /// that a record brings within the gap of each other merge.
+    Session,
 }
 
 /// A built-in aggregate. All but `count` read each record's value as a decimal number.
@@ -96,63 +116,85 @@ impl WindowSpec {
     /// Checks the settings; the error names the one at fault.
     pub fn validate(&self) -> Result<(), String> {
         let ms = |d: Duration| d.as_millis();
-        if ms(self.size) == 0 {
-            return Err("size must be at least 1ms".into());
-        }
-        match (self.kind, self.slide) {
-            (WindowKind::Tumbling, Some(_)) => {
-                return Err(
-                    "slide applies to type = \"sliding\"; remove it, or make the \
-                            window sliding"
-                        .into(),
-                );
+        let text = |d: Duration| humantime::format_duration(d).to_string();
+        let positive = |what: &str, d: Option<Duration>| match d {
+            Some(d) if ms(d) > 0 => Ok(d),
+            Some(_) => Err(format!("{what} must be at least 1ms")),
+            None => Err(format!(
+                "a {} window needs {what} = \"...\"",
+                self.kind.name()
+            )),
+        };
+        let unused = |what: &str, set: bool| {
+            if set {
+                Err(format!(
+                    "{what} does not apply to type = \"{}\"; remove it",
+                    self.kind.name()
+                ))
+            } else {
+                Ok(())
             }
-            (WindowKind::Sliding, None) => {
-                return Err(
-                    "a sliding window needs slide = \"...\" (how far apart windows \
-                            start)"
-                        .into(),
-                );
-            }
-            (WindowKind::Sliding, Some(slide)) => {
-                if ms(slide) == 0 || ms(slide) > ms(self.size) {
+        };
+        match self.kind {
+            WindowKind::Tumbling => {
+                let size = positive("size", self.size)?;
+                unused("slide", self.slide.is_some())?;
+                unused("gap", self.gap.is_some())?;
+                if self.offset >= size {
                     return Err(format!(
-                        "slide {} must be at least 1ms and at most the size {}",
-                        humantime::format_duration(slide),
-                        humantime::format_duration(self.size)
+                        "offset {} must be less than the size {}",
+                        text(self.offset),
+                        text(size)
                     ));
                 }
-                if ms(self.size) / ms(slide) > u128::from(MAX_WINDOWS_PER_RECORD) {
+            }
+            WindowKind::Sliding => {
+                let size = positive("size", self.size)?;
+                let slide = positive("slide", self.slide)?;
+                unused("gap", self.gap.is_some())?;
+                if slide > size {
+                    return Err(format!(
+                        "slide {} must be at most the size {}",
+                        text(slide),
+                        text(size)
+                    ));
+                }
+                if ms(size) / ms(slide) > u128::from(MAX_WINDOWS_PER_RECORD) {
                     return Err(format!(
                         "size / slide is {}: every record would be in that many windows; at \
                          most {MAX_WINDOWS_PER_RECORD} are supported",
-                        ms(self.size) / ms(slide)
+                        ms(size) / ms(slide)
+                    ));
+                }
+                if self.offset >= slide {
+                    return Err(format!(
+                        "offset {} must be less than the slide {}",
+                        text(self.offset),
+                        text(slide)
                     ));
                 }
             }
-            (WindowKind::Tumbling, None) => {}
-        }
-        if ms(self.offset) >= ms(self.step()) {
-            return Err(format!(
-                "offset {} must be less than the {} {}",
-                humantime::format_duration(self.offset),
-                if self.kind == WindowKind::Sliding {
-                    "slide"
-                } else {
-                    "size"
-                },
-                humantime::format_duration(self.step())
-            ));
+            WindowKind::Session => {
+                positive("gap", self.gap)?;
+                unused("size", self.size.is_some())?;
+                unused("slide", self.slide.is_some())?;
+                unused("offset", !self.offset.is_zero())?;
+            }
         }
         if self.late.is_empty() {
             return Err("late must name a side output".into());
         }
         Ok(())
     }
+}
 
-    /// How far apart windows start.
-    fn step(&self) -> Duration {
-        self.slide.unwrap_or(self.size)
+impl WindowKind {
+    fn name(self) -> &'static str {
+        match self {
+            WindowKind::Tumbling => "tumbling",
+            WindowKind::Sliding => "sliding",
+            WindowKind::Session => "session",
+        }
     }
 }
 
@@ -182,6 +224,13 @@ impl Acc {
         self.sum += x;
         self.min = self.min.min(x);
         self.max = self.max.max(x);
+    }
+
+    fn merge(&mut self, other: &Acc) {
+        self.count += other.count;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
     }
 
     fn encode(&self) -> [u8; ACC_BYTES] {
@@ -215,8 +264,26 @@ impl Acc {
     }
 }
 
-/// One key's open windows in the batch being handled, by start.
-type Open = Vec<(i64, Acc, bool)>;
+/// An open window of a key.
+#[derive(Debug, Clone, Copy)]
+struct Win {
+    start: i64,
+    /// Exclusive.
+    end: i64,
+    acc: Acc,
+    /// Whether the batch changed it.
+    changed: bool,
+}
+
+impl Win {
+    /// Its last millisecond, when it fires.
+    fn max_timestamp(&self) -> i64 {
+        self.end - 1
+    }
+}
+
+/// One key's open windows in the batch being handled.
+type Open = Vec<Win>;
 
 /// The window operator of one subtask.
 pub(crate) struct WindowOperator {
@@ -229,6 +296,7 @@ pub(crate) struct WindowOperator {
     size: i64,
     step: i64,
     offset: i64,
+    gap: i64,
     lateness: i64,
     side: Vec<(String, Batch)>,
 }
@@ -247,17 +315,7 @@ pub(crate) fn build(
     ctx: &OperatorContext,
     setup: &StateSetup,
 ) -> Result<Box<dyn Operator>, OperatorError> {
-    let mut state = KeyedState::open(
-        setup,
-        &ctx.uid,
-        ctx.subtask,
-        ctx.max_parallelism,
-        ctx.key_groups.clone(),
-    )
-    .map_err(|e| OperatorError::Failed(e.to_string()))?;
-    let windows = state
-        .declare("windows", StateKind::Map, None)
-        .map_err(|e| OperatorError::Contract(e.to_string()))?;
+    let (state, windows) = super::keyed_state(ctx, setup, "windows", StateKind::Map)?;
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     Ok(Box::new(WindowOperator {
         name: ctx.uid.clone(),
@@ -265,9 +323,10 @@ pub(crate) fn build(
         windows,
         timers: Timers::default(),
         watermark: None,
-        size: ms(spec.size),
-        step: ms(spec.step()),
+        size: spec.size.map_or(0, ms),
+        step: spec.slide.or(spec.size).map_or(0, ms),
         offset: ms(spec.offset),
+        gap: spec.gap.map_or(0, ms),
         lateness: ms(spec.allowed_lateness),
         side: Vec::new(),
         spec: spec.clone(),
@@ -275,13 +334,115 @@ pub(crate) fn build(
 }
 
 impl WindowOperator {
-    fn max_timestamp(&self, start: i64) -> i64 {
-        start.saturating_add(self.size - 1)
+    /// Whether a window ending (exclusively) at `end` can no longer change.
+    fn is_late(&self, end: i64) -> bool {
+        let cleanup = (end - 1).saturating_add(self.lateness);
+        self.watermark.is_some_and(|w| cleanup <= w)
     }
 
-    fn is_late(&self, start: i64) -> bool {
-        let cleanup = self.max_timestamp(start).saturating_add(self.lateness);
-        self.watermark.is_some_and(|w| cleanup <= w)
+    /// Whether a window ending (exclusively) at `end` has fired.
+    fn has_fired(&self, end: i64) -> bool {
+        self.watermark.is_some_and(|w| end - 1 <= w)
+    }
+
+    /// Registers the timers of `win` of `key`: its firing unless it fired, its cleanup.
+    fn register_timers(&mut self, win: &Win, key: &[u8]) {
+        if !self.has_fired(win.end) {
+            (self.timers).register(TimeDomain::EventTime, win.max_timestamp(), key);
+        }
+        let cleanup = win.max_timestamp().saturating_add(self.lateness);
+        self.timers.register(TimeDomain::EventTime, cleanup, key);
+    }
+
+    /// Adds a record of value `x` to window `[start, end)` of `key`, creating it if new; a
+    /// window that fired already fires again.
+    fn add(
+        &mut self,
+        windows: &mut Open,
+        (start, end): (i64, i64),
+        x: f64,
+        key: &[u8],
+        out: &mut Batch,
+    ) {
+        let at = match windows.iter().position(|w| w.start == start) {
+            Some(at) => at,
+            None => {
+                windows.push(Win {
+                    start,
+                    end,
+                    acc: Acc::new(),
+                    changed: true,
+                });
+                windows.len() - 1
+            }
+        };
+        let win = &mut windows[at];
+        win.acc.add(x);
+        win.changed = true;
+        let win = *win;
+        if self.has_fired(end) {
+            self.emit(out, Kind::UpdateAfter, key, &win);
+        }
+        self.register_timers(&win, key);
+    }
+
+    /// Adds a record at `ts` of value `x` to `key`'s sessions: its own session
+    /// `[ts, ts + gap)`, merged with every session it overlaps or touches. Returns false
+    /// (changing nothing) when the merged session is late; the starts of sessions merged
+    /// away go to `dropped`.
+    fn add_to_session(
+        &mut self,
+        windows: &mut Open,
+        (ts, x): (i64, f64),
+        key: &[u8],
+        (slot, dropped): (u32, &mut Vec<(u32, i64)>),
+        out: &mut Batch,
+    ) -> bool {
+        let mut merged = Win {
+            start: ts,
+            end: ts.saturating_add(self.gap),
+            acc: Acc::new(),
+            changed: true,
+        };
+        merged.acc.add(x);
+        let (mut start, mut end) = (merged.start, merged.end);
+        for w in windows.iter() {
+            if w.start <= merged.end && w.end >= merged.start {
+                start = start.min(w.start);
+                end = end.max(w.end);
+            }
+        }
+        if self.is_late(end) {
+            return false;
+        }
+        windows.retain(|w| {
+            let overlaps = w.start <= merged.end && w.end >= merged.start;
+            if overlaps {
+                merged.acc.merge(&w.acc);
+                // Its timers go; those of the merged session are registered below.
+                self.timers
+                    .delete(TimeDomain::EventTime, w.max_timestamp(), key);
+                let cleanup = w.max_timestamp().saturating_add(self.lateness);
+                self.timers.delete(TimeDomain::EventTime, cleanup, key);
+                if w.start != start {
+                    dropped.push((slot, w.start));
+                }
+            }
+            !overlaps
+        });
+        (merged.start, merged.end) = (start, end);
+        dropped.retain(|&(s, st)| s != slot || st != start);
+        windows.push(merged);
+        // A session that grew past the watermark fires at its new end (a new window, as in
+        // Flink); one that fired already and took a late record fires again now.
+        if self.has_fired(end) {
+            self.emit(out, Kind::UpdateAfter, key, &merged);
+        }
+        // A deleted timer may have been another session's too: register every one again.
+        for w in windows.clone() {
+            self.register_timers(&w, key);
+        }
+        true
     }
 
     /// The value of `rec` for the aggregate.
@@ -318,14 +479,16 @@ impl WindowOperator {
             let n = r.u32().map_err(bad)?;
             let mut windows = Vec::with_capacity(n as usize);
             for _ in 0..n {
-                let (start, acc) = (r.bytes().map_err(bad)?, r.bytes().map_err(bad)?);
-                let start = i64::from_le_bytes(start.try_into().map_err(|_| {
-                    OperatorError::Contract("a window start of another size".into())
-                })?);
-                let acc = Acc::decode(acc).ok_or_else(|| {
-                    OperatorError::Contract("a window accumulator of another size".into())
-                })?;
-                windows.push((start, acc, false));
+                let (start, value) = (r.bytes().map_err(bad)?, r.bytes().map_err(bad)?);
+                let corrupt = || OperatorError::Contract("a window of another layout".into());
+                let start = i64::from_le_bytes(start.try_into().map_err(|_| corrupt())?);
+                let (end, acc) = value.split_at_checked(8).ok_or_else(corrupt)?;
+                windows.push(Win {
+                    start,
+                    end: i64::from_le_bytes(end.try_into().map_err(|_| corrupt())?),
+                    acc: Acc::decode(acc).ok_or_else(corrupt)?,
+                    changed: false,
+                });
             }
             open.push(windows);
         }
@@ -340,12 +503,16 @@ impl WindowOperator {
         dropped: &[(u32, i64)],
     ) -> Result<(), OperatorError> {
         let mut changes = Vec::new();
+        let mut value = [0; 8 + ACC_BYTES];
         for (slot, windows) in open.iter().enumerate() {
-            for (start, acc, changed) in windows {
-                if *changed {
-                    let op = MapOp::Put(&start.to_le_bytes(), &acc.encode());
-                    put_map_op(&mut changes, slot as u32, op);
-                }
+            for w in windows.iter().filter(|w| w.changed) {
+                value[..8].copy_from_slice(&w.end.to_le_bytes());
+                value[8..].copy_from_slice(&w.acc.encode());
+                put_map_op(
+                    &mut changes,
+                    slot as u32,
+                    MapOp::Put(&w.start.to_le_bytes(), &value),
+                );
             }
         }
         for &(slot, start) in dropped {
@@ -356,10 +523,14 @@ impl WindowOperator {
             .map_err(|e| OperatorError::Failed(e.to_string()))
     }
 
-    fn emit(&self, out: &mut Batch, kind: Kind, key: &[u8], start: i64, acc: &Acc) {
-        let end = start.saturating_add(self.size);
-        let value = format!("{start},{end},{}", acc.result(self.spec.aggregate));
-        out.push_with(kind, Some(key), Some(self.max_timestamp(start)), |b| {
+    fn emit(&self, out: &mut Batch, kind: Kind, key: &[u8], w: &Win) {
+        let value = format!(
+            "{},{},{}",
+            w.start,
+            w.end,
+            w.acc.result(self.spec.aggregate)
+        );
+        out.push_with(kind, Some(key), Some(w.max_timestamp()), |b| {
             b.extend_from_slice(value.as_bytes())
         });
     }
@@ -388,18 +559,17 @@ impl WindowOperator {
             let mut dropped = Vec::new();
             for (t, key) in &due {
                 let slot = index[&key[..]];
-                for (start, acc, _) in &open[slot as usize] {
-                    let max = self.max_timestamp(*start);
-                    if max == *t {
-                        self.emit(out, Kind::Insert, key, *start, acc);
+                for w in &open[slot as usize] {
+                    if w.max_timestamp() == *t {
+                        self.emit(out, Kind::Insert, key, w);
                     }
-                    if max.saturating_add(self.lateness) == *t {
-                        dropped.push((slot, *start));
+                    if w.max_timestamp().saturating_add(self.lateness) == *t {
+                        dropped.push((slot, w.start));
                     }
                 }
             }
             for &(slot, start) in &dropped {
-                open[slot as usize].retain(|(s, _, _)| *s != start);
+                open[slot as usize].retain(|w| w.start != start);
             }
             self.store(&slots, &open, &dropped)?;
         }
@@ -425,6 +595,7 @@ impl Operator for WindowOperator {
         }
         let mut open = self.load(&slots)?;
         let mut late = Batch::default();
+        let mut dropped = Vec::new();
         for rec in input.iter() {
             let key = rec.key.unwrap_or_default();
             let ts = rec.timestamp.ok_or_else(|| {
@@ -437,39 +608,25 @@ impl Operator for WindowOperator {
             })?;
             let x = self.value(rec.value, key)?;
             let slot = index[key];
-            let mut counted = false;
-            for start in window_starts(ts, self.size, self.step, self.offset) {
-                if self.is_late(start) {
-                    continue;
-                }
-                counted = true;
-                let windows = &mut open[slot as usize];
-                let at = match windows.iter().position(|(s, _, _)| *s == start) {
-                    Some(at) => at,
-                    None => {
-                        windows.push((start, Acc::new(), true));
-                        windows.len() - 1
+            let windows = &mut open[slot as usize];
+            let counted = if self.spec.kind == WindowKind::Session {
+                self.add_to_session(windows, (ts, x), key, (slot, &mut dropped), out)
+            } else {
+                let mut counted = false;
+                for start in window_starts(ts, self.size, self.step, self.offset) {
+                    let end = start.saturating_add(self.size);
+                    if !self.is_late(end) {
+                        counted = true;
+                        self.add(windows, (start, end), x, key, out);
                     }
-                };
-                let (_, acc, changed) = &mut windows[at];
-                acc.add(x);
-                *changed = true;
-                let acc = *acc;
-                let max = self.max_timestamp(start);
-                if self.watermark.is_some_and(|w| max <= w) {
-                    // It fired already: fire again with this record.
-                    self.emit(out, Kind::UpdateAfter, key, start, &acc);
-                } else {
-                    self.timers.register(TimeDomain::EventTime, max, key);
                 }
-                let cleanup = max.saturating_add(self.lateness);
-                self.timers.register(TimeDomain::EventTime, cleanup, key);
-            }
+                counted
+            };
             if !counted {
                 late.push(&rec);
             }
         }
-        self.store(&slots, &open, &[])?;
+        self.store(&slots, &open, &dropped)?;
         if !late.is_empty() {
             self.side.push((self.spec.late.clone(), late));
         }
@@ -520,8 +677,9 @@ mod tests {
     fn spec(kind: WindowKind, size: u64, slide: Option<u64>, offset: u64) -> WindowSpec {
         WindowSpec {
             kind,
-            size: Duration::from_millis(size),
+            size: Some(Duration::from_millis(size)),
             slide: slide.map(Duration::from_millis),
+            gap: None,
             offset: Duration::from_millis(offset),
             allowed_lateness: Duration::ZERO,
             aggregate: Aggregate::Count,
@@ -530,8 +688,9 @@ mod tests {
     }
 
     fn starts(spec: &WindowSpec, ts: i64) -> Vec<i64> {
-        let ms = |d: Duration| d.as_millis() as i64;
-        window_starts(ts, ms(spec.size), ms(spec.step()), ms(spec.offset)).collect()
+        let ms = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as i64);
+        let (size, step) = (ms(spec.size), ms(spec.slide.or(spec.size)));
+        window_starts(ts, size, step, ms(Some(spec.offset))).collect()
     }
 
     #[test]
@@ -553,17 +712,135 @@ mod tests {
     #[test]
     fn bad_windows_are_refused_naming_the_setting() {
         let mut s = spec(WindowKind::Sliding, 1_000, None, 0);
-        assert!(s.validate().unwrap_err().contains("needs slide"));
+        assert_eq!(
+            s.validate().unwrap_err(),
+            "a sliding window needs slide = \"...\""
+        );
         s.slide = Some(Duration::from_millis(2_000));
         assert!(s.validate().unwrap_err().contains("at most the size"));
-        s.size = Duration::from_secs(10);
+        s.size = Some(Duration::from_secs(10));
         s.slide = Some(Duration::from_millis(1));
         assert!(s.validate().unwrap_err().contains("size / slide is 10000"));
         let mut t = spec(WindowKind::Tumbling, 1_000, None, 1_000);
         assert!(t.validate().unwrap_err().contains("offset"));
         t.offset = Duration::ZERO;
         t.slide = Some(Duration::from_secs(1));
-        assert!(t.validate().unwrap_err().contains("slide applies"));
+        assert!(t.validate().unwrap_err().contains("slide does not apply"));
+        let mut session = spec(WindowKind::Session, 1_000, None, 0);
+        assert!(session.validate().unwrap_err().contains("needs gap"));
+        session.gap = Some(Duration::from_secs(1));
+        assert!(
+            session
+                .validate()
+                .unwrap_err()
+                .contains("size does not apply")
+        );
+        session.size = None;
+        assert_eq!(session.validate(), Ok(()));
+    }
+
+    /// Drives a session window operator through records and watermarks; returns what it
+    /// emitted as `(kind, key, value)`.
+    fn sessions(lateness: u64, steps: &[(&str, i64)]) -> Vec<(Kind, String, String)> {
+        let mut spec = spec(WindowKind::Session, 1, None, 0);
+        spec.size = None;
+        spec.gap = Some(Duration::from_millis(100));
+        spec.allowed_lateness = Duration::from_millis(lateness);
+        spec.aggregate = Aggregate::Sum;
+        let ctx = OperatorContext {
+            job: "j".into(),
+            uid: "w".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            config: "{}".into(),
+            cancelled: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let setup = StateSetup {
+            config: crate::state::StateConfig::default(),
+            root: dir.path().to_path_buf(),
+            clock: crate::clock::Clock::system(),
+        };
+        let mut op = build(&spec, &ctx, &setup).unwrap();
+        let mut out = Batch::default();
+        for &(what, t) in steps {
+            match what {
+                "watermark" => op.on_watermark(t, &mut out).unwrap(),
+                "close" => op.close(&mut out).unwrap(),
+                key => {
+                    let mut batch = Batch::default();
+                    batch.push_with(Kind::Insert, Some(key.as_bytes()), Some(t), |b| {
+                        b.extend_from_slice(b"1")
+                    });
+                    op.process(&batch, &mut out).unwrap();
+                }
+            }
+        }
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        (out.iter())
+            .map(|r| (r.kind, text(r.key.unwrap()), text(r.value)))
+            .collect()
+    }
+
+    #[test]
+    fn sessions_merge_fire_at_their_end_and_take_late_records_within_the_lateness() {
+        use Kind::{Insert, UpdateAfter};
+        let s = |k: Kind, key: &str, v: &str| (k, key.to_string(), v.to_string());
+        // a: 0, 50 and 120 chain into one session [0, 220); 400 starts another. A record at
+        // 150 bridges nothing new. b: alone.
+        let out = sessions(
+            0,
+            &[
+                ("a", 0),
+                ("a", 120),
+                ("b", 10),
+                ("a", 50),
+                ("watermark", 219),
+                ("a", 400),
+                ("watermark", 220),
+                ("close", 0),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                s(Insert, "b", "10,110,1"),
+                s(Insert, "a", "0,220,3"),
+                s(Insert, "a", "400,500,1")
+            ]
+        );
+        // With 100 ms of lateness: a record at 120 after [0, 150) fired merges it into
+        // [0, 220), which fires at its own end; one at 60 after the lateness passed is late
+        // (nothing emitted for it); one at 1000 after [1000, 1100) fired updates it and
+        // fires it again; one at 1050 grows it into [1000, 1150), which fires at its end.
+        let out = sessions(
+            100,
+            &[
+                ("a", 0),
+                ("a", 50),
+                ("watermark", 150),
+                ("a", 120),
+                ("watermark", 400),
+                ("a", 60),
+                ("a", 1_000),
+                ("watermark", 1_100),
+                ("a", 1_000),
+                ("a", 1_050),
+                ("close", 0),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                s(Insert, "a", "0,150,2"),
+                s(Insert, "a", "0,220,3"),
+                s(Insert, "a", "1000,1100,1"),
+                s(UpdateAfter, "a", "1000,1100,2"),
+                s(Insert, "a", "1000,1150,3")
+            ]
+        );
     }
 
     #[test]

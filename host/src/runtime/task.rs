@@ -771,6 +771,11 @@ impl Inputs<'_> {
 }
 
 impl Chain {
+    /// The failure of operator stage `i`.
+    fn operator_failed(&self, i: usize, e: OperatorError) -> Stop {
+        operator_error(&self.spec, self.vertices[i], self.subtask, e)
+    }
+
     fn fail(&self, i: usize, context: &str, cause: impl Into<Cause> + std::fmt::Display) -> Stop {
         error(&self.spec, self.vertices[i], self.subtask, context, cause)
     }
@@ -1116,12 +1121,7 @@ impl Chain {
             if let (Watermark::At(t), Stage::Operator(op)) = (w, &mut self.stages[i]) {
                 let mut out = std::mem::take(&mut self.bufs[i]);
                 if let Err(e) = op.on_watermark(t, &mut out) {
-                    return Err(operator_error(
-                        &self.spec,
-                        self.vertices[i],
-                        self.subtask,
-                        e,
-                    ));
+                    return Err(self.operator_failed(i, e));
                 }
                 self.emitted(i, out)?;
             }
@@ -1154,12 +1154,7 @@ impl Chain {
                 if op.next_processing_time().is_some_and(|t| t <= now) {
                     let mut out = std::mem::take(&mut self.bufs[i]);
                     if let Err(e) = op.on_processing_time(now, &mut out) {
-                        return Err(operator_error(
-                            &self.spec,
-                            self.vertices[i],
-                            self.subtask,
-                            e,
-                        ));
+                        return Err(self.operator_failed(i, e));
                     }
                     self.emitted(i, out)?;
                 }
@@ -1204,12 +1199,7 @@ impl Chain {
                 }
                 let mut out = std::mem::take(&mut self.bufs[i]);
                 if let Err(e) = op.process(batch, &mut out) {
-                    return Err(operator_error(
-                        &self.spec,
-                        self.vertices[i],
-                        self.subtask,
-                        e,
-                    ));
+                    return Err(self.operator_failed(i, e));
                 }
                 self.emitted(i, out)
             }
@@ -1228,12 +1218,7 @@ impl Chain {
                 Stage::Operator(op) => {
                     let mut out = std::mem::take(&mut self.bufs[i]);
                     if let Err(e) = op.close(&mut out) {
-                        return Err(operator_error(
-                            &self.spec,
-                            self.vertices[i],
-                            self.subtask,
-                            e,
-                        ));
+                        return Err(self.operator_failed(i, e));
                     }
                     self.emitted(i, out)?;
                 }
