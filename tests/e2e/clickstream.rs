@@ -97,3 +97,53 @@ fn the_expected_profiles_follow_the_documented_rules() {
     );
     assert_eq!(want["bob"], ["top=/x:1 distinct=1 recent=/x"]);
 }
+
+#[test]
+fn the_sessions_example_prints_each_users_sessions() {
+    let example = repo().join("examples/clickstream");
+    let clicks = std::fs::read_to_string(example.join("sessions.txt")).expect("sessions.txt");
+    // Sessions computed here: a user's clicks no more than 30 minutes apart, in time order.
+    const GAP: i64 = 30 * 60 * 1000;
+    let mut times: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for line in clicks.lines() {
+        let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+        times
+            .entry(fields[0])
+            .or_default()
+            .push(fields[2].parse().unwrap());
+    }
+    let mut want = Vec::new();
+    for (user, mut ts) in times {
+        ts.sort_unstable();
+        let mut first = 0;
+        for i in 1..=ts.len() {
+            if i == ts.len() || ts[i] - ts[i - 1] > GAP {
+                want.push(format!(
+                    "{user}\t{},{},{}",
+                    ts[first],
+                    ts[i - 1] + GAP,
+                    i - first
+                ));
+                first = i;
+            }
+        }
+    }
+    want.sort();
+    assert!(want.len() > 8, "the sample has several sessions per user");
+
+    let run = weir(&["run", "--no-progress"], &example.join("sessions.toml"));
+    assert!(run.success(), "{run}");
+    let mut got: Vec<String> = run
+        .stdout()
+        .lines()
+        .filter_map(|l| l.split_once("> ").map(|(_, rest)| rest.to_owned()))
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    let expected = std::fs::read_to_string(example.join("sessions.expected")).unwrap();
+    assert_eq!(
+        expected.lines().collect::<Vec<_>>(),
+        want,
+        "sessions.expected is stale"
+    );
+}

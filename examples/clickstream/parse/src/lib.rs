@@ -1,7 +1,9 @@
 //! Clickstream, step 1: parses `"<user> <page>"` lines into records with key = user and
-//! value = page. Lines that do not have exactly two fields go, unchanged, to the side output
-//! `malformed` (read it in a job spec with `input = "parse.malformed"`), as Flink jobs route
-//! bad or late records to a side output instead of failing or dropping them silently.
+//! value = page; a third field, the click's time in milliseconds since the Unix epoch,
+//! becomes the record's event time (`sessions.toml` windows on it). Other lines go,
+//! unchanged, to the side output `malformed` (read it in a job spec with
+//! `input = "parse.malformed"`), as Flink jobs route bad or late records to a side output
+//! instead of failing or dropping them silently.
 
 use weir_sdk::prelude::*;
 
@@ -16,10 +18,14 @@ impl Operator for ParseClicks {
     fn process(&mut self, ctx: &mut Context, line: Record<'_>) -> Result<()> {
         let text = std::str::from_utf8(line.value()).unwrap_or("");
         let mut fields = text.split_ascii_whitespace();
-        if let (Some(user), Some(page), None) = (fields.next(), fields.next(), fields.next()) {
-            return ctx.emit(Some(user.as_bytes()), page);
+        match (fields.next(), fields.next(), fields.next(), fields.next()) {
+            (Some(user), Some(page), None, None) => ctx.emit(Some(user.as_bytes()), page),
+            (Some(user), Some(page), Some(time), None) => match time.parse::<i64>() {
+                Ok(ts) => ctx.emit_record(Kind::Insert, Some(user.as_bytes()), Some(ts), page),
+                Err(_) => ctx.emit_to(MALFORMED, None, line.value()),
+            },
+            _ => ctx.emit_to(MALFORMED, None, line.value()),
         }
-        ctx.emit_to(MALFORMED, None, line.value())
     }
 }
 
@@ -40,6 +46,15 @@ mod tests {
             .collect();
         assert_eq!(clicks, [("ann", "/home"), ("bob", "/cart")]);
         assert!(h.logs().is_empty());
+    }
+
+    #[test]
+    fn a_third_field_is_the_clicks_event_time() {
+        let mut h = Harness::<ParseClicks>::new();
+        let out = h.process(["ann /home 1700000000000"]);
+        assert_eq!(out[0].key_str(), Some("ann"));
+        assert_eq!(out[0].value_str(), "/home");
+        assert_eq!(out[0].timestamp, Some(1_700_000_000_000));
     }
 
     #[test]
