@@ -131,8 +131,13 @@ struct Tallied {
 }
 
 /// Runs the tally over `count` numbers and upgrades it, once it has taken a few checkpoints,
-/// to `component` with `config`.
-fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome, Tallied) {
+/// to `component` with `config`, on probation for 500 ms and `probation_records` records.
+fn tally_upgraded(
+    count: u64,
+    component: &str,
+    config: &str,
+    probation_records: u64,
+) -> (UpgradeOutcome, Tallied) {
     let ws = Workspace::new();
     let engine = WasmEngine::new(None).unwrap();
     let out = ws.path("out");
@@ -154,7 +159,7 @@ fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome,
             }],
             probation: Probation {
                 time: Duration::from_millis(500),
-                records: 0,
+                records: probation_records,
             },
         })
         .wait();
@@ -177,7 +182,7 @@ fn tally_upgraded(count: u64, component: &str, config: &str) -> (UpgradeOutcome,
 fn lines_before_the_swap_are_the_old_codes_and_after_it_the_new_codes() {
     const COUNT: u64 = 200_000;
     let (outcome, Tallied { old, new, .. }) =
-        tally_upgraded(COUNT, "weir_test_tally", r#"{"tag": "v2:"}"#);
+        tally_upgraded(COUNT, "weir_test_tally", r#"{"tag": "v2:"}"#, 0);
     assert!(
         matches!(outcome, UpgradeOutcome::Committed { .. }),
         "{outcome:?}"
@@ -200,10 +205,16 @@ fn lines_before_the_swap_are_the_old_codes_and_after_it_the_new_codes() {
 #[test]
 fn new_code_that_fails_on_probation_is_rolled_back_from_the_swap_checkpoint() {
     const COUNT: u64 = 200_000;
-    // The new code passes records through and traps 200 ms in, after its swap checkpoint
-    // completed, while checkpoints wait for its probation.
-    let (outcome, Tallied { lines, old, new }) =
-        tally_upgraded(COUNT, "weir_test_hostile", r#"{"trap_after_ms": 200}"#);
+    // The new code passes records through and traps 200 ms after its first record, after its
+    // swap checkpoint completed, while checkpoints wait for its probation: a probation of
+    // more records than the job has, so that on a loaded machine it cannot end (and commit
+    // the upgrade) before the trap.
+    let (outcome, Tallied { lines, old, new }) = tally_upgraded(
+        COUNT,
+        "weir_test_hostile",
+        r#"{"trap_after_ms": 200}"#,
+        COUNT,
+    );
     let UpgradeOutcome::RolledBack { cause } = &outcome else {
         panic!("{outcome:?}")
     };
