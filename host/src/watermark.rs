@@ -24,6 +24,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::batch::Batch;
 
 /// What a vertex's output says about event time, in band with its records.
@@ -60,6 +62,9 @@ pub struct WatermarkStrategy {
     )]
     pub idleness: Option<Duration>,
 }
+
+/// What a task sends on after one input's watermark: at most `Active` and a watermark.
+pub(crate) type Sent = SmallVec<[Watermark; 2]>;
 
 /// Makes the watermarks of one subtask's output from the timestamps of its records.
 #[derive(Debug)]
@@ -171,7 +176,7 @@ impl Valve {
     }
 
     /// Input `i` sent `w`; returns what the task sends on, in order.
-    pub(crate) fn on_input(&mut self, i: usize, w: Watermark) -> Vec<Watermark> {
+    pub(crate) fn on_input(&mut self, i: usize, w: Watermark) -> Sent {
         let c = &mut self.channels[i];
         match w {
             Watermark::At(t) => {
@@ -195,20 +200,19 @@ impl Valve {
     }
 
     /// Input `i` ended.
-    pub(crate) fn on_end(&mut self, i: usize) -> Vec<Watermark> {
+    pub(crate) fn on_end(&mut self, i: usize) -> Sent {
         self.channels[i].ended = true;
         self.update()
     }
 
-    fn update(&mut self) -> Vec<Watermark> {
-        let mut out = Vec::new();
-        let open = self.channels.iter().filter(|c| !c.ended).count();
-        if open == 0 {
+    fn update(&mut self) -> Sent {
+        let mut out = Sent::new();
+        if self.channels.iter().all(|c| c.ended) {
             // The end of input takes the watermark to the end of time: the operators' close.
             return out;
         }
-        let active: Vec<&Channel> = self.channels.iter().filter(|c| c.counts()).collect();
-        if active.is_empty() {
+        let mut active = self.channels.iter().filter(|c| c.counts()).peekable();
+        if active.peek().is_none() {
             if !self.idle {
                 self.idle = true;
                 out.push(Watermark::Idle);
@@ -219,15 +223,16 @@ impl Valve {
             self.idle = false;
             out.push(Watermark::Active);
         }
-        if active.iter().any(|c| c.aligned && c.watermark.is_none()) {
-            return out; // held back until every input sent a watermark
+        // The least watermark of the inputs that count, held back until each sent one.
+        let (mut least, mut held) = (None, false);
+        for c in active.filter(|c| c.aligned) {
+            match c.watermark {
+                Some(w) => least = Some(least.map_or(w, |m: i64| m.min(w))),
+                None => held = true,
+            }
         }
-        let min = active
-            .iter()
-            .filter(|c| c.aligned)
-            .filter_map(|c| c.watermark)
-            .min();
-        if let Some(min) = min
+        if !held
+            && let Some(min) = least
             && self.emitted.is_none_or(|e| min > e)
         {
             self.emitted = Some(min);
@@ -252,15 +257,15 @@ mod tests {
     #[test]
     fn the_task_holds_back_until_every_input_sent_one_then_takes_the_minimum() {
         let mut v = Valve::new(2);
-        assert_eq!(v.on_input(0, At(10)), []);
-        assert_eq!(v.on_input(1, At(5)), [At(5)]);
-        assert_eq!(v.on_input(1, At(20)), [At(10)]);
+        assert_eq!(v.on_input(0, At(10))[..], []);
+        assert_eq!(v.on_input(1, At(5))[..], [At(5)]);
+        assert_eq!(v.on_input(1, At(20))[..], [At(10)]);
         assert_eq!(
-            v.on_input(0, At(8)),
+            v.on_input(0, At(8))[..],
             [],
             "an input's watermark never goes back"
         );
-        assert_eq!(v.on_input(0, At(15)), [At(15)]);
+        assert_eq!(v.on_input(0, At(15))[..], [At(15)]);
     }
 
     #[test]
@@ -268,37 +273,37 @@ mod tests {
         let mut v = Valve::new(3);
         v.on_input(0, At(10));
         v.on_input(1, At(10));
-        assert_eq!(v.on_input(2, Idle), [At(10)]);
+        assert_eq!(v.on_input(2, Idle)[..], [At(10)]);
         // Input 0 ends; input 2 is idle: input 1 alone decides, nothing jumps to the end.
-        assert_eq!(v.on_end(0), []);
-        assert_eq!(v.on_input(1, At(12)), [At(12)]);
+        assert_eq!(v.on_end(0)[..], []);
+        assert_eq!(v.on_input(1, At(12))[..], [At(12)]);
         // Input 1 ends too: only idle inputs are left, so the task is idle.
-        assert_eq!(v.on_end(1), [Idle]);
+        assert_eq!(v.on_end(1)[..], [Idle]);
         // The idle input comes back (at 11, below the task's 12: it counts once it caught up).
-        assert_eq!(v.on_input(2, At(11)), [Active]);
-        assert_eq!(v.on_input(2, At(30)), [At(30)]);
-        assert_eq!(v.on_end(2), []);
+        assert_eq!(v.on_input(2, At(11))[..], [Active]);
+        assert_eq!(v.on_input(2, At(30))[..], [At(30)]);
+        assert_eq!(v.on_end(2)[..], []);
     }
 
     #[test]
     fn idle_inputs_do_not_hold_back_and_count_again_once_caught_up() {
         let mut v = Valve::new(2);
-        assert_eq!(v.on_input(1, Idle), []);
-        assert_eq!(v.on_input(0, At(100)), [At(100)]);
-        assert_eq!(v.on_input(1, Active), []);
+        assert_eq!(v.on_input(1, Idle)[..], []);
+        assert_eq!(v.on_input(0, At(100))[..], [At(100)]);
+        assert_eq!(v.on_input(1, Active)[..], []);
         // Back below the task's watermark (without one at all here): not counted.
-        assert_eq!(v.on_input(0, At(200)), [At(200)]);
-        assert_eq!(v.on_input(1, At(50)), []);
-        assert_eq!(v.on_input(0, At(300)), [At(300)]);
-        assert_eq!(v.on_input(1, At(310)), []);
+        assert_eq!(v.on_input(0, At(200))[..], [At(200)]);
+        assert_eq!(v.on_input(1, At(50))[..], []);
+        assert_eq!(v.on_input(0, At(300))[..], [At(300)]);
+        assert_eq!(v.on_input(1, At(310))[..], []);
         assert_eq!(
-            v.on_input(0, At(400)),
+            v.on_input(0, At(400))[..],
             [At(310)],
             "caught up: counted again"
         );
-        assert_eq!(v.on_input(0, Idle), []);
-        assert_eq!(v.on_input(1, Idle), [Idle]);
-        assert_eq!(v.on_input(1, At(500)), [Active, At(500)]);
+        assert_eq!(v.on_input(0, Idle)[..], []);
+        assert_eq!(v.on_input(1, Idle)[..], [Idle]);
+        assert_eq!(v.on_input(1, At(500))[..], [Active, At(500)]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::support::{part_text, repo, weir};
+use crate::support::{Workspace, part_text, repo, weir};
 
 /// What the profile operator must print for each click, per user in click order.
 fn expected(clicks: &str) -> BTreeMap<String, Vec<String>> {
@@ -131,8 +131,38 @@ fn the_sessions_example_prints_each_users_sessions() {
     want.sort();
     assert!(want.len() > 8, "the sample has several sessions per user");
 
-    let run = weir(&["run", "--no-progress"], &example.join("sessions.toml"));
+    let ws = Workspace::new();
+    let summary = ws.path("summary.json");
+    let args = [
+        "run",
+        "--no-progress",
+        "--summary-json",
+        summary.to_str().unwrap(),
+    ];
+    let run = weir(&args, &example.join("sessions.toml"));
     assert!(run.success(), "{run}");
+    // The sample is one batch: one watermark, a minute behind its latest click, which
+    // `parse` makes and `sessions` fires on; the summary shows it for both.
+    let latest: i64 = (clicks.lines())
+        .map(|l| {
+            l.split_ascii_whitespace()
+                .nth(2)
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let watermark = |name: &str| {
+        let vertices = summary["vertices"].as_array().unwrap();
+        let v = vertices.iter().find(|v| v["name"] == name).unwrap();
+        v["watermark"].as_i64()
+    };
+    assert_eq!(watermark("parse"), Some(latest - 60_000 - 1));
+    assert_eq!(watermark("sessions"), Some(latest - 60_000 - 1));
+    assert_eq!(watermark("clicks"), None, "the file source makes none");
     let mut got: Vec<String> = run
         .stdout()
         .lines()

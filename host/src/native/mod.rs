@@ -50,6 +50,21 @@ pub fn build(
     }
 }
 
+/// What a native operator's unit test runs as: the only subtask, every key group.
+#[cfg(test)]
+pub(crate) fn test_context() -> OperatorContext {
+    OperatorContext {
+        job: "j".into(),
+        uid: "u".into(),
+        subtask: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+        key_groups: 0..128,
+        config: "{}".into(),
+        cancelled: Default::default(),
+    }
+}
+
 /// The operator's keyed state as `setup` says, with the one state it declares.
 fn keyed_state(
     ctx: &OperatorContext,
@@ -203,19 +218,6 @@ fn decode_varint(b: &[u8]) -> (u64, usize) {
 mod tests {
     use super::*;
 
-    fn ctx() -> OperatorContext {
-        OperatorContext {
-            job: "j".into(),
-            uid: "u".into(),
-            subtask: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            key_groups: 0..128,
-            config: "{}".into(),
-            cancelled: Default::default(),
-        }
-    }
-
     #[test]
     fn split_then_count() {
         let mut lines = Batch::default();
@@ -223,12 +225,12 @@ mod tests {
             b.extend_from_slice(b" a b  a\t")
         });
         let mut words = Batch::default();
-        build("split_words", &ctx(), &StateSetup::memory())
+        build("split_words", &test_context(), &StateSetup::memory())
             .unwrap()
             .process(&lines, &mut words)
             .unwrap();
         let mut counts = Batch::default();
-        build("count_words", &ctx(), &StateSetup::memory())
+        build("count_words", &test_context(), &StateSetup::memory())
             .unwrap()
             .process(&words, &mut counts)
             .unwrap();

@@ -253,14 +253,16 @@ impl Acc {
         })
     }
 
-    fn result(&self, aggregate: Aggregate) -> String {
-        match aggregate {
-            Aggregate::Count => self.count.to_string(),
-            Aggregate::Sum => self.sum.to_string(),
-            Aggregate::Min => self.min.to_string(),
-            Aggregate::Max => self.max.to_string(),
-            Aggregate::Avg => (self.sum / self.count as f64).to_string(),
-        }
+    /// Appends the aggregate's value to `out`.
+    fn write_result(&self, aggregate: Aggregate, out: &mut Vec<u8>) {
+        use std::io::Write;
+        let _ = match aggregate {
+            Aggregate::Count => write!(out, "{}", self.count),
+            Aggregate::Sum => write!(out, "{}", self.sum),
+            Aggregate::Min => write!(out, "{}", self.min),
+            Aggregate::Max => write!(out, "{}", self.max),
+            Aggregate::Avg => write!(out, "{}", self.sum / self.count as f64),
+        };
     }
 }
 
@@ -439,7 +441,7 @@ impl WindowOperator {
             self.emit(out, Kind::UpdateAfter, key, &merged);
         }
         // A deleted timer may have been another session's too: register every one again.
-        for w in windows.clone() {
+        for &w in windows.iter() {
             self.register_timers(&w, key);
         }
         true
@@ -524,14 +526,10 @@ impl WindowOperator {
     }
 
     fn emit(&self, out: &mut Batch, kind: Kind, key: &[u8], w: &Win) {
-        let value = format!(
-            "{},{},{}",
-            w.start,
-            w.end,
-            w.acc.result(self.spec.aggregate)
-        );
         out.push_with(kind, Some(key), Some(w.max_timestamp()), |b| {
-            b.extend_from_slice(value.as_bytes())
+            use std::io::Write;
+            let _ = write!(b, "{},{},", w.start, w.end);
+            w.acc.write_result(self.spec.aggregate, b);
         });
     }
 
@@ -747,16 +745,7 @@ mod tests {
         spec.gap = Some(Duration::from_millis(100));
         spec.allowed_lateness = Duration::from_millis(lateness);
         spec.aggregate = Aggregate::Sum;
-        let ctx = OperatorContext {
-            job: "j".into(),
-            uid: "w".into(),
-            subtask: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            key_groups: 0..128,
-            config: "{}".into(),
-            cancelled: Default::default(),
-        };
+        let ctx = super::super::test_context();
         let dir = tempfile::tempdir().unwrap();
         let setup = StateSetup {
             config: crate::state::StateConfig::default(),
@@ -858,7 +847,11 @@ mod tests {
             Aggregate::Avg,
         ]
         .iter()
-        .map(|&a| acc.result(a))
+        .map(|&a| {
+            let mut text = Vec::new();
+            acc.write_result(a, &mut text);
+            String::from_utf8(text).unwrap()
+        })
         .collect();
         assert_eq!(results, ["3", "9", "1.5", "4.5", "3"]);
     }

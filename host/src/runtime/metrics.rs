@@ -24,7 +24,7 @@ pub struct VertexMetrics {
     /// subtask, as of its last checkpoint.
     undeclared_states: Mutex<std::collections::BTreeMap<u32, Vec<String>>>,
     /// The event-time watermark of each subtask (`i64::MIN`: none yet): the one its timers
-    /// fire on, or for a source the one it makes.
+    /// fire on, or for a vertex with a `watermark` strategy the one it makes.
     watermarks: Vec<AtomicI64>,
 }
 

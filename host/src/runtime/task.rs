@@ -1097,6 +1097,9 @@ impl Chain {
         let mut made = smallvec::SmallVec::<[Watermark; 2]>::new();
         if let Some(g) = &mut self.generators[i] {
             g.on_batch(&out, self.clock.now_ms(), |w| made.push(w));
+            if let Some(&Watermark::At(t)) = made.iter().rfind(|w| matches!(w, Watermark::At(_))) {
+                m.set_watermark(self.subtask, t);
+            }
         }
         let result = self
             .send_side_outputs(i)
@@ -1115,7 +1118,9 @@ impl Chain {
     /// to the next stage and out of the chain, unless a stage makes its own watermarks.
     fn watermark(&mut self, from: usize, w: Watermark) -> Result<(), Stop> {
         for i in from..self.stages.len() {
-            if let Watermark::At(t) = w {
+            if let Watermark::At(t) = w
+                && self.generators[i].is_none()
+            {
                 self.metrics.vertices[self.vertices[i]].set_watermark(self.subtask, t);
             }
             if let (Watermark::At(t), Stage::Operator(op)) = (w, &mut self.stages[i]) {
