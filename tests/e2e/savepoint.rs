@@ -158,7 +158,8 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
 #[test]
 fn a_savepoint_that_does_not_fit_is_refused_with_the_reason() {
     let ws = Workspace::new();
-    let (text, _) = probe_input(1_000_000, 7);
+    // As long as the other tests' input: a job that reads 1M lines can end before the stop.
+    let (text, _) = probe_input(4_000_000, 7);
     let input = ws.write("input.txt", text);
     let savepoint = ws.path("sp");
     let spec = probe_job(&ws, "taken", 2, "memory", &input);
