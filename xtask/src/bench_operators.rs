@@ -45,6 +45,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut runs = 3;
     let mut flink = true;
     let mut profile = false;
+    let (mut jobs, mut backends) = (vec!["scorer", "topn"], vec!["memory", "rocksdb"]);
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -52,8 +53,11 @@ pub fn run(args: &[String]) -> Result<()> {
             "--runs" => runs = number(&mut args, "--runs")?,
             "--no-flink" => flink = false,
             "--callgrind" => profile = true,
+            "--job" => jobs = vec![one_of(args.next(), "--job", &["scorer", "topn"])?],
+            "--state" => backends = vec![one_of(args.next(), "--state", &["memory", "rocksdb"])?],
             other => bail!(
-                "unknown option `{other}`; use --records N, --runs R, --no-flink, --callgrind"
+                "unknown option `{other}`; use --records N, --runs R, --job scorer|topn, \
+                 --state memory|rocksdb, --no-flink, --callgrind"
             ),
         }
     }
@@ -82,7 +86,10 @@ pub fn run(args: &[String]) -> Result<()> {
     systems.extend(flink.as_ref().map(|_| "flink"));
     let mut rows = Vec::new();
     for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
-        for backend in ["memory", "rocksdb"] {
+        if !jobs.contains(&job) {
+            continue;
+        }
+        for &backend in &backends {
             for checkpoints in [
                 Checkpoints::Off,
                 Checkpoints::Aligned,
@@ -159,6 +166,13 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The value of `option`, one of `allowed`.
+fn one_of(value: Option<&String>, option: &str, allowed: &[&'static str]) -> Result<&'static str> {
+    value
+        .and_then(|v| allowed.iter().find(|a| **a == v.as_str()).copied())
+        .with_context(|| format!("{option} takes one of {}", allowed.join(", ")))
 }
 
 /// Fails unless a run's committed output `lines` is the `expected` one.

@@ -66,7 +66,8 @@ commands:
                               weir serve: submit-to-first-record, savepoint time and
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
-  bench-operators [--records N] [--runs R] [--no-flink]
+  bench-operators [--records N] [--runs R] [--no-flink] [--callgrind]
+                  [--job scorer|topn] [--state memory|rocksdb]
                               operators as users write them (account scorer, top-N),
                               weir and Flink 2.3 (bench/flink)
                               on memory and RocksDB, with and without checkpoints:

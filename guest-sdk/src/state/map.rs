@@ -82,8 +82,12 @@ impl MapCache {
                 let value = Span::of(buf, r.bytes()?);
                 self.stored.push((key, value));
             }
-            // Sorted once per load so that lookups are binary searches.
-            self.stored[first..].sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
+            // Lookups are binary searches. The hosts send each map in key order; sorted
+            // here only if one does not.
+            let entries = &mut self.stored[first..];
+            if !entries.is_sorted_by(|a, b| a.0.get(buf) <= b.0.get(buf)) {
+                entries.sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
+            }
             slot.first = first as u32;
             slot.len = n as u32;
         }

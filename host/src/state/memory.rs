@@ -4,14 +4,11 @@
 //! front where the state has one); this module knows nothing of TTL but how to drop entries
 //! a predicate rejects, which the front uses for incremental cleanup.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
+use super::packed::Packed;
 use super::value_table::{ValuePos, ValueTable};
 use super::{FastMap, Key, Row, Slots, StateKind, Ttl};
-
-/// The entries of one key's map state, in key order.
-type MapEntries = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// What an entry (a value, a list element or a map entry) costs besides its bytes: the
 /// table's bucket or the vector's or tree's share, roughly. The count is meant to bound what
@@ -23,8 +20,8 @@ const ENTRY_OVERHEAD: usize = 64;
 #[derive(Debug)]
 enum Table {
     Value(Vec<ValueTable>),
-    List(Vec<FastMap<Key, Vec<Vec<u8>>>>),
-    Map(Vec<FastMap<Key, MapEntries>>),
+    List(Vec<FastMap<Key, Packed>>),
+    Map(Vec<FastMap<Key, Packed>>),
 }
 
 #[derive(Debug)]
@@ -37,6 +34,8 @@ pub(crate) struct Memory {
     positions: Vec<Vec<Option<ValuePos>>>,
     /// What every entry holds, keys, values and [`ENTRY_OVERHEAD`].
     bytes: usize,
+    /// Reused by map writes.
+    scratch: Vec<u8>,
 }
 
 /// `tables`, with one table per key group once it is written.
@@ -76,6 +75,7 @@ impl Memory {
             tables: Vec::new(),
             positions: Vec::new(),
             bytes: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -171,11 +171,17 @@ impl Memory {
         }
     }
 
-    pub(crate) fn read_list(&self, st: usize, group: u32, key: &[u8], mut f: impl FnMut(&[u8])) {
-        if let Table::List(t) = &self.tables[st]
-            && let Some(list) = t.get(self.index(group)).and_then(|t| t.get(key))
-        {
-            list.iter().for_each(|e| f(e));
+    /// The list or map of `key` in state `st` as a `load` answer has it, if it has one.
+    pub(crate) fn packed(&self, st: usize, group: u32, key: &[u8]) -> Option<&Packed> {
+        let (Table::List(t) | Table::Map(t)) = &self.tables[st] else {
+            return None;
+        };
+        t.get(self.index(group)).and_then(|t| t.get(key))
+    }
+
+    pub(crate) fn read_list(&self, st: usize, group: u32, key: &[u8], f: impl FnMut(&[u8])) {
+        if let Some(list) = self.packed(st, group, key) {
+            list.elements().for_each(f);
         }
     }
 
@@ -194,12 +200,15 @@ impl Memory {
         };
         change_entry(&mut filled(t, n)[g], key, &mut self.bytes, |list, bytes| {
             if clear {
-                *bytes -= list.iter().map(|e| e.len() + ENTRY_OVERHEAD).sum::<usize>();
+                *bytes -= list
+                    .elements()
+                    .map(|e| e.len() + ENTRY_OVERHEAD)
+                    .sum::<usize>();
                 list.clear();
             }
             for e in append {
                 *bytes += e.len() + ENTRY_OVERHEAD;
-                list.push(e.to_vec());
+                list.push(e);
             }
             list.is_empty()
         });
@@ -212,10 +221,8 @@ impl Memory {
         key: &[u8],
         mut f: impl FnMut(&[u8], &[u8]),
     ) {
-        if let Table::Map(t) = &self.tables[st]
-            && let Some(map) = t.get(self.index(group)).and_then(|t| t.get(key))
-        {
-            map.iter().for_each(|(k, v)| f(k, v));
+        if let Some(map) = self.packed(st, group, key) {
+            map.entries().for_each(|(k, v)| f(k, v));
         }
     }
 
@@ -234,23 +241,16 @@ impl Memory {
             return;
         };
         let cost = |k: &[u8], v: &[u8]| k.len() + v.len() + ENTRY_OVERHEAD;
+        let scratch = &mut self.scratch;
         change_entry(&mut filled(t, n)[g], key, &mut self.bytes, |map, bytes| {
             if clear {
-                *bytes -= map.iter().map(|(k, v)| cost(k, v)).sum::<usize>();
+                *bytes -= map.entries().map(|(k, v)| cost(k, v)).sum::<usize>();
                 map.clear();
             }
-            for (k, v) in changes {
-                let old = match v {
-                    Some(v) => {
-                        *bytes += cost(k, v);
-                        map.insert(k.to_vec(), v.to_vec())
-                    }
-                    None => map.remove(k),
-                };
-                if let Some(old) = old {
-                    *bytes -= cost(k, &old);
-                }
-            }
+            map.apply(changes, scratch, |k, old, new| {
+                *bytes += new.map_or(0, |v| cost(k, v));
+                *bytes -= old.map_or(0, |v| cost(k, v));
+            });
             map.is_empty()
         });
     }
@@ -266,12 +266,12 @@ impl Memory {
                 .for_each(|(k, v)| f(k, Row::Value(v))),
             Table::List(t) => {
                 for (k, list) in t.get(g).into_iter().flatten() {
-                    list.iter().for_each(|e| f(k, Row::Element(e)));
+                    list.elements().for_each(|e| f(k, Row::Element(e)));
                 }
             }
             Table::Map(t) => {
                 for (k, map) in t.get(g).into_iter().flatten() {
-                    map.iter().for_each(|(mk, mv)| f(k, Row::Entry(mk, mv)));
+                    map.entries().for_each(|(mk, mv)| f(k, Row::Entry(mk, mv)));
                 }
             }
         }
@@ -291,7 +291,7 @@ impl Memory {
             Table::List(t) => {
                 if let Some(t) = t.get_mut(g) {
                     t.retain(|k, list| {
-                        list.retain(|e| {
+                        list.retain_elements(|e| {
                             let kept = keep(e);
                             if !kept {
                                 freed += e.len() + ENTRY_OVERHEAD;
@@ -308,7 +308,7 @@ impl Memory {
             Table::Map(t) => {
                 if let Some(t) = t.get_mut(g) {
                     t.retain(|k, map| {
-                        map.retain(|mk, v| {
+                        map.retain_entries(|mk, v| {
                             let kept = keep(v);
                             if !kept {
                                 freed += mk.len() + v.len() + ENTRY_OVERHEAD;

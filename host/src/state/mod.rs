@@ -13,8 +13,7 @@
 //! writes a state for all of them in one call, which lets each backend batch its work.
 //! Values are opaque bytes (the guest SDK encodes them).
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -35,6 +34,7 @@ macro_rules! on_backend {
 }
 
 mod memory;
+mod packed;
 pub(crate) mod rocks;
 mod snapshot;
 mod timers;
@@ -352,37 +352,29 @@ enum Backend {
     Rocks(Box<Rocks>),
 }
 
-/// The changes of one `store` call, collapsed per key in the order keys were first changed:
-/// whether the key's list or map is emptied first, then what is added to it.
-struct Collapsed<T> {
-    keys: Vec<(usize, bool, T)>,
-    index: FastMap<usize, usize>,
+/// The ops of one `store` call for one slot, one after another: whether they empty the list
+/// or map first, then what they add (`start..end` of the call's elements or entries).
+struct Run {
+    slot: usize,
+    clear: bool,
+    start: usize,
+    end: usize,
 }
 
-impl<T> Default for Collapsed<T> {
-    fn default() -> Self {
-        Collapsed {
-            keys: Vec::new(),
-            index: FastMap::default(),
+impl Run {
+    /// The last run of `runs` if it is of `slot`, else a new one starting at `at`.
+    fn of(runs: &mut Vec<Run>, slot: usize, at: usize) -> &mut Run {
+        if runs.last().is_none_or(|r| r.slot != slot) {
+            runs.push(Run {
+                slot,
+                clear: false,
+                start: at,
+                end: at,
+            });
         }
+        runs.last_mut().expect("pushed if there was none")
     }
 }
-
-impl<T: Default> Collapsed<T> {
-    /// The clear flag and the additions of `slot`.
-    fn of(&mut self, slot: usize) -> (&mut bool, &mut T) {
-        let keys = &mut self.keys;
-        let i = *self.index.entry(slot).or_insert_with(|| {
-            keys.push((slot, false, T::default()));
-            keys.len() - 1
-        });
-        let (_, clear, added) = &mut self.keys[i];
-        (clear, added)
-    }
-}
-
-/// A map entry to put (with its stamped value) or, with `None`, to remove.
-type MapChange<'a> = (&'a [u8], Option<Cow<'a, [u8]>>);
 
 /// The keyed state of one operator subtask.
 #[derive(Debug)]
@@ -761,6 +753,19 @@ impl KeyedState {
             StateKind::Value => self.read_values(id, slots, |_, v| put_opt_bytes(buf, v)),
             kind => {
                 self.check_slots(id, slots)?;
+                if let (Backend::Memory(m), None) = (&self.backend, self.ttl(id)) {
+                    // Kept as the answer encodes it: one copy per key.
+                    for slot in 0..slots.len() {
+                        match m.packed(id.0, slots.group(slot), slots.key(slot)) {
+                            Some(p) => {
+                                put_u32(buf, p.len());
+                                buf.extend_from_slice(p.as_bytes());
+                            }
+                            None => put_u32(buf, 0),
+                        }
+                    }
+                    return Ok(());
+                }
                 self.clean_up_step(id);
                 for slot in 0..slots.len() {
                     // `u32 n`, then the n elements or entries.
@@ -824,72 +829,95 @@ impl KeyedState {
                 }
                 self.write_values(id, slots, ops)
             }
+            // A slot's ops come one after another (the SDK sends them so): each run of ops of
+            // one slot is one backend write. Ops of a slot spread over several runs are
+            // written run after run, which applies them in order all the same.
             StateKind::List => {
-                let mut pending = Collapsed::<Vec<&[u8]>>::default();
+                let (mut runs, mut elems) = (Vec::<Run>::new(), Vec::<&[u8]>::new());
                 for op in read_list_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
-                    let (clear, elems) = pending.of(slots.check(slot)?);
-                    match op {
-                        ListOp::Clear => (*clear, *elems) = (true, Vec::new()),
-                        ListOp::Replace(new) => (*clear, *elems) = (true, new),
-                        ListOp::Append(new) => elems.extend(new),
-                    }
-                    if let Some(e) = elems.iter().find_map(|e| too_large(slot, e.len())) {
-                        return Err(e);
-                    }
+                    let run = Run::of(&mut runs, slots.check(slot)?, elems.len());
+                    let added = match op {
+                        ListOp::Clear => Vec::new(),
+                        ListOp::Replace(new) => new,
+                        ListOp::Append(new) => {
+                            elems.extend(new);
+                            run.end = elems.len();
+                            continue;
+                        }
+                    };
+                    // Clear or replace: what the run added before is gone.
+                    elems.truncate(run.start);
+                    run.clear = true;
+                    elems.extend(added);
+                    run.end = elems.len();
+                }
+                if let Some(e) = runs.iter().find_map(|r| {
+                    elems[r.start..r.end]
+                        .iter()
+                        .find_map(|e| too_large(r.slot as u32, e.len()))
+                }) {
+                    return Err(e);
                 }
                 let ttl = self.ttl(id);
-                for (slot, clear, elems) in pending.keys {
-                    let (group, key) = (slots.group(slot), slots.key(slot));
-                    let elems: Vec<Cow<[u8]>> = match &ttl {
+                for r in runs {
+                    let (group, key) = (slots.group(r.slot), slots.key(r.slot));
+                    let elems = &elems[r.start..r.end];
+                    match &ttl {
                         Some(ttl) => {
-                            let stamp = self.stamp(ttl, slots, slot).to_le_bytes();
-                            elems
-                                .iter()
-                                .map(|e| Cow::Owned([&stamp[..], e].concat()))
-                                .collect()
+                            let stamp = self.stamp(ttl, slots, r.slot).to_le_bytes();
+                            let elems: Vec<Vec<u8>> =
+                                elems.iter().map(|e| [&stamp[..], e].concat()).collect();
+                            let elems = elems.iter().map(Vec::as_slice);
+                            on_backend!(&mut self.backend, b => b.write_list(id.0, group, key, r.clear, elems))?;
                         }
-                        None => elems.into_iter().map(Cow::Borrowed).collect(),
-                    };
-                    let elems = elems.iter().map(|e| &e[..]);
-                    on_backend!(&mut self.backend, b => b.write_list(id.0, group, key, clear, elems))?;
+                        None => {
+                            let elems = elems.iter().copied();
+                            on_backend!(&mut self.backend, b => b.write_list(id.0, group, key, r.clear, elems))?;
+                        }
+                    }
                 }
                 self.commit()
             }
             StateKind::Map => {
-                let mut pending = Collapsed::<BTreeMap<&[u8], Option<&[u8]>>>::default();
+                let (mut runs, mut entries) = (Vec::<Run>::new(), Vec::new());
                 for op in read_map_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
-                    let (clear, entries) = pending.of(slots.check(slot)?);
+                    let run = Run::of(&mut runs, slots.check(slot)?, entries.len());
                     match op {
-                        MapOp::Clear => (*clear, *entries) = (true, BTreeMap::new()),
+                        MapOp::Clear => {
+                            entries.truncate(run.start);
+                            run.clear = true;
+                        }
                         MapOp::Put(k, v) => {
                             if let Some(e) = too_large(slot, k.len() + v.len()) {
                                 return Err(e);
                             }
-                            entries.insert(k, Some(v));
+                            entries.push((k, Some(v)));
                         }
-                        MapOp::Remove(k) => {
-                            entries.insert(k, None);
-                        }
+                        MapOp::Remove(k) => entries.push((k, None)),
                     }
+                    run.end = entries.len();
                 }
                 let ttl = self.ttl(id);
-                for (slot, clear, changes) in pending.keys {
-                    let (group, key) = (slots.group(slot), slots.key(slot));
-                    let stamp = ttl.map(|ttl| self.stamp(&ttl, slots, slot).to_le_bytes());
-                    let changes: Vec<MapChange> = changes
-                        .into_iter()
-                        .map(|(k, v)| {
-                            let v = v.map(|v| match &stamp {
-                                Some(s) => Cow::Owned([&s[..], v].concat()),
-                                None => Cow::Borrowed(v),
-                            });
-                            (k, v)
-                        })
-                        .collect();
-                    let changes = changes.iter().map(|(k, v)| (*k, v.as_deref()));
-                    on_backend!(&mut self.backend, b => b.write_map(id.0, group, key, clear, changes))?;
+                for r in runs {
+                    let (group, key) = (slots.group(r.slot), slots.key(r.slot));
+                    let entries = &entries[r.start..r.end];
+                    match &ttl {
+                        Some(ttl) => {
+                            let stamp = self.stamp(ttl, slots, r.slot).to_le_bytes();
+                            let entries: Vec<(&[u8], Option<Vec<u8>>)> = entries
+                                .iter()
+                                .map(|(k, v)| (*k, v.map(|v| [&stamp[..], v].concat())))
+                                .collect();
+                            let entries = entries.iter().map(|(k, v)| (*k, v.as_deref()));
+                            on_backend!(&mut self.backend, b => b.write_map(id.0, group, key, r.clear, entries))?;
+                        }
+                        None => {
+                            let entries = entries.iter().copied();
+                            on_backend!(&mut self.backend, b => b.write_map(id.0, group, key, r.clear, entries))?;
+                        }
+                    }
                 }
                 self.commit()
             }
@@ -924,7 +952,7 @@ impl KeyedState {
         let mut out = Vec::new();
         for (i, d) in self.states.iter().enumerate() {
             for group in self.groups.clone() {
-                let mut rows: BTreeMap<Vec<u8>, Vec<String>> = BTreeMap::new();
+                let mut rows: std::collections::BTreeMap<Vec<u8>, Vec<String>> = Default::default();
                 on_backend!(&self.backend, b => b.scan(i, group, &mut |key: &[u8], row: Row<'_>| {
                     let r = match row {
                         Row::Value(v) | Row::Element(v) => format!("{v:?}"),

@@ -1,0 +1,219 @@
+//! One key's list or map in the memory backend, kept as a single buffer in the encoding of a
+//! `load` answer (`wit/stream.wit`): list elements as `bytes`, map entries as `bytes key,
+//! bytes value` in key order. A load copies the buffer in one piece instead of walking
+//! separately allocated elements or tree nodes, and a write rewrites the key's buffer (a
+//! merge of the sorted changes into the sorted entries for a map).
+
+use smallvec::SmallVec;
+
+/// A put (`Some` value) or a removal of a map key.
+type Change<'c> = (&'c [u8], Option<&'c [u8]>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Packed {
+    /// Elements, or entries for a map.
+    n: u32,
+    buf: Vec<u8>,
+}
+
+/// The `bytes` items of a buffer this module wrote.
+pub(crate) struct Items<'a>(&'a [u8]);
+
+impl<'a> Iterator for Items<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.0.split_first_chunk::<4>()?;
+        let (item, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
+        self.0 = rest;
+        Some(item)
+    }
+}
+
+impl Packed {
+    /// Elements (list) or entries (map).
+    pub(crate) fn len(&self) -> u32 {
+        self.n
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The items, as a `load` answer lists them after their count.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.n = 0;
+        self.buf.clear();
+    }
+
+    /// A list's elements.
+    pub(crate) fn elements(&self) -> Items<'_> {
+        Items(&self.buf)
+    }
+
+    /// A map's entries, in key order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut items = Items(&self.buf);
+        std::iter::from_fn(move || Some((items.next()?, items.next()?)))
+    }
+
+    fn put(buf: &mut Vec<u8>, item: &[u8]) {
+        buf.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        buf.extend_from_slice(item);
+    }
+
+    /// Appends a list element.
+    pub(crate) fn push(&mut self, element: &[u8]) {
+        Self::put(&mut self.buf, element);
+        self.n += 1;
+    }
+
+    /// Keeps the list elements `keep` accepts.
+    pub(crate) fn retain_elements(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+        let mut kept = Packed::default();
+        for e in self.elements().filter(|e| keep(e)) {
+            kept.push(e);
+        }
+        *self = kept;
+    }
+
+    /// Keeps the map entries `keep` accepts.
+    pub(crate) fn retain_entries(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
+        let mut kept = Packed::default();
+        for (k, v) in self.entries().filter(|(k, v)| keep(k, v)) {
+            Self::put(&mut kept.buf, k);
+            Self::put(&mut kept.buf, v);
+            kept.n += 1;
+        }
+        *self = kept;
+    }
+
+    /// Applies puts (`Some`) and removals (`None`) of map keys, later ones winning over
+    /// earlier ones of the same key. `changed(old, new)` is called with each entry's value
+    /// before and after (`None`: absent), for byte counts. `scratch` is a buffer to reuse.
+    pub(crate) fn apply<'c>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'c [u8], Option<&'c [u8]>)>,
+        scratch: &mut Vec<u8>,
+        mut changed: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>),
+    ) {
+        let mut sorted: SmallVec<[Change<'c>; 8]> = changes.into_iter().collect();
+        // Stable: of several changes of one key, the last stays last.
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        let mut changes = sorted.iter().enumerate().filter_map(|(i, c)| {
+            let superseded = sorted.get(i + 1).is_some_and(|next| next.0 == c.0);
+            (!superseded).then_some(*c)
+        });
+        scratch.clear();
+        let mut n = 0;
+        let mut keep = |buf: &mut Vec<u8>, k: &[u8], v: &[u8]| {
+            Self::put(buf, k);
+            Self::put(buf, v);
+            n += 1;
+        };
+        let mut old = self.entries().peekable();
+        let mut change = changes.next();
+        loop {
+            match (old.peek(), change) {
+                (None, None) => break,
+                (Some(&(k, v)), c) if c.is_none_or(|(ck, _)| k < ck) => {
+                    keep(scratch, k, v);
+                    old.next();
+                }
+                (o, Some((k, new))) => {
+                    let before = o.filter(|(ok, _)| *ok == k).map(|&(_, v)| v);
+                    if before.is_some() {
+                        old.next();
+                    }
+                    changed(k, before, new);
+                    if let Some(v) = new {
+                        keep(scratch, k, v);
+                    }
+                    change = changes.next();
+                }
+                (Some(_), None) => unreachable!("matched by the arm before"),
+            }
+        }
+        drop(old);
+        std::mem::swap(&mut self.buf, scratch);
+        self.n = n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(p: &Packed) -> Vec<(String, String)> {
+        p.entries()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8(k.to_vec()).unwrap(),
+                    String::from_utf8(v.to_vec()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn map_changes_merge_in_key_order_and_the_last_change_of_a_key_wins() {
+        let mut p = Packed::default();
+        let mut scratch = Vec::new();
+        let mut log = Vec::new();
+        let mut note = |k: &[u8], old: Option<&[u8]>, new: Option<&[u8]>| {
+            log.push((k.to_vec(), old.map(<[u8]>::to_vec), new.map(<[u8]>::to_vec)))
+        };
+        p.apply(
+            [
+                (&b"m"[..], Some(&b"1"[..])),
+                (b"c", Some(b"2")),
+                (b"x", None),
+            ],
+            &mut scratch,
+            &mut note,
+        );
+        p.apply(
+            [
+                (&b"c"[..], Some(&b"3"[..])),
+                (b"a", Some(b"4")),
+                (b"m", None),
+                (b"z", Some(b"5")),
+                (b"a", Some(b"6")),
+            ],
+            &mut scratch,
+            &mut note,
+        );
+        let s = |x: &str| x.to_owned();
+        assert_eq!(
+            entries(&p),
+            [(s("a"), s("6")), (s("c"), s("3")), (s("z"), s("5"))]
+        );
+        assert_eq!(p.len(), 3);
+        assert_eq!(
+            log.iter()
+                .filter(|(k, _, _)| k == b"m")
+                .map(|(_, o, n)| (o.clone(), n.clone()))
+                .collect::<Vec<_>>(),
+            [(None, Some(b"1".to_vec())), (Some(b"1".to_vec()), None)]
+        );
+        p.retain_entries(|k, _| k != b"c");
+        assert_eq!(entries(&p), [(s("a"), s("6")), (s("z"), s("5"))]);
+    }
+
+    #[test]
+    fn list_elements_keep_their_order() {
+        let mut p = Packed::default();
+        for e in [&b"x"[..], b"", b"yz"] {
+            p.push(e);
+        }
+        assert_eq!(p.elements().collect::<Vec<_>>(), [&b"x"[..], b"", b"yz"]);
+        p.retain_elements(|e| !e.is_empty());
+        assert_eq!(p.elements().collect::<Vec<_>>(), [&b"x"[..], b"yz"]);
+        assert_eq!(p.len(), 2);
+    }
+}
