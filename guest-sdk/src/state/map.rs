@@ -46,9 +46,10 @@ pub(crate) struct MapCache {
     /// This batch's puts and removes, per slot; a map key appears at most once in a list.
     overlays: Overlays<Change>,
     /// Where a map key's change is in its slot's list, by slot and hash of the key: for slots
-    /// with more than [`SCANNED`] changes, so that many puts to one key's map in a batch are
-    /// not quadratic. A hint: an entry is checked against the key (a stale or colliding one
-    /// falls back to a scan).
+    /// with more than [`SCANNED`] changes (all of them once there are more), so that many
+    /// puts to one key's map in a batch are not quadratic. Entries are checked against the
+    /// key: of two keys with one hash, the index holds the later (the other is scanned for), and
+    /// a `clear` leaves entries that no longer match.
     index: FxMap<(u32, u64), u32>,
 }
 
@@ -106,13 +107,21 @@ impl MapCache {
     /// Where the change of map key `key` is in the list of `slot`, if it has one.
     fn position(&self, slot: u32, key: &[u8], arena: &[u8]) -> Option<usize> {
         let changes = self.changes(slot);
-        if changes.len() > SCANNED
-            && let Some(&i) = self.index.get(&(slot, hash_bytes(key)))
-            && changes
-                .get(i as usize)
-                .is_some_and(|c| c.key.get(arena) == key)
-        {
-            return Some(i as usize);
+        if changes.len() > SCANNED {
+            // Every change of the slot is indexed: a miss means the key has none (the first
+            // put of a key in a batch must not scan the batch's changes), a hit on another
+            // key is a collision of hashes, left to the scan.
+            match self.index.get(&(slot, hash_bytes(key))) {
+                None => return None,
+                Some(&i)
+                    if changes
+                        .get(i as usize)
+                        .is_some_and(|c| c.key.get(arena) == key) =>
+                {
+                    return Some(i as usize);
+                }
+                Some(_) => {}
+            }
         }
         changes.iter().position(|c| c.key.get(arena) == key)
     }

@@ -4,6 +4,8 @@
 //! separately allocated elements or tree nodes, and a write rewrites the key's buffer (a
 //! merge of the sorted changes into the sorted entries for a map).
 
+use std::cmp::Ordering;
+
 use smallvec::SmallVec;
 
 /// A put (`Some` value) or a removal of a map key.
@@ -14,6 +16,13 @@ pub(crate) struct Packed {
     /// Elements, or entries for a map.
     n: u32,
     buf: Vec<u8>,
+}
+
+/// The map entry at byte `at` of `buf` and where the next one starts.
+fn entry_at(buf: &[u8], at: usize) -> Option<(&[u8], &[u8], usize)> {
+    let mut items = Items(buf.get(at..)?);
+    let (k, v) = (items.next()?, items.next()?);
+    Some((k, v, buf.len() - items.0.len()))
 }
 
 /// The `bytes` items of a buffer this module wrote.
@@ -105,41 +114,39 @@ impl Packed {
         let mut sorted: SmallVec<[Change<'c>; 8]> = changes.into_iter().collect();
         // Stable: of several changes of one key, the last stays last.
         sorted.sort_by(|a, b| a.0.cmp(b.0));
-        let mut changes = sorted.iter().enumerate().filter_map(|(i, c)| {
+        let changes = sorted.iter().enumerate().filter_map(|(i, c)| {
             let superseded = sorted.get(i + 1).is_some_and(|next| next.0 == c.0);
             (!superseded).then_some(*c)
         });
+        // The entries between changes are copied in one piece each.
         scratch.clear();
-        let mut n = 0;
-        let mut keep = |buf: &mut Vec<u8>, k: &[u8], v: &[u8]| {
-            Self::put(buf, k);
-            Self::put(buf, v);
-            n += 1;
-        };
-        let mut old = self.entries().peekable();
-        let mut change = changes.next();
-        loop {
-            match (old.peek(), change) {
-                (None, None) => break,
-                (Some(&(k, v)), c) if c.is_none_or(|(ck, _)| k < ck) => {
-                    keep(scratch, k, v);
-                    old.next();
-                }
-                (o, Some((k, new))) => {
-                    let before = o.filter(|(ok, _)| *ok == k).map(|&(_, v)| v);
-                    if before.is_some() {
-                        old.next();
+        let (buf, mut n) = (&self.buf[..], self.n);
+        let (mut at, mut run) = (0, 0);
+        for (key, new) in changes {
+            let mut before = None;
+            while let Some((k, v, next)) = entry_at(buf, at) {
+                match k.cmp(key) {
+                    Ordering::Less => at = next,
+                    Ordering::Equal => {
+                        before = Some((v, next));
+                        break;
                     }
-                    changed(k, before, new);
-                    if let Some(v) = new {
-                        keep(scratch, k, v);
-                    }
-                    change = changes.next();
+                    Ordering::Greater => break,
                 }
-                (Some(_), None) => unreachable!("matched by the arm before"),
+            }
+            scratch.extend_from_slice(&buf[run..at]);
+            if let Some((_, next)) = before {
+                (at, n) = (next, n - 1);
+            }
+            run = at;
+            changed(key, before.map(|(v, _)| v), new);
+            if let Some(v) = new {
+                Self::put(scratch, key);
+                Self::put(scratch, v);
+                n += 1;
             }
         }
-        drop(old);
+        scratch.extend_from_slice(&buf[run..]);
         std::mem::swap(&mut self.buf, scratch);
         self.n = n;
     }
