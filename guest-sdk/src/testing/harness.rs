@@ -290,8 +290,8 @@ impl<T: Operator + Default> Harness<T> {
     }
 
     /// Sets the processing time the operator sees and fires every processing-time timer at or
-    /// before it; returns what they emitted. (The host does not fire processing-time timers
-    /// yet.)
+    /// before it; returns what they emitted, as the host does when its clock reaches them
+    /// (with no records flowing too).
     ///
     /// # Panics
     /// When the operator returns an error.

@@ -900,7 +900,13 @@ impl KeyedState {
                     run.end = entries.len();
                 }
                 let ttl = self.ttl(id);
+                let mut written = vec![false; slots.len()];
                 for r in runs {
+                    // A clear finds the entries to drop in the backend: the slot's earlier
+                    // run must be there (RocksDB keeps puts in a write batch until a commit).
+                    if std::mem::replace(&mut written[r.slot], true) && r.clear {
+                        self.commit()?;
+                    }
                     let (group, key) = (slots.group(r.slot), slots.key(r.slot));
                     let entries = &entries[r.start..r.end];
                     match &ttl {

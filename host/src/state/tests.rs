@@ -199,12 +199,17 @@ fn changes_to_one_key_in_one_store_apply_in_order() {
         put(&mut s, m, "k", "gone", Some("1"));
         let mut buf = Vec::new();
         put_map_op(&mut buf, 0, MapOp::Put(b"x", b"1"));
+        // Another key's op between: the clear after it still drops "x".
+        put_map_op(&mut buf, 1, MapOp::Put(b"w", b"9"));
         put_map_op(&mut buf, 0, MapOp::Clear);
         put_map_op(&mut buf, 0, MapOp::Put(b"y", b"2"));
         put_map_op(&mut buf, 0, MapOp::Remove(b"y"));
         put_map_op(&mut buf, 0, MapOp::Put(b"z", b"3"));
-        s.store(m, &slots(&s, &["k"]), &buf, u64::MAX).unwrap();
-        assert_eq!(read(&mut s, m, "k"), "{z=3}", "{backend:?}");
+        put_map_op(&mut buf, 0, MapOp::Put(b"a", b"4"));
+        put_map_op(&mut buf, 0, MapOp::Put(b"z", b"5"));
+        s.store(m, &two, &buf, u64::MAX).unwrap();
+        assert_eq!(read(&mut s, m, "k"), "{a=4, z=5}", "{backend:?}");
+        assert_eq!(read(&mut s, m, "j"), "{w=9}", "{backend:?}");
     }
 }
 
