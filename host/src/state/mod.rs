@@ -718,10 +718,10 @@ impl KeyedState {
     ) -> Result<(), StateError> {
         let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
         let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
-            return on_backend!(&self.backend, b => b.read_map(st, group, key, f));
+            return on_backend!(&mut self.backend, b => b.read_map(st, group, key, f));
         };
         let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-        on_backend!(&self.backend, b => b.read_map(st, group, key, |mk, raw| {
+        on_backend!(&mut self.backend, b => b.read_map(st, group, key, |mk, raw| {
             let (old, user) = split(raw);
             if ttl.expired(old, now) {
                 changes.push((mk.to_vec(), None));

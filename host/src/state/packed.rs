@@ -2,14 +2,15 @@
 //! `load` answer (`wit/stream.wit`): list elements as `bytes`, map entries as `bytes key,
 //! bytes value` in key order. A load copies the buffer in one piece instead of walking
 //! separately allocated elements or tree nodes, and a write rewrites the key's buffer (a
-//! merge of the sorted changes into the sorted entries for a map).
+//! merge of the sorted changes into the sorted entries for a map). The RocksDB backend
+//! caches maps in the same encoding ([`map_entries`], [`merge`]).
 
 use std::cmp::Ordering;
 
 use smallvec::SmallVec;
 
 /// A put (`Some` value) or a removal of a map key.
-type Change<'c> = (&'c [u8], Option<&'c [u8]>);
+pub(crate) type Change<'c> = (&'c [u8], Option<&'c [u8]>);
 
 #[derive(Debug, Default)]
 pub(crate) struct Packed {
@@ -67,18 +68,12 @@ impl Packed {
 
     /// A map's entries, in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let mut items = Items(&self.buf);
-        std::iter::from_fn(move || Some((items.next()?, items.next()?)))
-    }
-
-    fn put(buf: &mut Vec<u8>, item: &[u8]) {
-        buf.extend_from_slice(&(item.len() as u32).to_le_bytes());
-        buf.extend_from_slice(item);
+        map_entries(&self.buf)
     }
 
     /// Appends a list element.
     pub(crate) fn push(&mut self, element: &[u8]) {
-        Self::put(&mut self.buf, element);
+        put_item(&mut self.buf, element);
         self.n += 1;
     }
 
@@ -95,61 +90,86 @@ impl Packed {
     pub(crate) fn retain_entries(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
         let mut kept = Packed::default();
         for (k, v) in self.entries().filter(|(k, v)| keep(k, v)) {
-            Self::put(&mut kept.buf, k);
-            Self::put(&mut kept.buf, v);
+            put_item(&mut kept.buf, k);
+            put_item(&mut kept.buf, v);
             kept.n += 1;
         }
         *self = kept;
     }
 
     /// Applies puts (`Some`) and removals (`None`) of map keys, later ones winning over
-    /// earlier ones of the same key. `changed(old, new)` is called with each entry's value
-    /// before and after (`None`: absent), for byte counts. `scratch` is a buffer to reuse.
+    /// earlier ones of the same key. `changed(key, old, new)` is called with each entry's
+    /// value before and after (`None`: absent), for byte counts. `scratch` is a buffer to
+    /// reuse.
     pub(crate) fn apply<'c>(
         &mut self,
-        changes: impl IntoIterator<Item = (&'c [u8], Option<&'c [u8]>)>,
+        changes: impl IntoIterator<Item = Change<'c>>,
         scratch: &mut Vec<u8>,
-        mut changed: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>),
+        changed: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>),
     ) {
-        let mut sorted: SmallVec<[Change<'c>; 8]> = changes.into_iter().collect();
-        // Stable: of several changes of one key, the last stays last.
-        sorted.sort_by(|a, b| a.0.cmp(b.0));
-        let changes = sorted.iter().enumerate().filter_map(|(i, c)| {
-            let superseded = sorted.get(i + 1).is_some_and(|next| next.0 == c.0);
-            (!superseded).then_some(*c)
-        });
-        // The entries between changes are copied in one piece each.
-        scratch.clear();
-        let (buf, mut n) = (&self.buf[..], self.n);
-        let (mut at, mut run) = (0, 0);
-        for (key, new) in changes {
-            let mut before = None;
-            while let Some((k, v, next)) = entry_at(buf, at) {
-                match k.cmp(key) {
-                    Ordering::Less => at = next,
-                    Ordering::Equal => {
-                        before = Some((v, next));
-                        break;
-                    }
-                    Ordering::Greater => break,
+        let (added, removed) = merge(&self.buf, changes, scratch, changed);
+        std::mem::swap(&mut self.buf, scratch);
+        self.n = self.n + added - removed;
+    }
+}
+
+/// Appends one `bytes` item.
+pub(crate) fn put_item(buf: &mut Vec<u8>, item: &[u8]) {
+    buf.extend_from_slice(&(item.len() as u32).to_le_bytes());
+    buf.extend_from_slice(item);
+}
+
+/// The entries of a packed map, in key order.
+pub(crate) fn map_entries(buf: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let mut items = Items(buf);
+    std::iter::from_fn(move || Some((items.next()?, items.next()?)))
+}
+
+/// Writes the packed map `old` with `changes` applied into `out` (see [`Packed::apply`]);
+/// returns how many entries it added and removed.
+pub(crate) fn merge<'c>(
+    old: &[u8],
+    changes: impl IntoIterator<Item = Change<'c>>,
+    out: &mut Vec<u8>,
+    mut changed: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>),
+) -> (u32, u32) {
+    let mut sorted: SmallVec<[Change<'c>; 8]> = changes.into_iter().collect();
+    // Stable: of several changes of one key, the last stays last.
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let changes = sorted.iter().enumerate().filter_map(|(i, c)| {
+        let superseded = sorted.get(i + 1).is_some_and(|next| next.0 == c.0);
+        (!superseded).then_some(*c)
+    });
+    // The entries between changes are copied in one piece each.
+    out.clear();
+    let (mut added, mut removed) = (0, 0);
+    let (mut at, mut run) = (0, 0);
+    for (key, new) in changes {
+        let mut before = None;
+        while let Some((k, v, next)) = entry_at(old, at) {
+            match k.cmp(key) {
+                Ordering::Less => at = next,
+                Ordering::Equal => {
+                    before = Some((v, next));
+                    break;
                 }
-            }
-            scratch.extend_from_slice(&buf[run..at]);
-            if let Some((_, next)) = before {
-                (at, n) = (next, n - 1);
-            }
-            run = at;
-            changed(key, before.map(|(v, _)| v), new);
-            if let Some(v) = new {
-                Self::put(scratch, key);
-                Self::put(scratch, v);
-                n += 1;
+                Ordering::Greater => break,
             }
         }
-        scratch.extend_from_slice(&buf[run..]);
-        std::mem::swap(&mut self.buf, scratch);
-        self.n = n;
+        out.extend_from_slice(&old[run..at]);
+        if let Some((_, next)) = before {
+            (at, removed) = (next, removed + 1);
+        }
+        run = at;
+        changed(key, before.map(|(v, _)| v), new);
+        if let Some(v) = new {
+            put_item(out, key);
+            put_item(out, v);
+            added += 1;
+        }
     }
+    out.extend_from_slice(&old[run..]);
+    (added, removed)
 }
 
 #[cfg(test)]

@@ -213,6 +213,61 @@ fn changes_to_one_key_in_one_store_apply_in_order() {
     }
 }
 
+/// Map reads, writes and clears over more keys than the RocksDB cache holds (8), in a
+/// random order, and after a restore: RocksDB (which caches whole maps) reads what a plain
+/// model of the maps holds, and so does the memory backend.
+#[test]
+fn maps_read_what_was_written_through_caches_and_restores() {
+    let mut rng = fastrand::Rng::with_seed(5);
+    for backend in BACKENDS {
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        let m = s.declare("m", StateKind::Map, None).unwrap();
+        let mut model: Vec<std::collections::BTreeMap<String, String>> =
+            vec![Default::default(); 20];
+        let shown = |map: &std::collections::BTreeMap<String, String>| {
+            let entries: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{{{}}}", entries.join(", "))
+        };
+        for step in 0..3_000 {
+            let k = rng.usize(..model.len());
+            let key = format!("key{k}");
+            match rng.u8(..10) {
+                0 => {
+                    clear(&mut s, m, &key);
+                    model[k].clear();
+                }
+                1..=3 => {
+                    let mk = format!("m{}", rng.u8(..12));
+                    put(&mut s, m, &key, &mk, None);
+                    model[k].remove(&mk);
+                }
+                _ => {
+                    let (mk, v) = (format!("m{}", rng.u8(..12)), step.to_string());
+                    put(&mut s, m, &key, &mk, Some(&v));
+                    model[k].insert(mk, v);
+                }
+            }
+            let k = rng.usize(..model.len());
+            assert_eq!(
+                read(&mut s, m, &format!("key{k}")),
+                shown(&model[k]),
+                "{backend:?} step {step}"
+            );
+        }
+        let mut bytes = Vec::new();
+        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+        let (mut restored, _dir) = open(backend, 0..128, &Clock::manual(0));
+        restored.restore(&bytes, |_| {}).unwrap();
+        for (k, map) in model.iter().enumerate() {
+            assert_eq!(
+                read(&mut restored, m, &format!("key{k}")),
+                shown(map),
+                "{backend:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn redeclaring_checks_kind_and_ttl() {
     let mut s = KeyedState::new(128, 0..128);

@@ -1,4 +1,5 @@
-//! The values of value states last read or written, kept in front of RocksDB.
+//! The values of value states, lists and maps last read or written, kept in front of
+//! RocksDB.
 
 use rocksdb::WriteBatch;
 
@@ -8,7 +9,9 @@ use crate::state::{FastMap, Key};
 /// cost no RocksDB read and reach RocksDB once per eviction or checkpoint rather than once
 /// per batch. Two generations approximate least-recently-used eviction: a hit in the old
 /// generation moves the entry to the young one; when the young one is full, the old one's
-/// changed entries go to RocksDB and it is dropped, and the young one becomes old.
+/// changed entries go to RocksDB and it is dropped, and the young one becomes old. (A map is
+/// cached as one entry under its prefix; its writes reach RocksDB at once, so it is never
+/// changed here.)
 #[derive(Debug)]
 pub(super) struct ValueCache {
     young: FastMap<Key, Cached>,

@@ -14,7 +14,9 @@
 //! A list's value is its elements, each `u32` length (little-endian) and bytes, as Flink
 //! keeps a list in one value: reading a list is one point read, through the value cache like
 //! a value, and rewriting one is one put. (A row per element made every rewrite of a list a
-//! scan over the tombstones of its earlier rewrites.)
+//! scan over the tombstones of its earlier rewrites.) A map read is a scan over its rows;
+//! the map is then cached whole, and writes go both to its rows and into the cached map, so
+//! a hot key's map is not scanned again batch after batch.
 //!
 //! Writes go into a `WriteBatch` that the front commits at the end of each call, without a
 //! write-ahead log: a crash loses the memtable, but a restore starts from a checkpoint, which
@@ -39,6 +41,9 @@ use std::sync::{Arc, RwLock};
 
 use rocksdb::{ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
 
+use smallvec::SmallVec;
+
+use super::packed::{Change, map_entries, merge, put_item};
 use super::ttl::NO_TIME;
 use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl};
 use crate::clock::Clock;
@@ -54,7 +59,7 @@ pub(super) type TtlTable = Arc<RwLock<Vec<Option<(Ttl, StateKind)>>>>;
 
 pub(crate) struct Rocks {
     db: DB,
-    /// Recently used values of value states and lists, in front of `db`.
+    /// Recently used values of value states, lists and whole maps, in front of `db`.
     cache: ValueCache,
     /// Where and how it was opened, to open a restored database the same way.
     setup: Setup,
@@ -70,6 +75,8 @@ pub(crate) struct Rocks {
     write: WriteOptions,
     /// Scratch space for row keys.
     key: Vec<u8>,
+    /// Scratch space for maps.
+    scratch: Vec<u8>,
     ttls: TtlTable,
     watermark: Arc<AtomicI64>,
     /// Dropped after `db`: deletes the working directory.
@@ -156,6 +163,7 @@ impl Rocks {
             batch: WriteBatch::default(),
             write,
             key: Vec::new(),
+            scratch: Vec::new(),
             ttls,
             watermark,
             dir,
@@ -400,16 +408,30 @@ impl Rocks {
         self.flush_large_batch()
     }
 
+    /// The entries of `key`'s map: from the cache, which keeps a map whole (packed as the
+    /// memory backend keeps it) under the row key of its prefix, or read with one scan and
+    /// cached. Writes go to RocksDB at once and into the cached map.
     pub(crate) fn read_map(
-        &self,
+        &mut self,
         st: usize,
         group: u32,
         key: &[u8],
-        f: impl FnMut(&[u8], &[u8]),
+        mut f: impl FnMut(&[u8], &[u8]),
     ) -> Result<(), StateError> {
-        let mut prefix = Vec::new();
-        put_prefix(&mut prefix, st, group, key);
-        self.rows(&prefix, f)
+        self.prefix(st, group, key);
+        if !self.cache.promote(&self.key) {
+            let mut map = std::mem::take(&mut self.scratch);
+            map.clear();
+            self.rows(&self.key, |k, v| {
+                put_item(&mut map, k);
+                put_item(&mut map, v);
+            })?;
+            self.cache
+                .put(&self.key, (!map.is_empty()).then_some(&map), false);
+            self.scratch = map;
+        }
+        map_entries(self.cache.get(&self.key).unwrap_or_default()).for_each(|(k, v)| f(k, v));
+        Ok(())
     }
 
     pub(crate) fn write_map<'a>(
@@ -424,13 +446,25 @@ impl Rocks {
         if clear {
             self.delete_rows(len)?;
         }
-        for (k, v) in changes {
+        let changes: SmallVec<[Change<'_>; 8]> = changes.into_iter().collect();
+        for &(k, v) in &changes {
             self.key.truncate(len);
             self.key.extend_from_slice(k);
             match v {
                 Some(v) => self.batch.put(&self.key, v),
                 None => self.batch.delete(&self.key),
             }
+        }
+        self.key.truncate(len);
+        if self.cache.promote(&self.key) {
+            let old = match clear {
+                true => &[][..],
+                false => self.cache.get(&self.key).unwrap_or_default(),
+            };
+            merge(old, changes, &mut self.scratch, |_, _, _| {});
+            let map = &self.scratch;
+            self.cache
+                .put(&self.key, (!map.is_empty()).then_some(map), false);
         }
         self.flush_large_batch()
     }
