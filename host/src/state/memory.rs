@@ -11,7 +11,7 @@ use super::value_table::{ValuePos, ValueTable};
 use super::{FastMap, Key, Row, Slots, StateKind, Ttl};
 
 /// What an entry (a value, a list element or a map entry) costs besides its bytes: the
-/// table's bucket or the vector's or tree's share, roughly. The count is meant to bound what
+/// table's bucket or its length prefixes and share of its key's buffer, roughly. The count is meant to bound what
 /// a guest can make the host hold, not to account for every byte.
 const ENTRY_OVERHEAD: usize = 64;
 

@@ -40,7 +40,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rocksdb::{ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
-
 use smallvec::SmallVec;
 
 use super::packed::{Change, map_entries, merge, put_item};
@@ -53,6 +52,10 @@ use files::SharedFile;
 pub(crate) use files::{Manifest, is_manifest, link_or_copy, shared_names};
 use layout::{META, prefix_end, put_prefix};
 use options::{options, ttl_filter};
+
+/// Maps up to this many bytes are cached whole; larger ones are scanned when read (the
+/// cache counts entries, not bytes, so this bounds what one map entry of it holds).
+const MAX_CACHED_MAP: usize = 16 << 10;
 
 /// The TTL and kind of each state by id, read by the compaction filter on RocksDB's threads.
 pub(super) type TtlTable = Arc<RwLock<Vec<Option<(Ttl, StateKind)>>>>;
@@ -426,9 +429,13 @@ impl Rocks {
                 put_item(&mut map, k);
                 put_item(&mut map, v);
             })?;
-            self.cache
-                .put(&self.key, (!map.is_empty()).then_some(&map), false);
+            map_entries(&map).for_each(|(k, v)| f(k, v));
+            if map.len() <= MAX_CACHED_MAP {
+                self.cache
+                    .put(&self.key, (!map.is_empty()).then_some(&map), false);
+            }
             self.scratch = map;
+            return Ok(());
         }
         map_entries(self.cache.get(&self.key).unwrap_or_default()).for_each(|(k, v)| f(k, v));
         Ok(())
@@ -463,8 +470,12 @@ impl Rocks {
             };
             merge(old, changes, &mut self.scratch, |_, _, _| {});
             let map = &self.scratch;
-            self.cache
-                .put(&self.key, (!map.is_empty()).then_some(map), false);
+            match map.len() <= MAX_CACHED_MAP {
+                true => self
+                    .cache
+                    .put(&self.key, (!map.is_empty()).then_some(map), false),
+                false => self.cache.forget(&self.key),
+            }
         }
         self.flush_large_batch()
     }
