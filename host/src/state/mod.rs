@@ -82,7 +82,7 @@ impl std::fmt::Display for StateKind {
 /// incremental = true        # RocksDB checkpoints share unchanged SST files (false: full copies)
 /// block_cache = "64 MiB"    # RocksDB, per subtask: cache of uncompressed blocks
 /// write_buffer = "16 MiB"   # RocksDB, per subtask: memtable size before a flush
-/// cache_entries = 100000    # RocksDB, per subtask: values and lists cached in memory
+/// cache_entries = 100000    # RocksDB, per subtask: values, lists and maps cached in memory
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
