@@ -281,6 +281,72 @@ format = "key_value"
 }
 
 #[test]
+fn processing_time_windows_fire_on_the_jobs_clock_with_no_records_flowing() {
+    let ws = Workspace::new();
+    let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
+    // One record, no event time: the clock places it.
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"[job]
+name = "pwindows"
+
+[[source]]
+name = "trickle"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 1
+rate = 0.001
+
+[[operator]]
+name = "counts"
+uid = "counts"
+window = {{ type = "tumbling", size = "1s", aggregate = "count", time = "processing" }}
+input = "trickle"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "file"
+input = "counts"
+path = {out}
+format = "key_value"
+"#,
+            out = toml_path(&ws.path("out")),
+        ),
+    );
+    let clock = Clock::manual(1_000_500);
+    let job = Job::new(JobSpec::from_file(&spec).unwrap(), &engine)
+        .unwrap()
+        .with_clock(clock.clone());
+    let control = JobControl::new();
+    let mut running = Some(
+        job.start_controlled(RestoreFrom::Fresh, control.clone())
+            .unwrap(),
+    );
+    let counts = |r: &RunningJob| {
+        let v = &r.metrics().vertices;
+        let v = v.iter().find(|v| v.name == "counts").unwrap();
+        (v.records_in.load(Relaxed), v.records_out.load(Relaxed))
+    };
+    wait_for("the record came", &mut running, |r| counts(r).0 == 1);
+    clock.advance(Duration::from_millis(498));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        counts(running.as_ref().unwrap()).1,
+        0,
+        "the window fired before its end"
+    );
+    clock.advance(Duration::from_millis(1));
+    wait_for("the window fired", &mut running, |r| counts(r).1 == 1);
+    control.stop();
+    running.unwrap().wait().unwrap();
+    let out = lines(&ws.path("out"));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].ends_with("\t1000000,1001000,1"), "{out:?}");
+}
+
+#[test]
 fn windows_in_guests_and_in_the_host_are_emitted_exactly_once_across_sigkills() {
     // Generated events out of order by up to 300 ms, paced so that runs last long enough to
     // be killed; the watermark trails by 300 ms, so no record is late and the output must

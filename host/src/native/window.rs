@@ -74,6 +74,23 @@ pub struct WindowSpec {
     /// The side output that gets records later than the allowed lateness (default `late`).
     #[serde(default = "default_late")]
     pub late: String,
+    /// Whose time places records in windows and fires them: the records' event time (the
+    /// default) or the job's clock when a record arrives (`processing`).
+    #[serde(default)]
+    pub time: WindowTime,
+}
+
+/// The time windows are in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowTime {
+    /// The records' timestamps; windows fire as the watermark passes their end.
+    #[default]
+    Event,
+    /// The job's clock when a record arrives; windows fire when the clock passes their end,
+    /// also with no records flowing. Windows still open when the input ends do not fire (as
+    /// processing-time timers, in Flink too).
+    Processing,
 }
 
 fn default_late() -> String {
@@ -183,6 +200,13 @@ impl WindowSpec {
         }
         if self.late.is_empty() {
             return Err("late must name a side output".into());
+        }
+        if self.time == WindowTime::Processing && !self.allowed_lateness.is_zero() {
+            return Err(
+                "allowed_lateness applies to event time only: in processing time no \
+                        record is late; remove it"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -294,6 +318,10 @@ pub(crate) struct WindowOperator {
     state: KeyedState,
     windows: StateId,
     timers: Timers,
+    /// The timers' domain: of the spec's `time`.
+    domain: TimeDomain,
+    clock: crate::clock::Clock,
+    /// How far windows have fired: the watermark, or the clock's time at the last firing.
     watermark: Option<i64>,
     size: i64,
     step: i64,
@@ -324,6 +352,11 @@ pub(crate) fn build(
         state,
         windows,
         timers: Timers::default(),
+        domain: match spec.time {
+            WindowTime::Event => TimeDomain::EventTime,
+            WindowTime::Processing => TimeDomain::ProcessingTime,
+        },
+        clock: setup.clock.clone(),
         watermark: None,
         size: spec.size.map_or(0, ms),
         step: spec.slide.or(spec.size).map_or(0, ms),
@@ -350,10 +383,10 @@ impl WindowOperator {
     /// Registers the timers of `win` of `key`: its firing unless it fired, its cleanup.
     fn register_timers(&mut self, win: &Win, key: &[u8]) {
         if !self.has_fired(win.end) {
-            (self.timers).register(TimeDomain::EventTime, win.max_timestamp(), key);
+            (self.timers).register(self.domain, win.max_timestamp(), key);
         }
         let cleanup = win.max_timestamp().saturating_add(self.lateness);
-        self.timers.register(TimeDomain::EventTime, cleanup, key);
+        self.timers.register(self.domain, cleanup, key);
     }
 
     /// Adds a record of value `x` to window `[start, end)` of `key`, creating it if new; a
@@ -422,10 +455,9 @@ impl WindowOperator {
             if overlaps {
                 merged.acc.merge(&w.acc);
                 // Its timers go; those of the merged session are registered below.
-                self.timers
-                    .delete(TimeDomain::EventTime, w.max_timestamp(), key);
+                self.timers.delete(self.domain, w.max_timestamp(), key);
                 let cleanup = w.max_timestamp().saturating_add(self.lateness);
-                self.timers.delete(TimeDomain::EventTime, cleanup, key);
+                self.timers.delete(self.domain, cleanup, key);
                 if w.start != start {
                     dropped.push((slot, w.start));
                 }
@@ -538,7 +570,7 @@ impl WindowOperator {
         loop {
             let mut due: Vec<(i64, crate::state::Key)> = Vec::new();
             while due.len() < crate::batch::BATCH_RECORDS
-                && let Some(timer) = self.timers.pop_due(TimeDomain::EventTime, upto)
+                && let Some(timer) = self.timers.pop_due(self.domain, upto)
             {
                 due.push(timer);
             }
@@ -594,9 +626,14 @@ impl Operator for WindowOperator {
         let mut open = self.load(&slots)?;
         let mut late = Batch::default();
         let mut dropped = Vec::new();
+        let now = self.clock.now_ms();
         for rec in input.iter() {
             let key = rec.key.unwrap_or_default();
-            let ts = rec.timestamp.ok_or_else(|| {
+            let ts = match self.domain {
+                TimeDomain::ProcessingTime => Some(now),
+                TimeDomain::EventTime => rec.timestamp,
+            };
+            let ts = ts.ok_or_else(|| {
                 OperatorError::Failed(format!(
                     "window \"{}\" got a record without event time (key {}); give records a \
                      timestamp at the source (event_time) or in an operator before the window",
@@ -632,12 +669,30 @@ impl Operator for WindowOperator {
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
-        self.watermark = Some(watermark);
         self.state.set_watermark(watermark);
+        if self.domain != TimeDomain::EventTime {
+            return Ok(());
+        }
+        self.watermark = Some(watermark);
         self.fire(watermark, out)
     }
 
+    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<(), OperatorError> {
+        if self.domain != TimeDomain::ProcessingTime {
+            return Ok(());
+        }
+        self.watermark = Some(now);
+        self.fire(now, out)
+    }
+
+    fn next_processing_time(&mut self) -> Option<i64> {
+        self.timers.next(TimeDomain::ProcessingTime)
+    }
+
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+        if self.domain != TimeDomain::EventTime {
+            return Ok(());
+        }
         self.watermark = Some(i64::MAX);
         self.fire(i64::MAX, out)
     }
@@ -682,7 +737,67 @@ mod tests {
             allowed_lateness: Duration::ZERO,
             aggregate: Aggregate::Count,
             late: "late".into(),
+            time: WindowTime::Event,
         }
+    }
+
+    #[test]
+    fn processing_time_windows_place_records_by_the_clock_and_fire_when_it_passes_their_end() {
+        let mut spec = spec(WindowKind::Tumbling, 1_000, None, 0);
+        spec.time = WindowTime::Processing;
+        let clock = crate::clock::Clock::manual(1_000_500);
+        let dir = tempfile::tempdir().unwrap();
+        let setup = StateSetup {
+            config: crate::state::StateConfig::default(),
+            root: dir.path().to_path_buf(),
+            clock: clock.clone(),
+        };
+        let mut op = build(&spec, &super::super::test_context(), &setup).unwrap();
+        let batch = |keys: &[&str]| {
+            let mut b = Batch::default();
+            for k in keys {
+                // Event times are ignored: the clock places the records.
+                b.push_with(Kind::Insert, Some(k.as_bytes()), Some(5), |_| {});
+            }
+            b
+        };
+        let text = |out: &Batch| -> Vec<String> {
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            out.iter()
+                .map(|r| format!("{} {} @{:?}", s(r.key.unwrap()), s(r.value), r.timestamp))
+                .collect()
+        };
+        let mut out = Batch::default();
+        op.process(&batch(&["a", "b", "a"]), &mut out).unwrap();
+        op.on_watermark(i64::MAX - 1, &mut out).unwrap();
+        assert!(
+            out.is_empty(),
+            "a watermark fires no processing-time window"
+        );
+        assert_eq!(op.next_processing_time(), Some(1_000_999));
+        op.on_processing_time(1_000_998, &mut out).unwrap();
+        assert!(out.is_empty());
+        clock.set(1_000_999);
+        op.on_processing_time(1_000_999, &mut out).unwrap();
+        assert_eq!(
+            text(&out),
+            [
+                "a 1000000,1001000,2 @Some(1000999)",
+                "b 1000000,1001000,1 @Some(1000999)"
+            ]
+        );
+        assert_eq!(op.next_processing_time(), None, "fired and cleaned up");
+        clock.set(1_001_200);
+        op.process(&batch(&["a"]), &mut out).unwrap();
+        assert_eq!(op.next_processing_time(), Some(1_001_999));
+        let mut last = Batch::default();
+        op.close(&mut last).unwrap();
+        assert!(
+            last.is_empty(),
+            "an open window does not fire at the end of input"
+        );
+        spec.allowed_lateness = Duration::from_millis(1);
+        assert!(spec.validate().unwrap_err().contains("allowed_lateness"));
     }
 
     fn starts(spec: &WindowSpec, ts: i64) -> Vec<i64> {
