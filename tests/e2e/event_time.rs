@@ -213,15 +213,18 @@ fn an_idle_source_holds_back_the_watermark_unless_its_strategy_says_idleness() {
     }
 }
 
-#[test]
-fn processing_time_timers_fire_on_the_jobs_clock_with_no_records_flowing() {
+/// Runs operator `name` (its spec lines in `operator`) over one generated record on a
+/// manual clock that starts at `start`: nothing may come out until the clock has moved
+/// `due_ms` (it is moved to one millisecond before first), then exactly one record, which
+/// the job writes; returns that line.
+fn one_record_on_a_manual_clock(name: &str, operator: &str, start: i64, due_ms: u64) -> String {
     let ws = Workspace::new();
     let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
     let spec = ws.write(
         "job.toml",
         format!(
             r#"[job]
-name = "ptimers"
+name = "manual-clock"
 
 [[source]]
 name = "trickle"
@@ -231,91 +234,23 @@ vocabulary = 1
 rate = 0.001
 
 [[operator]]
-name = "timers"
-uid = "timers"
-{windows}
-input = "trickle"
-edge = "key_by"
-config = {{ processing_ms = 5000 }}
-
-[[sink]]
-name = "out"
-type = "file"
-input = "timers"
-path = {out}
-format = "key_value"
-"#,
-            windows = wasm("weir_test_windows"),
-            out = toml_path(&ws.path("out")),
-        ),
-    );
-    let clock = Clock::manual(1_000_000);
-    let job = Job::new(JobSpec::from_file(&spec).unwrap(), &engine)
-        .unwrap()
-        .with_clock(clock.clone());
-    let control = JobControl::new();
-    let mut running = Some(
-        job.start_controlled(RestoreFrom::Fresh, control.clone())
-            .unwrap(),
-    );
-    let timers = |r: &RunningJob| {
-        let v = &r.metrics().vertices;
-        let v = v.iter().find(|v| v.name == "timers").unwrap();
-        (v.records_in.load(Relaxed), v.records_out.load(Relaxed))
-    };
-    wait_for("the record came", &mut running, |r| timers(r).0 == 1);
-    clock.advance(Duration::from_millis(4_999));
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        timers(running.as_ref().unwrap()).1,
-        0,
-        "the timer fired early"
-    );
-    clock.advance(Duration::from_millis(1));
-    wait_for("the timer fired", &mut running, |r| timers(r).1 == 1);
-    control.stop();
-    running.unwrap().wait().unwrap();
-    let out = lines(&ws.path("out"));
-    assert_eq!(out.len(), 1, "{out:?}");
-    assert!(out[0].ends_with("\tpfired 1005000"), "{out:?}");
-}
-
-#[test]
-fn processing_time_windows_fire_on_the_jobs_clock_with_no_records_flowing() {
-    let ws = Workspace::new();
-    let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
-    // One record, no event time: the clock places it.
-    let spec = ws.write(
-        "job.toml",
-        format!(
-            r#"[job]
-name = "pwindows"
-
-[[source]]
-name = "trickle"
-type = "generator"
-mode = "keyed_words"
-vocabulary = 1
-rate = 0.001
-
-[[operator]]
-name = "counts"
-uid = "counts"
-window = {{ type = "tumbling", size = "1s", aggregate = "count", time = "processing" }}
+name = "{name}"
+uid = "{name}"
+{operator}
 input = "trickle"
 edge = "key_by"
 
 [[sink]]
 name = "out"
 type = "file"
-input = "counts"
+input = "{name}"
 path = {out}
 format = "key_value"
 "#,
             out = toml_path(&ws.path("out")),
         ),
     );
-    let clock = Clock::manual(1_000_500);
+    let clock = Clock::manual(start);
     let job = Job::new(JobSpec::from_file(&spec).unwrap(), &engine)
         .unwrap()
         .with_clock(clock.clone());
@@ -326,24 +261,39 @@ format = "key_value"
     );
     let counts = |r: &RunningJob| {
         let v = &r.metrics().vertices;
-        let v = v.iter().find(|v| v.name == "counts").unwrap();
+        let v = v.iter().find(|v| v.name == name).unwrap();
         (v.records_in.load(Relaxed), v.records_out.load(Relaxed))
     };
     wait_for("the record came", &mut running, |r| counts(r).0 == 1);
-    clock.advance(Duration::from_millis(498));
+    clock.advance(Duration::from_millis(due_ms - 1));
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        counts(running.as_ref().unwrap()).1,
-        0,
-        "the window fired before its end"
-    );
+    assert_eq!(counts(running.as_ref().unwrap()).1, 0, "{name} fired early");
     clock.advance(Duration::from_millis(1));
-    wait_for("the window fired", &mut running, |r| counts(r).1 == 1);
+    wait_for("it fired", &mut running, |r| counts(r).1 == 1);
     control.stop();
     running.unwrap().wait().unwrap();
-    let out = lines(&ws.path("out"));
+    let mut out = lines(&ws.path("out"));
     assert_eq!(out.len(), 1, "{out:?}");
-    assert!(out[0].ends_with("\t1000000,1001000,1"), "{out:?}");
+    out.remove(0)
+}
+
+#[test]
+fn processing_time_timers_fire_on_the_jobs_clock_with_no_records_flowing() {
+    let operator = format!(
+        "{}\nconfig = {{ processing_ms = 5000 }}",
+        wasm("weir_test_windows")
+    );
+    let out = one_record_on_a_manual_clock("timers", &operator, 1_000_000, 5_000);
+    assert!(out.ends_with("\tpfired 1005000"), "{out}");
+}
+
+#[test]
+fn processing_time_windows_fire_on_the_jobs_clock_with_no_records_flowing() {
+    // The record has no event time: the clock places it in [1,000,000, 1,001,000).
+    let operator =
+        r#"window = { type = "tumbling", size = "1s", aggregate = "count", time = "processing" }"#;
+    let out = one_record_on_a_manual_clock("counts", operator, 1_000_500, 499);
+    assert!(out.ends_with("\t1000000,1001000,1"), "{out}");
 }
 
 #[test]

@@ -154,16 +154,9 @@ impl WindowSpec {
         };
         match self.kind {
             WindowKind::Tumbling => {
-                let size = positive("size", self.size)?;
+                positive("size", self.size)?;
                 unused("slide", self.slide.is_some())?;
                 unused("gap", self.gap.is_some())?;
-                if self.offset >= size {
-                    return Err(format!(
-                        "offset {} must be less than the size {}",
-                        text(self.offset),
-                        text(size)
-                    ));
-                }
             }
             WindowKind::Sliding => {
                 let size = positive("size", self.size)?;
@@ -183,19 +176,26 @@ impl WindowSpec {
                         ms(size) / ms(slide)
                     ));
                 }
-                if self.offset >= slide {
-                    return Err(format!(
-                        "offset {} must be less than the slide {}",
-                        text(self.offset),
-                        text(slide)
-                    ));
-                }
             }
             WindowKind::Session => {
                 positive("gap", self.gap)?;
                 unused("size", self.size.is_some())?;
                 unused("slide", self.slide.is_some())?;
                 unused("offset", !self.offset.is_zero())?;
+            }
+        }
+        // Windows start every slide (a tumbling window's is its size), shifted by the offset.
+        if self.kind != WindowKind::Session {
+            let (what, step) = match self.slide {
+                Some(slide) => ("slide", slide),
+                None => ("size", self.size.unwrap_or_default()),
+            };
+            if self.offset >= step {
+                return Err(format!(
+                    "offset {} must be less than the {what} {}",
+                    text(self.offset),
+                    text(step)
+                ));
             }
         }
         if self.late.is_empty() {
@@ -790,12 +790,31 @@ mod tests {
         clock.set(1_001_200);
         op.process(&batch(&["a"]), &mut out).unwrap();
         assert_eq!(op.next_processing_time(), Some(1_001_999));
+        // A restore keeps the open window and its processing-time timer.
+        let mut snapshot = Snapshot {
+            format: crate::operator::SnapshotFormat::Canonical,
+            bytes: Vec::new(),
+            key_groups: 0..128,
+            shared: None,
+        };
+        op.snapshot(1, &mut snapshot).unwrap();
         let mut last = Batch::default();
         op.close(&mut last).unwrap();
         assert!(
             last.is_empty(),
             "an open window does not fire at the end of input"
         );
+        let dir2 = tempfile::tempdir().unwrap();
+        let setup2 = StateSetup {
+            root: dir2.path().to_path_buf(),
+            ..setup
+        };
+        let mut restored = build(&spec, &super::super::test_context(), &setup2).unwrap();
+        restored.restore(&snapshot.bytes, dir2.path()).unwrap();
+        assert_eq!(restored.next_processing_time(), Some(1_001_999));
+        let mut fired = Batch::default();
+        restored.on_processing_time(1_001_999, &mut fired).unwrap();
+        assert_eq!(text(&fired), ["a 1001000,1002000,1 @Some(1001999)"]);
         spec.allowed_lateness = Duration::from_millis(1);
         assert!(spec.validate().unwrap_err().contains("allowed_lateness"));
     }
@@ -834,8 +853,17 @@ mod tests {
         s.size = Some(Duration::from_secs(10));
         s.slide = Some(Duration::from_millis(1));
         assert!(s.validate().unwrap_err().contains("size / slide is 10000"));
+        s.slide = Some(Duration::from_secs(1));
+        s.offset = Duration::from_secs(1);
+        assert_eq!(
+            s.validate().unwrap_err(),
+            "offset 1s must be less than the slide 1s"
+        );
         let mut t = spec(WindowKind::Tumbling, 1_000, None, 1_000);
-        assert!(t.validate().unwrap_err().contains("offset"));
+        assert_eq!(
+            t.validate().unwrap_err(),
+            "offset 1s must be less than the size 1s"
+        );
         t.offset = Duration::ZERO;
         t.slide = Some(Duration::from_secs(1));
         assert!(t.validate().unwrap_err().contains("slide does not apply"));
