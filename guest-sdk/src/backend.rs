@@ -36,6 +36,17 @@ pub(crate) trait Backend {
     fn declare_state(&mut self, kind: StateKind, name: &str, ttl: Option<&Ttl>) -> usize;
     /// The state's values for every key slot of the current batch.
     fn load(&mut self, state: usize, keys: &[&[u8]]) -> Vec<u8>;
+    /// The value of `map_key` in key slot `slot`'s map, as stored before this batch (map
+    /// state only: the point read of a map a load sent as large).
+    fn map_get(
+        &mut self,
+        state: usize,
+        keys: &[&[u8]],
+        slot: u32,
+        map_key: &[u8],
+    ) -> Option<Vec<u8>>;
+    /// Key slot `slot`'s whole map, as stored before this batch, in the load encoding.
+    fn map_entries(&mut self, state: usize, keys: &[&[u8]], slot: u32) -> Vec<u8>;
     /// Applies one batch's changes to the state.
     fn store(&mut self, state: usize, keys: &[&[u8]], changes: &[u8]);
     /// Sends output records.

@@ -280,6 +280,7 @@ fn host_calls_per_batch_do_not_grow_with_records() {
             store: 3,
             emit: 1,
             timers: 1,
+            ..HostCalls::default()
         }
     );
     h.process(inputs);
@@ -367,6 +368,12 @@ impl Backend for BadHost {
         0
     }
     fn load(&mut self, _: usize, _: &[&[u8]]) -> Vec<u8> {
+        vec![1, 2, 3]
+    }
+    fn map_get(&mut self, _: usize, _: &[&[u8]], _: u32, _: &[u8]) -> Option<Vec<u8>> {
+        Some(vec![0xff; 3])
+    }
+    fn map_entries(&mut self, _: usize, _: &[&[u8]], _: u32) -> Vec<u8> {
         vec![1, 2, 3]
     }
     fn store(&mut self, _: usize, _: &[&[u8]], _: &[u8]) {}
@@ -525,5 +532,149 @@ fn config_and_open_context() {
     assert!(
         err.contains("operator \"test-operator\": its config {}"),
         "{err}"
+    );
+}
+
+/// Runs a script line per record on a map of strings per key (`put k v`, `remove k`, `clear`,
+/// `get k`, `contains k`, `empty`, `entries`) and emits what the reads return.
+#[derive(Default)]
+struct MapScript;
+
+impl Operator for MapScript {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let m = ctx.map_state::<String, String>("m");
+        let line = rec.value_str()?;
+        let mut words = line.split(' ');
+        let out = match (words.next(), words.next(), words.next()) {
+            (Some("put"), Some(k), Some(v)) => return m.put(k, v),
+            (Some("remove"), Some(k), _) => return m.remove(k),
+            (Some("clear"), ..) => return m.clear(),
+            (Some("get"), Some(k), _) => format!("{:?}", m.get(k)?),
+            (Some("contains"), Some(k), _) => m.contains(k)?.to_string(),
+            (Some("empty"), ..) => m.is_empty()?.to_string(),
+            (Some("entries"), ..) => format!("{:?}", m.entries()?),
+            _ => return Err(format!("bad script line {line:?}").into()),
+        };
+        ctx.emit(rec.key(), out)
+    }
+}
+
+/// What [`MapScript`] emits for `line` on `map`, which the line changes: computed here, not
+/// by the SDK. Entries are in the order of their encoded keys (shorter strings first).
+fn map_script_model(
+    map: &mut std::collections::BTreeMap<String, String>,
+    line: &str,
+) -> Option<String> {
+    let w: Vec<&str> = line.split(' ').collect();
+    match w[0] {
+        "put" => drop(map.insert(w[1].into(), w[2].into())),
+        "remove" => drop(map.remove(w[1])),
+        "clear" => map.clear(),
+        "get" => return Some(format!("{:?}", map.get(w[1]))),
+        "contains" => return Some(map.contains_key(w[1]).to_string()),
+        "empty" => return Some(map.is_empty().to_string()),
+        _ => {
+            let mut entries: Vec<(String, String)> = map.clone().into_iter().collect();
+            entries.sort_by(|a, b| (a.0.len(), &a.0).cmp(&(b.0.len(), &b.0)));
+            return Some(format!("{entries:?}"));
+        }
+    }
+    None
+}
+
+/// Maps that grow past what the host sends whole (16 KiB) and shrink again, read by point
+/// reads and whole, against a model, batch after batch.
+#[test]
+fn large_maps_read_what_was_written() {
+    let mut h = Harness::<MapScript>::new();
+    let mut model: Vec<std::collections::BTreeMap<String, String>> = vec![Default::default(); 3];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut rand = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut large_seen = 0;
+    for batch in 0..300 {
+        let (mut inputs, mut expected) = (Vec::new(), Vec::new());
+        for _ in 0..40 {
+            let k = rand(3) as usize;
+            let mk = format!("m{}", rand(60));
+            let line = match rand(20) {
+                0 if rand(8) == 0 => "clear".to_string(),
+                0..=4 => format!("remove {mk}"),
+                5..=11 => format!("put {mk} {}", "v".repeat(rand(1_200) as usize + 1)),
+                12..=15 => format!("get {mk}"),
+                16 | 17 => format!("contains {mk}"),
+                18 => "empty".to_string(),
+                _ => "entries".to_string(),
+            };
+            if let Some(out) = map_script_model(&mut model[k], &line) {
+                expected.push(out);
+            }
+            inputs.push(Input::keyed(format!("key{k}"), line));
+        }
+        let out = h.process(inputs);
+        assert_eq!(values(&out), expected, "batch {batch}");
+        let large = |m: &std::collections::BTreeMap<String, String>| {
+            m.iter()
+                .map(|(k, v)| 8 + 1 + k.len() + 2 + v.len())
+                .sum::<usize>()
+                > 16 << 10
+        };
+        large_seen += model.iter().filter(|m| large(m)).count();
+    }
+    assert!(
+        large_seen > 100,
+        "the maps were large in {large_seen} key-batches only"
+    );
+    // Every entry of a large map removed in one batch: empty then, and after.
+    let keys: Vec<String> = model[0].keys().cloned().collect();
+    let mut inputs: Vec<Input> = (0..40)
+        .map(|i| Input::keyed("key0", format!("put p{i} {}", "x".repeat(600))))
+        .collect();
+    h.process(inputs.drain(..));
+    let removes = keys.iter().cloned().chain((0..40).map(|i| format!("p{i}")));
+    inputs.extend(removes.map(|k| Input::keyed("key0", format!("remove {k}"))));
+    inputs.push(Input::keyed("key0", "empty"));
+    assert_eq!(values(&h.process(inputs)), ["true"]);
+    assert_eq!(
+        values(&h.process([Input::keyed("key0", "empty")])),
+        ["true"]
+    );
+}
+
+/// Reading entries of a large map costs one host call per distinct map key read in a batch,
+/// and the map is not sent whole.
+#[test]
+fn point_reads_of_a_large_map_cost_what_is_read() {
+    let mut h = Harness::<MapScript>::new();
+    let fill: Vec<Input> = (0..1_000)
+        .map(|i| Input::keyed("big", format!("put m{i} {i:0>40}")))
+        .collect();
+    h.process(fill);
+    h.take_calls();
+    let reads: Vec<Input> = (0..300)
+        .map(|i| Input::keyed("big", format!("get m{}", i % 3)))
+        .chain([
+            Input::keyed("big", "contains m1"),
+            Input::keyed("big", "empty"),
+        ])
+        .collect();
+    let out = h.process(reads);
+    assert_eq!(
+        out[0].value_str(),
+        format!("Some({:?})", format!("{:0>40}", 0))
+    );
+    assert_eq!(values(&out[300..]), ["true", "false"]);
+    assert_eq!(
+        h.take_calls(),
+        HostCalls {
+            load: 1,
+            map_get: 3,
+            emit: 1,
+            ..HostCalls::default()
+        }
     );
 }

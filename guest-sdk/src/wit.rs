@@ -91,6 +91,26 @@ impl Backend for WitBackend {
         }
     }
 
+    fn map_get(
+        &mut self,
+        state: usize,
+        _keys: &[&[u8]],
+        slot: u32,
+        map_key: &[u8],
+    ) -> Option<Vec<u8>> {
+        match &self.states[state] {
+            WitState::Map(s) => s.get(slot, map_key),
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+
+    fn map_entries(&mut self, state: usize, _keys: &[&[u8]], slot: u32) -> Vec<u8> {
+        match &self.states[state] {
+            WitState::Map(s) => s.entries(slot),
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+
     fn store(&mut self, state: usize, _keys: &[&[u8]], changes: &[u8]) {
         match &self.states[state] {
             WitState::Value(s) => s.store(changes),

@@ -4,7 +4,8 @@
 //! value state, then updates every key once more (read, add one, write) in batches of 4,096
 //! distinct keys, as the WASM host does; then measures checkpoints after 1% of the keys
 //! changed (full snapshot vs incremental RocksDB checkpoint: duration and bytes written) and
-//! the time to restore from each.
+//! the time to restore from each. Then the cost of timers against value-state writes, and of
+//! one read and write of a large map per key: loaded whole against point reads.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,9 +14,10 @@ use crate::checkpoint::storage::put_shared;
 use crate::clock::Clock;
 use crate::operator::SnapshotFormat;
 use crate::state::{
-    BackendKind, KeyedState, Slots, StateConfig, StateId, StateKind, StateSetup, Timers,
+    BackendKind, KeyedState, MAP_LOAD_LIMIT, Slots, StateConfig, StateId, StateKind, StateSetup,
+    Timers,
 };
-use weir_wire::TimeDomain;
+use weir_wire::{MapLoad, MapOp, TimeDomain};
 
 const BATCH: usize = 4096;
 const MAX_PARALLELISM: u32 = 128;
@@ -67,7 +69,86 @@ pub fn state(keys: &[u64], dir: &Path) -> Result<(), String> {
     for &n in keys {
         timers(n.min(1_000_000), 2_000_000)?;
     }
+    println!(
+        "\n{:>10} {:<8} | {:>18} {:>18}",
+        "map size", "backend", "whole load ns/key", "point read ns/key"
+    );
+    for entries in [100, 10_000, 100_000] {
+        for backend in [BackendKind::Memory, BackendKind::RocksDb] {
+            let root = dir.join(format!("map-{entries}-{backend:?}"));
+            let _ = std::fs::remove_dir_all(&root);
+            let (whole, point) = maps(entries, backend, &root)
+                .map_err(|e| format!("maps of {entries}, {backend:?}: {e}"))?;
+            let _ = std::fs::remove_dir_all(&root);
+            println!(
+                "{entries:>10} {:<8} | {whole:>18.0} {point:>18.0}",
+                format!("{backend:?}").to_lowercase()
+            );
+        }
+    }
     Ok(())
+}
+
+/// What reading and writing one entry of each key's map costs per key and batch, with maps
+/// of `entries` entries over 64 keys in batches of all of them: loaded whole (as the host's
+/// own operators load maps) or as a guest reads them (whole up to `MAP_LOAD_LIMIT`, else one
+/// point read). Returns nanoseconds per key for each.
+fn maps(entries: u64, backend: BackendKind, root: &Path) -> Result<(f64, f64), String> {
+    const KEYS: u64 = 64;
+    let err = |e: crate::state::StateError| e.to_string();
+    let mut s = open(backend, root)?;
+    let id = s.declare("m", StateKind::Map, None).map_err(err)?;
+    let mut slots = Slots::default();
+    for k in 0..KEYS {
+        let key = format!("key-{k}");
+        slots.push(key.as_bytes(), s.key_group(key.as_bytes()));
+    }
+    let mut changes = Vec::new();
+    for e in 0..entries {
+        for k in 0..KEYS {
+            let op = MapOp::Put(&e.to_le_bytes(), &[0; 8]);
+            weir_wire::put_map_op(&mut changes, k as u32, op);
+        }
+        if changes.len() > 1 << 20 || e + 1 == entries {
+            s.store(id, &slots, &changes, u64::MAX).map_err(err)?;
+            changes.clear();
+        }
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut run = |s: &mut KeyedState, max_map: usize| -> Result<f64, String> {
+        let batches = (2_000_000 / entries.max(1_000)).clamp(20, 2_000);
+        let started = Instant::now();
+        let mut buf = Vec::new();
+        for _ in 0..batches {
+            buf.clear();
+            s.load(id, &slots, max_map, &mut buf).map_err(err)?;
+            let mut r = weir_wire::Reader::new(&buf, "bench");
+            changes.clear();
+            for slot in 0..KEYS as u32 {
+                let mk = rng.u64(..entries).to_le_bytes();
+                let found = match weir_wire::read_map_load(&mut r).map_err(|e| e.to_string())? {
+                    MapLoad::Large(_) => s.map_get(id, &slots, slot, &mk).map_err(err)?,
+                    MapLoad::Whole(n) => {
+                        let mut found = None;
+                        for _ in 0..n {
+                            let (k, v) = (r.bytes(), r.bytes());
+                            if k == Ok(&mk[..]) {
+                                found = v.ok().map(<[u8]>::to_vec);
+                            }
+                        }
+                        found
+                    }
+                };
+                let n = found.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap_or_default()));
+                weir_wire::put_map_op(&mut changes, slot, MapOp::Put(&mk, &(n + 1).to_le_bytes()));
+            }
+            s.store(id, &slots, &changes, u64::MAX).map_err(err)?;
+        }
+        Ok(started.elapsed().as_nanos() as f64 / (batches * KEYS) as f64)
+    };
+    let whole = run(&mut s, usize::MAX)?;
+    let point = run(&mut s, MAP_LOAD_LIMIT)?;
+    Ok((whole, point))
 }
 
 struct Row {

@@ -104,11 +104,11 @@ pub fn parse(text: &str) -> Result<Conformance, String> {
     Ok(conformance)
 }
 
-/// The input of both runs: [`interleave`] with 400 filler commands after every second round,
-/// so that each key's commands spread over several batches and its state must survive
-/// between them.
+/// The input of both runs: [`interleave`] with 4,000 filler commands after every second
+/// round, so that each key's commands spread over several batches (of up to 4,096 records)
+/// and its state must survive between them.
 pub fn input(scripts: &[Vec<Step>]) -> Vec<Step> {
-    let steps = interleave(scripts, 400);
+    let steps = interleave(scripts, 4_000);
     assert!(steps.len() > 3 * 1024, "the input spans several batches");
     steps
 }

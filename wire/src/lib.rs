@@ -19,6 +19,7 @@
 
 mod batch;
 mod key_table;
+mod map_load;
 mod output;
 mod primitives;
 mod record;
@@ -27,6 +28,7 @@ mod timers;
 
 pub use batch::{BatchReader, BatchRecord, BatchWriter};
 pub use key_table::read_key_table;
+pub use map_load::{LARGE_MAP, MAP_LOAD_LIMIT, MapLoad, read_map_load};
 pub use output::{OutputReader, OutputWriter};
 pub use primitives::{
     DecodeError, NONE, Reader, put_bytes, put_i64, put_opt_bytes, put_u8, put_u32,

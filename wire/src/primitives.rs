@@ -79,6 +79,13 @@ impl<'a> Reader<'a> {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// The little-endian `u32` at the current position, if there is one, without reading it.
+    #[inline]
+    pub(crate) fn peek_u32(&self) -> Option<u32> {
+        let b = self.buf.get(self.pos..self.pos.checked_add(4)?)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
     /// Reads a little-endian `s64`.
     #[inline]
     pub fn i64(&mut self) -> Result<i64, DecodeError> {

@@ -6,12 +6,12 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_wire::{DecodeError, MapOp, Reader, put_map_op};
+use weir_wire::{DecodeError, MapLoad, MapOp, Reader, put_map_op, read_map_load};
 
 use super::codec::{Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
 use crate::fxhash::{FxMap, hash_bytes};
-use crate::{Context, Result};
+use crate::{Context, Error, Result};
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -20,6 +20,11 @@ struct Slot {
     len: u32,
     /// The stored entries are gone (clear in this batch).
     cleared: bool,
+    /// The load did not send the entries (a map larger than the host sends whole): map keys
+    /// are read one by one, all entries only when the operator asks for all of them.
+    large: bool,
+    /// For a large map, a lower bound of its number of entries.
+    at_least: u32,
     /// Index into `overlays` of this batch's puts and removes, or `Overlays::NONE`.
     overlay: u32,
 }
@@ -28,14 +33,19 @@ const EMPTY: Slot = Slot {
     first: 0,
     len: 0,
     cleared: false,
+    large: false,
+    at_least: 0,
     overlay: Overlays::<Change>::NONE,
 };
 
-/// A put (`value` is `Some`) or a remove of one map key in this batch; arena spans.
+/// A put (`value` is `Some`) or a remove of one map key in this batch; arena spans. Or, with
+/// `read`, what a point read of a large map found, kept so that the key is read once per
+/// batch; not written back.
 #[derive(Clone, Copy, Debug)]
 struct Change {
     key: Span,
     value: Option<Span>,
+    read: bool,
 }
 
 #[derive(Default)]
@@ -61,6 +71,8 @@ enum Found {
     Arena(Option<Span>),
     Stored(Option<Span>),
     NotLoaded,
+    /// In a large map the load did not send: ask the host.
+    Fetch,
 }
 
 impl MapCache {
@@ -75,24 +87,55 @@ impl MapCache {
     pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
         let mut r = Reader::new(buf, "map-state load");
         self.stored.clear();
-        for slot in &mut self.slots {
-            let n = r.count(8)?;
-            let first = self.stored.len();
-            for _ in 0..n {
-                let key = Span::of(buf, r.bytes()?);
-                let value = Span::of(buf, r.bytes()?);
-                self.stored.push((key, value));
+        for slot in 0..self.slots.len() {
+            match read_map_load(&mut r)? {
+                MapLoad::Whole(n) => self.read_entries(slot, &mut r, buf, n)?,
+                MapLoad::Large(n) => {
+                    let s = &mut self.slots[slot];
+                    (s.large, s.at_least) = (true, n);
+                }
             }
-            // Lookups are binary searches. The hosts send each map in key order; sorted
-            // here only if one does not.
-            let entries = &mut self.stored[first..];
-            if !entries.is_sorted_by(|a, b| a.0.get(buf) <= b.0.get(buf)) {
-                entries.sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
-            }
-            slot.first = first as u32;
-            slot.len = n as u32;
         }
         expect_end(&r, buf)
+    }
+
+    /// Takes slot `slot`'s whole map from a `map-state.entries` answer at `buf[at..]`.
+    pub(super) fn apply_entries(
+        &mut self,
+        slot: u32,
+        buf: &[u8],
+        at: usize,
+    ) -> std::result::Result<(), DecodeError> {
+        let mut r = Reader::new(&buf[at..], "map-state entries");
+        let n = r.count(8)?;
+        self.read_entries(slot as usize, &mut r, buf, n)?;
+        self.slots[slot as usize].large = false;
+        expect_end(&r, buf)
+    }
+
+    /// Reads `n` entries of `slot`'s map from `r`, a reader over (part of) `buf`.
+    fn read_entries(
+        &mut self,
+        slot: usize,
+        r: &mut Reader<'_>,
+        buf: &[u8],
+        n: usize,
+    ) -> std::result::Result<(), DecodeError> {
+        let first = self.stored.len();
+        for _ in 0..n {
+            let key = Span::of(buf, r.bytes()?);
+            let value = Span::of(buf, r.bytes()?);
+            self.stored.push((key, value));
+        }
+        // Lookups are binary searches. The hosts send each map in key order; sorted here
+        // only if one does not.
+        let entries = &mut self.stored[first..];
+        if !entries.is_sorted_by(|a, b| a.0.get(buf) <= b.0.get(buf)) {
+            entries.sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
+        }
+        let s = &mut self.slots[slot];
+        (s.first, s.len) = (first as u32, n as u32);
+        Ok(())
     }
 
     fn overlay(&mut self, slot: u32) -> &mut Vec<Change> {
@@ -167,34 +210,46 @@ impl MapCache {
         if !batch.loaded {
             return Found::NotLoaded;
         }
+        if self.slots[slot as usize].large {
+            return Found::Fetch;
+        }
         let stored = self.stored(slot);
         let at = stored.binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key));
         Found::Stored(at.ok().map(|i| stored[i].1))
     }
 
     /// Whether a slot's map has no visible entry (loaded, unless cleared): without merging
-    /// its entries, so that it costs the batch's changes to it, not the map's size.
-    fn is_empty(&self, slot: u32, batch: &Batch) -> bool {
+    /// its entries, so that it costs the batch's changes to it, not the map's size. `None`
+    /// for a large map that only its whole entries can tell.
+    fn is_empty(&self, slot: u32, batch: &Batch) -> Option<bool> {
         let changes = self.changes(slot);
         if changes.iter().any(|c| c.value.is_some()) {
-            return false;
+            return Some(false);
         }
-        if self.slots[slot as usize].cleared {
-            return true;
+        let s = self.slots[slot as usize];
+        if s.cleared {
+            return Some(true);
+        }
+        if s.large {
+            // A remove takes one entry at most.
+            let removes = changes.iter().filter(|c| !c.read).count();
+            return (removes < s.at_least as usize).then_some(false);
         }
         // Only removes, each of another map key: empty if they remove every stored entry.
         let stored = self.stored(slot);
-        stored.len() <= changes.len()
-            && changes
-                .iter()
-                .filter(|c| {
-                    let key = c.key.get(&batch.arena);
-                    stored
-                        .binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key))
-                        .is_ok()
-                })
-                .count()
-                == stored.len()
+        Some(
+            stored.len() <= changes.len()
+                && changes
+                    .iter()
+                    .filter(|c| {
+                        let key = c.key.get(&batch.arena);
+                        stored
+                            .binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key))
+                            .is_ok()
+                    })
+                    .count()
+                    == stored.len(),
+        )
     }
 
     /// The visible entries of a slot as `(key, value)` bytes, sorted by key bytes.
@@ -248,7 +303,7 @@ impl MapCache {
             if cleared {
                 put_map_op(out, slot, MapOp::Clear);
             }
-            for c in self.changes(slot) {
+            for c in self.changes(slot).iter().filter(|c| !c.read) {
                 let key = c.key.get(&batch.arena);
                 match c.value {
                     Some(v) => put_map_op(out, slot, MapOp::Put(key, v.get(&batch.arena))),
@@ -286,36 +341,74 @@ impl Access<'_> {
     where
         Q: Serialize + ?Sized,
     {
-        // The key is encoded into the arena only for the lookup and then dropped again.
+        // The key is encoded into the arena for the lookup and then dropped again, unless a
+        // point read keeps it.
         let kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
-        let result = self.map_lookup_encoded(kspan, f);
-        self.batch.arena.truncate(kspan.start());
-        result
-    }
-
-    fn map_lookup_encoded<R>(
-        &mut self,
-        kspan: Span,
-        f: impl FnOnce(&str, Option<&[u8]>) -> Result<R>,
-    ) -> Result<R> {
         let slot = self.slot;
-        let mut found = self
-            .cache
-            .map()
-            .find(slot, kspan.get(&self.batch.arena), &*self.batch);
+        let find = |a: &Self| {
+            a.cache
+                .map()
+                .find(slot, kspan.get(&a.batch.arena), &*a.batch)
+        };
+        let mut found = find(self);
         if let Found::NotLoaded = found {
             self.ensure_loaded()?;
-            found = self
-                .cache
-                .map()
-                .find(slot, kspan.get(&self.batch.arena), &*self.batch);
+            found = find(self);
         }
         let bytes = match found {
             Found::Arena(v) => v.map(|v| v.get(&self.batch.arena)),
             Found::Stored(v) => v.map(|v| v.get(&self.batch.buf)),
             Found::NotLoaded => None,
+            Found::Fetch => {
+                let value = self.backend.map_get(
+                    self.handle,
+                    self.keys,
+                    slot,
+                    kspan.get(&self.batch.arena),
+                );
+                let arena = &mut self.batch.arena;
+                let value = value.map(|v| {
+                    let start = arena.len();
+                    arena.extend_from_slice(&v);
+                    Span::of(arena, &arena[start..])
+                });
+                let read = Change {
+                    key: kspan,
+                    value,
+                    read: true,
+                };
+                self.cache
+                    .map_mut()
+                    .record(slot, None, read, &self.batch.arena);
+                return f(self.name, value.map(|v| v.get(&self.batch.arena)));
+            }
         };
-        f(self.name, bytes)
+        let result = f(self.name, bytes);
+        self.batch.arena.truncate(kspan.start());
+        result
+    }
+
+    /// Loads the batch's maps unless loaded, and the current slot's whole map if the load
+    /// sent it as large.
+    fn map_whole(&mut self) -> Result<()> {
+        self.ensure_loaded()?;
+        let slot = self.slot;
+        let s = self.cache.map().slots[slot as usize];
+        if !s.large || s.cleared {
+            return Ok(());
+        }
+        let answer = self.backend.map_entries(self.handle, self.keys, slot);
+        let at = self.batch.buf.len();
+        self.batch.buf.extend_from_slice(&answer);
+        self.cache
+            .map_mut()
+            .apply_entries(slot, &self.batch.buf, at)
+            .map_err(|e| {
+                Error::new(e).context(format!(
+                    "state \"{}\": the host's entries() answer is malformed",
+                    self.name
+                ))
+            })
     }
 
     /// Records a put (`value` is `Some`) or a remove of `key`.
@@ -341,6 +434,7 @@ impl Access<'_> {
         let change = Change {
             key: kspan,
             value: vspan,
+            read: false,
         };
         self.cache
             .map_mut()
@@ -355,6 +449,14 @@ impl Access<'_> {
 /// Get one with [`Context::map_state`]. Map keys are compared by their `postcard` encoding,
 /// so `K` must encode equal keys to equal bytes (true of strings, integers, and structs and
 /// tuples of them; not of floats with several NaNs or of hash maps).
+///
+/// Cost: the first read of a map state in a batch loads the maps of all the batch's keys in
+/// one host call, and the batch's writes go back in one call at its end. A map larger than
+/// 16 KiB is not loaded: [`get`](Self::get) and [`contains`](Self::contains) read one entry
+/// per host call (once per map key and batch), [`entries`](Self::entries),
+/// [`keys`](Self::keys) and [`values`](Self::values) read it whole (as may
+/// [`is_empty`](Self::is_empty) when the batch removed many of its entries). Writes never
+/// read. So a large map costs what the operator reads of it, not what it holds.
 ///
 /// ```
 /// use weir_sdk::prelude::*;
@@ -622,7 +724,11 @@ where
             if !a.cache.map().slots[slot as usize].cleared {
                 a.ensure_loaded()?;
             }
-            Ok(a.cache.map().is_empty(slot, &*a.batch))
+            if let Some(empty) = a.cache.map().is_empty(slot, &*a.batch) {
+                return Ok(empty);
+            }
+            a.map_whole()?;
+            Ok(a.cache.map().is_empty(slot, &*a.batch) == Some(true))
         })
     }
 
@@ -659,7 +765,7 @@ where
         self.ctx.with_state(&self.id, |a| {
             let slot = a.slot;
             if !a.cache.map().slots[slot as usize].cleared {
-                a.ensure_loaded()?;
+                a.map_whole()?;
             }
             let entries = a.cache.map().visible(slot, &*a.batch);
             f(a.name, &entries)

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use weir_wire::{
-    ListOp, MapOp, OutputReader, TimeDomain, ValueOp, put_bytes, put_opt_bytes, put_u32,
-    read_list_ops, read_map_ops, read_timer_ops, read_value_ops,
+    LARGE_MAP, ListOp, MAP_LOAD_LIMIT, MapOp, OutputReader, TimeDomain, ValueOp, put_bytes,
+    put_opt_bytes, put_u32, read_list_ops, read_map_ops, read_timer_ops, read_value_ops,
 };
 
 use super::Output;
@@ -53,6 +53,8 @@ pub(super) struct Store {
 pub(crate) struct HostCalls {
     pub(crate) declare: usize,
     pub(crate) load: usize,
+    pub(crate) map_get: usize,
+    pub(crate) map_entries: usize,
     pub(crate) store: usize,
     pub(crate) emit: usize,
     pub(crate) timers: usize,
@@ -60,6 +62,15 @@ pub(crate) struct HostCalls {
 
 /// An empty map, for keys without a stored one.
 const NO_ENTRIES: &BTreeMap<Vec<u8>, Vec<u8>> = &BTreeMap::new();
+
+/// A map in the load encoding, `u32 n` and the entries.
+fn put_entries(buf: &mut Vec<u8>, map: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    put_u32(buf, map.len() as u32);
+    for (k, v) in map {
+        put_bytes(buf, k);
+        put_bytes(buf, v);
+    }
+}
 
 impl Store {
     fn state(&self, name: &str) -> Option<&MemState> {
@@ -224,18 +235,46 @@ impl Backend for MemoryBackend {
                     }
                 }
                 StateKind::Map => {
-                    let empty = BTreeMap::new();
                     let map = match stored {
                         Some(Stored::Map(m)) => m,
-                        _ => &empty,
+                        _ => NO_ENTRIES,
                     };
-                    put_u32(&mut buf, map.len() as u32);
-                    for (k, v) in map {
-                        put_bytes(&mut buf, k);
-                        put_bytes(&mut buf, v);
+                    let bytes: usize = map.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+                    if bytes > MAP_LOAD_LIMIT {
+                        // As the host does: the operator reads it entry by entry.
+                        put_u32(&mut buf, LARGE_MAP);
+                        put_u32(&mut buf, map.len() as u32);
+                    } else {
+                        put_entries(&mut buf, map);
                     }
                 }
             }
+        }
+        buf
+    }
+
+    fn map_get(
+        &mut self,
+        state: usize,
+        keys: &[&[u8]],
+        slot: u32,
+        map_key: &[u8],
+    ) -> Option<Vec<u8>> {
+        self.0.borrow_mut().calls.map_get += 1;
+        let store = self.0.borrow();
+        match store.states[state].data.get(keys[slot as usize]) {
+            Some(Stored::Map(m)) => m.get(map_key).cloned(),
+            _ => None,
+        }
+    }
+
+    fn map_entries(&mut self, state: usize, keys: &[&[u8]], slot: u32) -> Vec<u8> {
+        self.0.borrow_mut().calls.map_entries += 1;
+        let store = self.0.borrow();
+        let mut buf = Vec::new();
+        match store.states[state].data.get(keys[slot as usize]) {
+            Some(Stored::Map(m)) => put_entries(&mut buf, m),
+            _ => put_entries(&mut buf, NO_ENTRIES),
         }
         buf
     }

@@ -504,7 +504,7 @@ impl WindowOperator {
     fn load(&mut self, slots: &Slots) -> Result<Vec<Open>, OperatorError> {
         let mut buf = Vec::new();
         self.state
-            .load(self.windows, slots, &mut buf)
+            .load(self.windows, slots, usize::MAX, &mut buf)
             .map_err(|e| OperatorError::Failed(e.to_string()))?;
         let bad = |e: weir_wire::DecodeError| OperatorError::Contract(e.to_string());
         let mut r = Reader::new(&buf, "window state");

@@ -6,9 +6,10 @@
 
 use std::ops::Range;
 
+use super::key_map::KeyMap;
 use super::packed::Packed;
 use super::value_table::{ValuePos, ValueTable};
-use super::{FastMap, Key, Row, Slots, StateKind, Ttl};
+use super::{FastMap, Key, MAP_LOAD_LIMIT, Row, Slots, StateKind, Ttl};
 
 /// What an entry (a value, a list element or a map entry) costs besides its bytes: the
 /// table's bucket or its length prefixes and share of its key's buffer, roughly. The count is meant to bound what
@@ -21,7 +22,7 @@ const ENTRY_OVERHEAD: usize = 64;
 enum Table {
     Value(Vec<ValueTable>),
     List(Vec<FastMap<Key, Packed>>),
-    Map(Vec<FastMap<Key, Packed>>),
+    Map(Vec<FastMap<Key, KeyMap>>),
 }
 
 #[derive(Debug)]
@@ -171,16 +172,24 @@ impl Memory {
         }
     }
 
-    /// The list or map of `key` in state `st` as a `load` answer has it, if it has one.
-    pub(crate) fn packed(&self, st: usize, group: u32, key: &[u8]) -> Option<&Packed> {
-        let (Table::List(t) | Table::Map(t)) = &self.tables[st] else {
+    /// The list of `key` in list state `st` as a `load` answer has it, if it has one.
+    pub(crate) fn list(&self, st: usize, group: u32, key: &[u8]) -> Option<&Packed> {
+        let Table::List(t) = &self.tables[st] else {
+            return None;
+        };
+        t.get(self.index(group)).and_then(|t| t.get(key))
+    }
+
+    /// The map of `key` in map state `st`, if it has one.
+    pub(crate) fn map(&self, st: usize, group: u32, key: &[u8]) -> Option<&KeyMap> {
+        let Table::Map(t) = &self.tables[st] else {
             return None;
         };
         t.get(self.index(group)).and_then(|t| t.get(key))
     }
 
     pub(crate) fn read_list(&self, st: usize, group: u32, key: &[u8], f: impl FnMut(&[u8])) {
-        if let Some(list) = self.packed(st, group, key) {
+        if let Some(list) = self.list(st, group, key) {
             list.elements().for_each(f);
         }
     }
@@ -214,16 +223,35 @@ impl Memory {
         });
     }
 
+    /// Calls `f` with the map's entries in key order while it returns true.
     pub(crate) fn read_map(
         &self,
         st: usize,
         group: u32,
         key: &[u8],
-        mut f: impl FnMut(&[u8], &[u8]),
+        f: impl FnMut(&[u8], &[u8]) -> bool,
     ) {
-        if let Some(map) = self.packed(st, group, key) {
-            map.entries().for_each(|(k, v)| f(k, v));
+        if let Some(map) = self.map(st, group, key) {
+            map.each(f);
         }
+    }
+
+    /// The number of entries of `key`'s map if it is larger than a load sends whole.
+    pub(crate) fn large_map(&self, st: usize, group: u32, key: &[u8]) -> Option<u32> {
+        let map = self.map(st, group, key)?;
+        (map.bytes() > MAP_LOAD_LIMIT).then(|| map.len())
+    }
+
+    /// Calls `f` with the value of map key `map_key` in the map of `key`.
+    pub(crate) fn map_get<R>(
+        &self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        map_key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> R {
+        f(self.map(st, group, key).and_then(|m| m.get(map_key)))
     }
 
     /// Applies `changes` (a put, or with `None` a removal) to the map of `key`, emptying it
@@ -244,7 +272,10 @@ impl Memory {
         let scratch = &mut self.scratch;
         change_entry(&mut filled(t, n)[g], key, &mut self.bytes, |map, bytes| {
             if clear {
-                *bytes -= map.entries().map(|(k, v)| cost(k, v)).sum::<usize>();
+                map.each(|k, v| {
+                    *bytes -= cost(k, v);
+                    true
+                });
                 map.clear();
             }
             map.apply(changes, scratch, |k, old, new| {
@@ -271,7 +302,10 @@ impl Memory {
             }
             Table::Map(t) => {
                 for (k, map) in t.get(g).into_iter().flatten() {
-                    map.entries().for_each(|(mk, mv)| f(k, Row::Entry(mk, mv)));
+                    map.each(|mk, mv| {
+                        f(k, Row::Entry(mk, mv));
+                        true
+                    });
                 }
             }
         }

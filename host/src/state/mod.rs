@@ -22,6 +22,7 @@ use weir_wire::{
     DecodeError, ListOp, MapOp, ValueOp, put_bytes, put_opt_bytes, put_u32, read_list_ops,
     read_map_ops, read_value_ops,
 };
+pub use weir_wire::{LARGE_MAP, MAP_LOAD_LIMIT};
 
 /// Runs `$e` on the backend as `$b`; the memory backend cannot fail, RocksDB can.
 macro_rules! on_backend {
@@ -33,6 +34,7 @@ macro_rules! on_backend {
     };
 }
 
+mod key_map;
 mod memory;
 mod packed;
 pub(crate) mod rocks;
@@ -52,6 +54,7 @@ pub use ttl::{Ttl, TtlUpdate, TtlVisibility};
 use crate::clock::Clock;
 use crate::key_group::key_group;
 use memory::Memory;
+use packed::Packed;
 use rocks::Rocks;
 use ttl::{NEVER, NO_TIME, split, stamped};
 
@@ -707,34 +710,40 @@ impl KeyedState {
         Ok(())
     }
 
-    /// The entries of `slot`'s map in state `id`, in key order, with TTL applied as in
-    /// [`read_list`](Self::read_list).
+    /// Calls `f` with the entries of `slot`'s map in state `id` in key order while it returns
+    /// true, with TTL applied as in [`read_list`](Self::read_list) (a read that stops early
+    /// restarts no TTL: what it read was not used).
     fn read_map(
         &mut self,
         id: StateId,
         slots: &Slots,
         slot: usize,
-        mut f: impl FnMut(&[u8], &[u8]),
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StateError> {
         let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
         let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
             return on_backend!(&mut self.backend, b => b.read_map(st, group, key, f));
         };
         let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut whole = true;
         on_backend!(&mut self.backend, b => b.read_map(st, group, key, |mk, raw| {
             let (old, user) = split(raw);
             if ttl.expired(old, now) {
                 changes.push((mk.to_vec(), None));
                 if ttl.returns_expired() {
-                    f(mk, user);
+                    whole = f(mk, user);
                 }
             } else {
-                f(mk, user);
+                whole = f(mk, user);
                 if on_read {
                     changes.push((mk.to_vec(), Some([&stamp.to_le_bytes()[..], user].concat())));
                 }
             }
+            whole
         }))?;
+        if !whole {
+            changes.retain(|(_, v)| v.is_none());
+        }
         if !changes.is_empty() {
             let changes = changes.iter().map(|(k, v)| (&k[..], v.as_deref()));
             on_backend!(&mut self.backend, b => b.write_map(st, group, key, false, changes))?;
@@ -742,53 +751,167 @@ impl KeyedState {
         Ok(())
     }
 
-    /// The `load` buffer of the WIT contract for state `id`: every slot's value, list or map.
+    /// Writes `slot`'s map of state `id` in the load encoding, `u32 n` and the entries, or
+    /// [`LARGE_MAP`] and the number of entries read so far if they take more than `max_map`
+    /// bytes.
+    fn put_map(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        slot: usize,
+        max_map: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StateError> {
+        let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
+        if max_map == MAP_LOAD_LIMIT && self.ttl(id).is_none() {
+            let known = match &mut self.backend {
+                Backend::Memory(m) => m.large_map(st, group, key),
+                Backend::Rocks(r) => r.large_map(st, group, key),
+            };
+            if let Some(n) = known {
+                put_u32(buf, LARGE_MAP);
+                put_u32(buf, n);
+                return Ok(());
+            }
+        }
+        let at = buf.len();
+        put_u32(buf, 0);
+        let (mut n, mut fits) = (0u32, true);
+        self.read_map(id, slots, slot, |k, v| {
+            put_bytes(buf, k);
+            put_bytes(buf, v);
+            n += 1;
+            fits = buf.len() - at - 4 <= max_map;
+            fits
+        })?;
+        if fits {
+            buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+        } else {
+            buf.truncate(at);
+            put_u32(buf, LARGE_MAP);
+            put_u32(buf, n);
+            let remember = max_map == MAP_LOAD_LIMIT && self.ttl(id).is_none();
+            if let (Backend::Rocks(r), true) = (&mut self.backend, remember) {
+                r.note_large_map(st, group, key, n);
+            }
+        }
+        Ok(())
+    }
+
+    /// The key slot `slot` of `slots` for a read of state `id`, checked to be in the batch
+    /// and of this subtask's key groups.
+    fn check_slot(&self, id: StateId, slots: &Slots, slot: u32) -> Result<usize, StateError> {
+        let slot = slots.check(slot)?;
+        let group = slots.group(slot);
+        if !self.groups.contains(&group) {
+            return Err(StateError::ForeignKey {
+                name: self.states[id.0].name.clone(),
+                group,
+                owned: self.groups.clone(),
+            });
+        }
+        Ok(slot)
+    }
+
+    /// The value of map key `map_key` in `slot`'s map of state `id` (`map-state.get`), with
+    /// TTL applied as a load applies it.
+    pub fn map_get(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        slot: u32,
+        map_key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        let slot = self.check_slot(id, slots, slot)?;
+        let (st, group, key) = (id.0, slots.group(slot), slots.key(slot));
+        let raw = on_backend!(&mut self.backend, b => b.map_get(st, group, key, map_key, |v| v.map(<[u8]>::to_vec)))?;
+        let Some((ttl, now, stamp, on_read)) = self.read_ttl(id, slots, slot) else {
+            return Ok(raw);
+        };
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let (old, user) = split(&raw);
+        let (answer, change) = if ttl.expired(old, now) {
+            (ttl.returns_expired().then(|| user.to_vec()), Some(None))
+        } else if on_read {
+            let refreshed = [&stamp.to_le_bytes()[..], user].concat();
+            (Some(user.to_vec()), Some(Some(refreshed)))
+        } else {
+            (Some(user.to_vec()), None)
+        };
+        if let Some(v) = change {
+            let change = [(map_key, v.as_deref())];
+            on_backend!(&mut self.backend, b => b.write_map(st, group, key, false, change))?;
+            self.commit()?;
+        }
+        Ok(answer)
+    }
+
+    /// `slot`'s whole map of state `id` in the load encoding (`map-state.entries`).
+    pub fn map_entries(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        slot: u32,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StateError> {
+        let slot = self.check_slot(id, slots, slot)?;
+        self.clean_up_step(id);
+        self.put_map(id, slots, slot, usize::MAX, buf)?;
+        self.commit()
+    }
+
+    /// The `load` buffer of the WIT contract for state `id`: every slot's value, list or map,
+    /// maps of more than `max_map` bytes as [`LARGE_MAP`] (guests get [`MAP_LOAD_LIMIT`]; the
+    /// host's own operators, which read maps whole, `usize::MAX`).
     pub fn load(
         &mut self,
         id: StateId,
         slots: &Slots,
+        max_map: usize,
         buf: &mut Vec<u8>,
     ) -> Result<(), StateError> {
-        match self.kind(id) {
-            StateKind::Value => self.read_values(id, slots, |_, v| put_opt_bytes(buf, v)),
-            kind => {
-                self.check_slots(id, slots)?;
-                if let (Backend::Memory(m), None) = (&self.backend, self.ttl(id)) {
-                    // Kept as the answer encodes it: one copy per key.
-                    for slot in 0..slots.len() {
-                        match m.packed(id.0, slots.group(slot), slots.key(slot)) {
-                            Some(p) => {
-                                put_u32(buf, p.len());
-                                buf.extend_from_slice(p.as_bytes());
-                            }
-                            None => put_u32(buf, 0),
-                        }
-                    }
-                    return Ok(());
-                }
-                self.clean_up_step(id);
-                for slot in 0..slots.len() {
-                    // `u32 n`, then the n elements or entries.
-                    let at = buf.len();
-                    put_u32(buf, 0);
-                    let mut n = 0u32;
-                    if kind == StateKind::List {
-                        self.read_list(id, slots, slot, |e| {
-                            put_bytes(buf, e);
-                            n += 1;
-                        })?;
-                    } else {
-                        self.read_map(id, slots, slot, |k, v| {
-                            put_bytes(buf, k);
-                            put_bytes(buf, v);
-                            n += 1;
-                        })?;
-                    }
-                    buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
-                }
-                self.commit()
-            }
+        let kind = self.kind(id);
+        if kind == StateKind::Value {
+            return self.read_values(id, slots, |_, v| put_opt_bytes(buf, v));
         }
+        self.check_slots(id, slots)?;
+        self.clean_up_step(id);
+        let ttl = self.ttl(id);
+        for slot in 0..slots.len() {
+            if let (Backend::Memory(m), None) = (&self.backend, ttl) {
+                // Kept as the answer encodes it: one copy per key.
+                let (group, key) = (slots.group(slot), slots.key(slot));
+                let packed = match kind {
+                    StateKind::List => Some(m.list(id.0, group, key)),
+                    _ => m.map(id.0, group, key).map_or(Some(None), |map| {
+                        map.packed()
+                            .filter(|p| p.as_bytes().len() <= max_map)
+                            .map(Some)
+                    }),
+                };
+                if let Some(packed) = packed {
+                    put_u32(buf, packed.map_or(0, Packed::len));
+                    buf.extend_from_slice(packed.map_or(&[], Packed::as_bytes));
+                    continue;
+                }
+            }
+            if kind == StateKind::Map {
+                self.put_map(id, slots, slot, max_map, buf)?;
+                continue;
+            }
+            // `u32 n`, then the n elements.
+            let at = buf.len();
+            put_u32(buf, 0);
+            let mut n = 0u32;
+            self.read_list(id, slots, slot, |e| {
+                put_bytes(buf, e);
+                n += 1;
+            })?;
+            buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+        }
+        self.commit()
     }
 
     /// Applies a `store` buffer of the WIT contract to state `id`, refusing any value (list

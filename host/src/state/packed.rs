@@ -77,6 +77,13 @@ impl Packed {
         self.n += 1;
     }
 
+    /// Appends a map entry; the caller keeps the entries in key order.
+    pub(crate) fn push_entry(&mut self, key: &[u8], value: &[u8]) {
+        put_item(&mut self.buf, key);
+        put_item(&mut self.buf, value);
+        self.n += 1;
+    }
+
     /// Keeps the list elements `keep` accepts.
     pub(crate) fn retain_elements(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
         let mut kept = Packed::default();
@@ -90,9 +97,7 @@ impl Packed {
     pub(crate) fn retain_entries(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
         let mut kept = Packed::default();
         for (k, v) in self.entries().filter(|(k, v)| keep(k, v)) {
-            put_item(&mut kept.buf, k);
-            put_item(&mut kept.buf, v);
-            kept.n += 1;
+            kept.push_entry(k, v);
         }
         *self = kept;
     }

@@ -36,6 +36,11 @@ impl ValueCache {
         }
     }
 
+    /// How many entries it holds at most.
+    pub(super) fn capacity(&self) -> usize {
+        2 * self.generation
+    }
+
     /// Whether `row` is cached; moves it into the young generation.
     pub(super) fn promote(&mut self, row: &[u8]) -> bool {
         if self.young.contains_key(row) {

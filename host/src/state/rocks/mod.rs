@@ -44,7 +44,7 @@ use smallvec::SmallVec;
 
 use super::packed::{Change, map_entries, merge, put_item};
 use super::ttl::NO_TIME;
-use super::{Row, Slots, StateConfig, StateError, StateKind, Ttl};
+use super::{FastMap, Key, Row, Slots, StateConfig, StateError, StateKind, Ttl};
 use crate::clock::Clock;
 
 use cache::ValueCache;
@@ -53,9 +53,10 @@ pub(crate) use files::{Manifest, is_manifest, link_or_copy, shared_names};
 use layout::{META, prefix_end, put_prefix};
 use options::{options, ttl_filter};
 
-/// Maps up to this many bytes are cached whole; larger ones are scanned when read (the
-/// cache counts entries, not bytes, so this bounds what one map entry of it holds).
-const MAX_CACHED_MAP: usize = 16 << 10;
+/// Maps up to this many bytes are cached whole; larger ones are read entry by entry (the
+/// cache counts entries, not bytes, so this bounds what one map entry of it holds). The
+/// bound of what a load sends whole: a map a guest reads whole is one the cache holds.
+const MAX_CACHED_MAP: usize = weir_wire::MAP_LOAD_LIMIT;
 
 /// The TTL and kind of each state by id, read by the compaction filter on RocksDB's threads.
 pub(super) type TtlTable = Arc<RwLock<Vec<Option<(Ttl, StateKind)>>>>;
@@ -80,6 +81,10 @@ pub(crate) struct Rocks {
     key: Vec<u8>,
     /// Scratch space for maps.
     scratch: Vec<u8>,
+    /// Maps known to be larger than a load sends whole, by row prefix: a lower bound of their
+    /// number of entries (less each remove; forgotten on a clear), so that a load does not
+    /// scan the first 16 KiB of a large map every batch to find out again.
+    large: FastMap<Key, u32>,
     ttls: TtlTable,
     watermark: Arc<AtomicI64>,
     /// Dropped after `db`: deletes the working directory.
@@ -167,6 +172,7 @@ impl Rocks {
             write,
             key: Vec::new(),
             scratch: Vec::new(),
+            large: FastMap::default(),
             ttls,
             watermark,
             dir,
@@ -322,6 +328,18 @@ impl Rocks {
 
     /// Calls `f` with the suffix (after the key) and value of every row of `key` in `st`.
     fn rows(&self, prefix: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+        self.rows_while(prefix, |k, v| {
+            f(k, v);
+            true
+        })
+    }
+
+    /// [`rows`](Self::rows) while `f` returns true.
+    fn rows_while(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StateError> {
         let mut opts = ReadOptions::default();
         if let Some(end) = prefix_end(prefix) {
             opts.set_iterate_upper_bound(end);
@@ -332,10 +350,9 @@ impl Rocks {
             let (Some(k), Some(v)) = (it.key(), it.value()) else {
                 break;
             };
-            if !k.starts_with(prefix) {
+            if !k.starts_with(prefix) || !f(&k[prefix.len()..], v) {
                 break;
             }
-            f(&k[prefix.len()..], v);
             it.next();
         }
         it.status().map_err(|e| self.fail("a scan", e))
@@ -411,34 +428,83 @@ impl Rocks {
         self.flush_large_batch()
     }
 
-    /// The entries of `key`'s map: from the cache, which keeps a map whole (packed as the
-    /// memory backend keeps it) under the row key of its prefix, or read with one scan and
-    /// cached. Writes go to RocksDB at once and into the cached map.
+    /// Calls `f` with the entries of `key`'s map in key order while it returns true: from
+    /// the cache, which keeps a small map whole (packed as the memory backend keeps it) under
+    /// the row key of its prefix, or read with one scan and then cached if it was read to
+    /// its end. Writes go to RocksDB at once and into the cached map.
     pub(crate) fn read_map(
         &mut self,
         st: usize,
         group: u32,
         key: &[u8],
-        mut f: impl FnMut(&[u8], &[u8]),
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StateError> {
         self.prefix(st, group, key);
-        if !self.cache.promote(&self.key) {
-            let mut map = std::mem::take(&mut self.scratch);
-            map.clear();
-            self.rows(&self.key, |k, v| {
-                put_item(&mut map, k);
-                put_item(&mut map, v);
-            })?;
-            map_entries(&map).for_each(|(k, v)| f(k, v));
-            if map.len() <= MAX_CACHED_MAP {
-                self.cache
-                    .put(&self.key, (!map.is_empty()).then_some(&map), false);
+        if self.cache.promote(&self.key) {
+            for (k, v) in map_entries(self.cache.get(&self.key).unwrap_or_default()) {
+                if !f(k, v) {
+                    break;
+                }
             }
-            self.scratch = map;
             return Ok(());
         }
-        map_entries(self.cache.get(&self.key).unwrap_or_default()).for_each(|(k, v)| f(k, v));
+        let mut map = std::mem::take(&mut self.scratch);
+        map.clear();
+        let (mut whole, mut cacheable) = (true, true);
+        self.rows_while(&self.key, |k, v| {
+            whole = f(k, v);
+            if cacheable {
+                put_item(&mut map, k);
+                put_item(&mut map, v);
+                cacheable = map.len() <= MAX_CACHED_MAP;
+            }
+            whole
+        })?;
+        if whole && cacheable {
+            self.cache
+                .put(&self.key, (!map.is_empty()).then_some(&map), false);
+        }
+        self.scratch = map;
         Ok(())
+    }
+
+    /// A lower bound of the entries of `key`'s map if it is known to be larger than
+    /// [`MAX_CACHED_MAP`] (see [`note_large_map`](Self::note_large_map)).
+    pub(crate) fn large_map(&mut self, st: usize, group: u32, key: &[u8]) -> Option<u32> {
+        self.prefix(st, group, key);
+        self.large.get(&self.key[..]).copied()
+    }
+
+    /// Notes that `key`'s map is larger than [`MAX_CACHED_MAP`], with at least `entries`.
+    pub(crate) fn note_large_map(&mut self, st: usize, group: u32, key: &[u8], entries: u32) {
+        self.prefix(st, group, key);
+        if self.large.len() >= self.cache.capacity() {
+            self.large.clear();
+        }
+        self.large.insert(Key::from_slice(&self.key), entries);
+    }
+
+    /// Calls `f` with the value of map key `map_key` in `key`'s map.
+    pub(crate) fn map_get<R>(
+        &mut self,
+        st: usize,
+        group: u32,
+        key: &[u8],
+        map_key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R, StateError> {
+        let len = self.prefix(st, group, key);
+        if self.cache.promote(&self.key) {
+            let map = self.cache.get(&self.key).unwrap_or_default();
+            return Ok(f(map_entries(map)
+                .find(|(k, _)| *k == map_key)
+                .map(|(_, v)| v)));
+        }
+        self.key.extend_from_slice(map_key);
+        let v = self.db.get_pinned(&self.key);
+        self.key.truncate(len);
+        let v = v.map_err(|e| self.fail("a read", e))?;
+        Ok(f(v.as_deref()))
     }
 
     pub(crate) fn write_map<'a>(
@@ -454,6 +520,13 @@ impl Rocks {
             self.delete_rows(len)?;
         }
         let changes: SmallVec<[Change<'_>; 8]> = changes.into_iter().collect();
+        if let Some(n) = self.large.get_mut(&self.key[..len]) {
+            let removes = changes.iter().filter(|c| c.1.is_none()).count() as u32;
+            match clear || *n <= removes {
+                true => drop(self.large.remove(&self.key[..len])),
+                false => *n -= removes,
+            }
+        }
         for &(k, v) in &changes {
             self.key.truncate(len);
             self.key.extend_from_slice(k);

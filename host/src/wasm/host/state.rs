@@ -5,7 +5,7 @@ use wasmtime::component::Resource;
 
 use super::{HostState, quoted};
 use crate::state::{
-    OperatorList, Redistribution, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
+    MAP_LOAD_LIMIT, OperatorList, Redistribution, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
 };
 use crate::wasm::weir::stream::{state, types};
 
@@ -65,7 +65,7 @@ impl HostState {
         let id = self.state_id(rep, kind)?;
         let mut buf = Vec::new();
         self.state
-            .load(id, &self.slots, &mut buf)
+            .load(id, &self.slots, MAP_LOAD_LIMIT, &mut buf)
             .map_err(|e| self.state_error(id, e))?;
         Ok(buf)
     }
@@ -85,9 +85,9 @@ impl types::Host for HostState {}
 impl state::Host for HostState {}
 
 /// The host side of one keyed-state resource of the WIT contract (value, list and map state
-/// differ only in the kind they declare and check).
+/// differ in the kind they declare and check, and map state has point reads).
 macro_rules! keyed_state_resource {
-    ($trait:ident, $resource:ident, $kind:expr) => {
+    ($trait:ident, $resource:ident, $kind:expr $(, { $($extra:tt)* })?) => {
         impl state::$trait for HostState {
             fn new(
                 &mut self,
@@ -112,13 +112,40 @@ macro_rules! keyed_state_resource {
             fn drop(&mut self, _s: Resource<state::$resource>) -> wasmtime::Result<()> {
                 Ok(())
             }
+
+            $($($extra)*)?
         }
     };
 }
 
 keyed_state_resource!(HostValueState, ValueState, StateKind::Value);
 keyed_state_resource!(HostListState, ListState, StateKind::List);
-keyed_state_resource!(HostMapState, MapState, StateKind::Map);
+keyed_state_resource!(HostMapState, MapState, StateKind::Map, {
+    fn get(
+        &mut self,
+        s: Resource<state::MapState>,
+        key_slot: u32,
+        map_key: Vec<u8>,
+    ) -> wasmtime::Result<Option<Vec<u8>>> {
+        let id = self.state_id(s.rep(), StateKind::Map)?;
+        self.state
+            .map_get(id, &self.slots, key_slot, &map_key)
+            .map_err(|e| self.state_error(id, e))
+    }
+
+    fn entries(
+        &mut self,
+        s: Resource<state::MapState>,
+        key_slot: u32,
+    ) -> wasmtime::Result<Vec<u8>> {
+        let id = self.state_id(s.rep(), StateKind::Map)?;
+        let mut buf = Vec::new();
+        self.state
+            .map_entries(id, &self.slots, key_slot, &mut buf)
+            .map_err(|e| self.state_error(id, e))?;
+        Ok(buf)
+    }
+});
 
 impl state::HostOperatorState for HostState {
     fn new(

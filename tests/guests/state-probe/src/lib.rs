@@ -18,6 +18,9 @@
 //! | `mentries` | `{k1=v1,k2=v2}` sorted by key |
 //! | `mkeys` | `[k1,k2]` sorted |
 //! | `mvalues` | `[v1,v2]` sorted |
+//! | `mfill N LEN`, `mremovefill N` | `ok`: put (remove) `f0`..`f{N-1}`, value `i` after dots to LEN bytes |
+//! | `mvlen K` | `LEN i` for a filled entry (its length, what is after the dots), or `none` |
+//! | `msize` | the number of entries |
 //! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
 //!
 //! An unknown command fails the batch with an error naming it.
@@ -78,6 +81,25 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
             values.sort();
             Ok(list(&values))
         }
+        "mfill" | "mremovefill" => {
+            let (n, len) = arg.split_once(' ').unwrap_or((arg, "0"));
+            let number = |s: &str| {
+                s.parse::<usize>()
+                    .map_err(|e| Error::new(e).context(format!("{cmd} {arg:?}")))
+            };
+            let (n, len) = (number(n)?, number(len)?);
+            for i in 0..n {
+                match cmd {
+                    "mfill" => m.put(&format!("f{i}"), &format!("{i:.>len$}"))?,
+                    _ => m.remove(&format!("f{i}"))?,
+                }
+            }
+            ok()
+        }
+        "mvlen" => Ok(m.get(arg)?.map_or("none".to_owned(), |v| {
+            format!("{} {}", v.len(), v.trim_start_matches('.'))
+        })),
+        "msize" => Ok(m.entries()?.len().to_string()),
         "misempty" => Ok(m.is_empty()?.to_string()),
         "mclear" => m.clear().and_then(|()| ok()),
         "timer" => {
