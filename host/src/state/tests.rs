@@ -247,6 +247,61 @@ fn changes_to_one_key_in_one_store_apply_in_order() {
     }
 }
 
+/// Appends, replacements and clears of lists over more keys than the RocksDB cache holds,
+/// several runs of one key in a store, some lists growing past what RocksDB caches, and after
+/// a restore: both backends read what a plain model of the lists holds.
+#[test]
+fn lists_read_what_was_written_through_caches_and_restores() {
+    let mut rng = fastrand::Rng::with_seed(9);
+    for backend in BACKENDS {
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        let l = s.declare("l", StateKind::List, None).unwrap();
+        let mut model: Vec<Vec<String>> = vec![Vec::new(); 20];
+        let keys: Vec<String> = (0..model.len()).map(|k| format!("key{k}")).collect();
+        let shown = |list: &[String]| format!("[{}]", list.join(", "));
+        for step in 0..2_000 {
+            // Two keys' ops interleaved in one store: a key's ops come in two runs.
+            let (a, b) = (rng.usize(..model.len()), rng.usize(..model.len()));
+            let mut buf = Vec::new();
+            for (i, k) in [a, b, a].into_iter().enumerate() {
+                let slot = if k == a { 0 } else { 1 };
+                let pad = if rng.u8(..8) == 0 { 3_000 } else { 0 };
+                let e = format!("{step}.{i:0>pad$}");
+                let op = match rng.u8(..12) {
+                    0 => ListWrite::Clear,
+                    1 => ListWrite::Replace,
+                    _ => ListWrite::Append,
+                };
+                match op {
+                    ListWrite::Clear => model[k].clear(),
+                    ListWrite::Replace => model[k] = vec![e.clone()],
+                    ListWrite::Append => model[k].push(e.clone()),
+                }
+                let elems: Vec<&[u8]> = match op {
+                    ListWrite::Clear => Vec::new(),
+                    _ => vec![e.as_bytes()],
+                };
+                put_list_op(&mut buf, slot, op, elems.into_iter());
+            }
+            let slots = slots(&s, &[&keys[a], &keys[b]]);
+            s.store(l, &slots, &buf, u64::MAX).unwrap();
+            let k = rng.usize(..model.len());
+            assert_eq!(
+                read(&mut s, l, &keys[k]),
+                shown(&model[k]),
+                "{backend:?} step {step}"
+            );
+        }
+        let mut bytes = Vec::new();
+        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+        let (mut restored, _dir) = open(backend, 0..128, &Clock::manual(0));
+        restored.restore(&bytes, |_| {}).unwrap();
+        for (k, list) in model.iter().enumerate() {
+            assert_eq!(read(&mut restored, l, &keys[k]), shown(list), "{backend:?}");
+        }
+    }
+}
+
 /// Map reads, writes and clears over more keys than the RocksDB cache holds (8), in a
 /// random order, some maps growing past what RocksDB caches whole, and after a restore: both
 /// backends read what a plain model of the maps holds.

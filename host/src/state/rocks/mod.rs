@@ -33,6 +33,7 @@ mod files;
 mod layout;
 mod options;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,10 @@ use options::{options, ttl_filter};
 /// cache counts entries, not bytes, so this bounds what one map entry of it holds). The
 /// bound of what a load sends whole: a map a guest reads whole is one the cache holds.
 const MAX_CACHED_MAP: usize = weir_wire::MAP_LOAD_LIMIT;
+
+/// Lists up to this many bytes are cached; larger ones are read from and written to RocksDB
+/// each time, so that what the cache holds stays bounded by its number of entries.
+const MAX_CACHED_LIST: usize = MAX_CACHED_MAP;
 
 /// The TTL and kind of each state by id, read by the compaction filter on RocksDB's threads.
 pub(super) type TtlTable = Arc<RwLock<Vec<Option<(Ttl, StateKind)>>>>;
@@ -358,19 +363,6 @@ impl Rocks {
         it.status().map_err(|e| self.fail("a scan", e))
     }
 
-    /// The cached value of the row in the scratch key, read from RocksDB into the cache
-    /// first if needed.
-    fn cached(&mut self) -> Result<Option<&[u8]>, StateError> {
-        if !self.cache.promote(&self.key) {
-            let v = self
-                .db
-                .get_pinned(&self.key)
-                .map_err(|e| self.fail("a read", e))?;
-            self.cache.put(&self.key, v.as_deref(), false);
-        }
-        Ok(self.cache.get(&self.key))
-    }
-
     pub(crate) fn read_list(
         &mut self,
         st: usize,
@@ -379,8 +371,8 @@ impl Rocks {
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), StateError> {
         self.prefix(st, group, key);
-        let damaged = match self.cached()? {
-            Some(list) => list_elements(list, &mut f).is_none(),
+        let damaged = match self.list()? {
+            Some(list) => list_elements(&list, &mut f).is_none(),
             None => false,
         };
         if damaged {
@@ -415,17 +407,42 @@ impl Rocks {
         self.prefix(st, group, key);
         let mut list = match clear {
             true => Vec::new(),
-            false => self.cached()?.map(<[u8]>::to_vec).unwrap_or_default(),
+            false => self.list()?.map(Cow::into_owned).unwrap_or_default(),
         };
         for e in append {
             list.extend_from_slice(&(e.len() as u32).to_le_bytes());
             list.extend_from_slice(e);
         }
-        self.cache
-            .put(&self.key, (!list.is_empty()).then_some(&list[..]), true);
-        // A restore writes many lists in a row: keep the cache to its size.
-        self.cache.evict(&mut self.batch);
-        self.flush_large_batch()
+        if list.len() <= MAX_CACHED_LIST {
+            self.cache
+                .put(&self.key, (!list.is_empty()).then_some(&list[..]), true);
+        } else {
+            self.cache.forget(&self.key);
+            self.batch.put(&self.key, &list);
+        }
+        // What the cache evicts (a restore writes many lists in a row) and a large list
+        // reach RocksDB at once: a later write of a list in the same store reads it back from
+        // RocksDB, which does not see the pending batch.
+        self.commit()
+    }
+
+    /// The list in the row of the scratch key: from the cache, or read from RocksDB and
+    /// cached if it is at most [`MAX_CACHED_LIST`] bytes.
+    fn list(&mut self) -> Result<Option<Cow<'_, [u8]>>, StateError> {
+        if self.cache.promote(&self.key) {
+            return Ok(self.cache.get(&self.key).map(Cow::Borrowed));
+        }
+        let v = self
+            .db
+            .get_pinned(&self.key)
+            .map_err(|e| self.fail("a read", e))?;
+        match v {
+            Some(v) if v.len() > MAX_CACHED_LIST => Ok(Some(Cow::Owned(v.to_vec()))),
+            v => {
+                self.cache.put(&self.key, v.as_deref(), false);
+                Ok(self.cache.get(&self.key).map(Cow::Borrowed))
+            }
+        }
     }
 
     /// Calls `f` with the entries of `key`'s map in key order while it returns true: from
