@@ -592,14 +592,22 @@ impl KeyedState {
 
     /// Refuses the batch if any of its keys belongs to another subtask.
     fn check_slots(&self, id: StateId, slots: &Slots) -> Result<(), StateError> {
-        match slots.slots.iter().find(|s| !self.groups.contains(&s.group)) {
-            Some(s) => Err(StateError::ForeignKey {
+        (0..slots.len() as u32).try_for_each(|slot| self.check_slot(id, slots, slot).map(drop))
+    }
+
+    /// The key slot `slot` of `slots` for a read of state `id`, checked to be in the batch
+    /// and of this subtask's key groups.
+    fn check_slot(&self, id: StateId, slots: &Slots, slot: u32) -> Result<usize, StateError> {
+        let slot = slots.check(slot)?;
+        let group = slots.group(slot);
+        if !self.groups.contains(&group) {
+            return Err(StateError::ForeignKey {
                 name: self.states[id.0].name.clone(),
-                group: s.group,
+                group,
                 owned: self.groups.clone(),
-            }),
-            None => Ok(()),
+            });
         }
+        Ok(slot)
     }
 
     fn commit(&mut self) -> Result<(), StateError> {
@@ -796,21 +804,6 @@ impl KeyedState {
             }
         }
         Ok(())
-    }
-
-    /// The key slot `slot` of `slots` for a read of state `id`, checked to be in the batch
-    /// and of this subtask's key groups.
-    fn check_slot(&self, id: StateId, slots: &Slots, slot: u32) -> Result<usize, StateError> {
-        let slot = slots.check(slot)?;
-        let group = slots.group(slot);
-        if !self.groups.contains(&group) {
-            return Err(StateError::ForeignKey {
-                name: self.states[id.0].name.clone(),
-                group,
-                owned: self.groups.clone(),
-            });
-        }
-        Ok(slot)
     }
 
     /// The value of map key `map_key` in `slot`'s map of state `id` (`map-state.get`), with

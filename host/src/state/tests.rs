@@ -32,6 +32,19 @@ fn open(
     (state, dir)
 }
 
+/// A new store of `backend` restored from a full snapshot of `s`.
+fn restored(
+    s: &mut KeyedState,
+    backend: BackendKind,
+    clock: &Clock,
+) -> (KeyedState, tempfile::TempDir) {
+    let mut bytes = Vec::new();
+    s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+    let (mut back, dir) = open(backend, 0..128, clock);
+    back.restore(&bytes, |_| {}).unwrap();
+    (back, dir)
+}
+
 const BACKENDS: [BackendKind; 2] = [BackendKind::Memory, BackendKind::RocksDb];
 
 fn slots(s: &KeyedState, keys: &[&str]) -> Slots {
@@ -292,10 +305,7 @@ fn lists_read_what_was_written_through_caches_and_restores() {
                 "{backend:?} step {step}"
             );
         }
-        let mut bytes = Vec::new();
-        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
-        let (mut restored, _dir) = open(backend, 0..128, &Clock::manual(0));
-        restored.restore(&bytes, |_| {}).unwrap();
+        let (mut restored, _dir) = restored(&mut s, backend, &Clock::manual(0));
         for (k, list) in model.iter().enumerate() {
             assert_eq!(read(&mut restored, l, &keys[k]), shown(list), "{backend:?}");
         }
@@ -354,10 +364,7 @@ fn maps_read_what_was_written_through_caches_and_restores() {
                 "{backend:?} step {step}: point read"
             );
         }
-        let mut bytes = Vec::new();
-        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
-        let (mut restored, _dir) = open(backend, 0..128, &Clock::manual(0));
-        restored.restore(&bytes, |_| {}).unwrap();
+        let (mut restored, _dir) = restored(&mut s, backend, &Clock::manual(0));
         for (k, map) in model.iter().enumerate() {
             assert_eq!(
                 read(&mut restored, m, &format!("key{k}")),
@@ -573,10 +580,7 @@ fn a_restore_keeps_expiry_times_in_either_backend() {
         for to in BACKENDS {
             let clock = Clock::manual(0);
             let (mut s, _d) = ttl_sample(from, &clock);
-            let mut bytes = Vec::new();
-            s.snapshot(std::iter::empty(), &mut bytes).unwrap();
-            let (mut back, _d2) = open(to, 0..128, &clock);
-            back.restore(&bytes, |_| {}).unwrap();
+            let (mut back, _d2) = restored(&mut s, to, &clock);
             let (v, l) = (StateId(0), StateId(1));
             assert_eq!(back.dump(), s.dump(), "{from:?} -> {to:?}");
             clock.set(100);
@@ -595,10 +599,7 @@ fn a_full_snapshot_leaves_out_expired_entries() {
         let clock = Clock::manual(0);
         let (mut s, _d) = ttl_sample(backend, &clock);
         clock.set(120);
-        let mut bytes = Vec::new();
-        s.snapshot(std::iter::empty(), &mut bytes).unwrap();
-        let (mut back, _d2) = open(BackendKind::Memory, 0..128, &clock);
-        back.restore(&bytes, |_| {}).unwrap();
+        let (mut back, _d2) = restored(&mut s, BackendKind::Memory, &clock);
         let rows: Vec<Vec<u8>> = back.dump().into_iter().map(|(_, k, _)| k).collect();
         assert_eq!(rows, vec![b"k".to_vec(), b"new".to_vec()], "{backend:?}");
     }
