@@ -44,6 +44,11 @@ pub enum OperatorError {
 }
 
 impl OperatorError {
+    /// The timers in the operator's state backend failed (RocksDB could not be read).
+    pub(crate) fn timers(e: crate::state::StateError) -> Self {
+        OperatorError::Failed(format!("its timers failed: {e}"))
+    }
+
     pub fn kind(&self) -> FailureKind {
         match self {
             OperatorError::Failed(_) => FailureKind::Error,

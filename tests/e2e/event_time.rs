@@ -392,8 +392,10 @@ format = "key_value"
         .sum();
     assert_eq!(sessions, 150_000);
 
-    // Aligned checkpoints, and unaligned ones (whose records in flight come back first).
-    for checkpoint in ["", "unaligned = true"] {
+    // Aligned checkpoints on memory state, and unaligned ones (whose records in flight come
+    // back first) on RocksDB keeping 8 timers per domain in memory (the others in RocksDB).
+    let rocksdb = "unaligned = true\n[state]\nbackend = \"rocksdb\"\ntimer_cache = 8";
+    for checkpoint in ["", rocksdb] {
         let ws = Workspace::new();
         let spec = job(&ws, checkpoint);
         crash_loop(&ws, &spec, 3);
@@ -599,14 +601,18 @@ fn host_windows_tumbling_sliding_and_session_match_an_independent_computation() 
             for backend in ["memory", "rocksdb"] {
                 let ws = Workspace::new();
                 let input = ws.write("events.txt", &text);
-                let state = format!("[state]\nbackend = \"{backend}\"\n");
+                // RocksDB keeps 4 timers per domain in memory, the others in RocksDB.
+                let state = match backend {
+                    "rocksdb" => "[state]\nbackend = \"rocksdb\"\ntimer_cache = 4\n",
+                    _ => "",
+                };
                 ws.run_ok(&host_window_job(
                     &input,
                     "300ms",
                     window,
                     (2, parallelism),
                     &ws,
-                    &state,
+                    state,
                 ));
                 let (got, again) = window_results(&ws.path("out"));
                 let case = format!("{window} at parallelism {parallelism} on {backend}");

@@ -41,6 +41,7 @@ parallelism = {parallelism}
 
 [state]
 backend = "{backend}"
+{timers}
 
 [[source]]
 name = "commands"
@@ -52,6 +53,12 @@ parallelism = 1
         input = toml_path(&input),
         operators = keyed_probe_operators("commands", "parallelism = 1"),
         sink = key_value_file_sink("probe", &ws.path("out")),
+        // RocksDB keeps 2 timers per domain in memory, the others in RocksDB.
+        timers = if backend == "rocksdb" {
+            "timer_cache = 2"
+        } else {
+            ""
+        },
     )
 }
 

@@ -116,7 +116,7 @@ impl Operator for CountWords {
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
         snapshot.shared = self
             .state
-            .checkpoint(n, snapshot.format, std::iter::empty(), &mut snapshot.bytes)
+            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
         Ok(())
     }
@@ -127,7 +127,7 @@ impl Operator for CountWords {
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
         self.state
-            .restore_file(snapshot, shared, |_| {})
+            .restore_file(snapshot, shared)
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
 

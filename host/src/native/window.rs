@@ -22,7 +22,7 @@ use weir_wire::{Kind, MapOp, Reader, TimeDomain, put_map_op};
 
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
-use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup, Timers};
+use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
 
 /// `window = { ... }` of an operator: a keyed window over event time.
 ///
@@ -317,7 +317,6 @@ pub(crate) struct WindowOperator {
     name: String,
     state: KeyedState,
     windows: StateId,
-    timers: Timers,
     /// The timers' domain: of the spec's `time`.
     domain: TimeDomain,
     clock: crate::clock::Clock,
@@ -351,7 +350,6 @@ pub(crate) fn build(
         name: ctx.uid.clone(),
         state,
         windows,
-        timers: Timers::default(),
         domain: match spec.time {
             WindowTime::Event => TimeDomain::EventTime,
             WindowTime::Processing => TimeDomain::ProcessingTime,
@@ -381,12 +379,27 @@ impl WindowOperator {
     }
 
     /// Registers the timers of `win` of `key`: its firing unless it fired, its cleanup.
-    fn register_timers(&mut self, win: &Win, key: &[u8]) {
+    fn register_timers(&mut self, win: &Win, key: &[u8]) -> Result<(), OperatorError> {
         if !self.has_fired(win.end) {
-            (self.timers).register(self.domain, win.max_timestamp(), key);
+            (self.state)
+                .register_timer(self.domain, win.max_timestamp(), key)
+                .map_err(OperatorError::timers)?;
         }
         let cleanup = win.max_timestamp().saturating_add(self.lateness);
-        self.timers.register(self.domain, cleanup, key);
+        (self.state)
+            .register_timer(self.domain, cleanup, key)
+            .map_err(OperatorError::timers)
+    }
+
+    /// Deletes the timers of `win` of `key`.
+    fn delete_timers(&mut self, win: &Win, key: &[u8]) -> Result<(), OperatorError> {
+        let cleanup = win.max_timestamp().saturating_add(self.lateness);
+        for ts in [win.max_timestamp(), cleanup] {
+            (self.state)
+                .delete_timer(self.domain, ts, key)
+                .map_err(OperatorError::timers)?;
+        }
+        Ok(())
     }
 
     /// Adds a record of value `x` to window `[start, end)` of `key`, creating it if new; a
@@ -398,7 +411,7 @@ impl WindowOperator {
         x: f64,
         key: &[u8],
         out: &mut Batch,
-    ) {
+    ) -> Result<(), OperatorError> {
         let at = match windows.iter().position(|w| w.start == start) {
             Some(at) => at,
             None => {
@@ -418,7 +431,7 @@ impl WindowOperator {
         if self.has_fired(end) {
             self.emit(out, Kind::UpdateAfter, key, &win);
         }
-        self.register_timers(&win, key);
+        self.register_timers(&win, key)
     }
 
     /// Adds a record at `ts` of value `x` to `key`'s sessions: its own session
@@ -432,7 +445,7 @@ impl WindowOperator {
         key: &[u8],
         (slot, dropped): (u32, &mut Vec<(u32, i64)>),
         out: &mut Batch,
-    ) -> bool {
+    ) -> Result<bool, OperatorError> {
         let mut merged = Win {
             start: ts,
             end: ts.saturating_add(self.gap),
@@ -448,22 +461,24 @@ impl WindowOperator {
             }
         }
         if self.is_late(end) {
-            return false;
+            return Ok(false);
         }
+        let mut gone = Vec::new();
         windows.retain(|w| {
             let overlaps = w.start <= merged.end && w.end >= merged.start;
             if overlaps {
                 merged.acc.merge(&w.acc);
-                // Its timers go; those of the merged session are registered below.
-                self.timers.delete(self.domain, w.max_timestamp(), key);
-                let cleanup = w.max_timestamp().saturating_add(self.lateness);
-                self.timers.delete(self.domain, cleanup, key);
+                gone.push(*w);
                 if w.start != start {
                     dropped.push((slot, w.start));
                 }
             }
             !overlaps
         });
+        // Their timers go; those of the merged session are registered below.
+        for w in &gone {
+            self.delete_timers(w, key)?;
+        }
         (merged.start, merged.end) = (start, end);
         dropped.retain(|&(s, st)| s != slot || st != start);
         windows.push(merged);
@@ -474,9 +489,9 @@ impl WindowOperator {
         }
         // A deleted timer may have been another session's too: register every one again.
         for &w in windows.iter() {
-            self.register_timers(&w, key);
+            self.register_timers(&w, key)?;
         }
-        true
+        Ok(true)
     }
 
     /// The value of `rec` for the aggregate.
@@ -570,7 +585,9 @@ impl WindowOperator {
         loop {
             let mut due: Vec<(i64, crate::state::Key)> = Vec::new();
             while due.len() < crate::batch::BATCH_RECORDS
-                && let Some(timer) = self.timers.pop_due(self.domain, upto)
+                && let Some(timer) = (self.state)
+                    .pop_timer(self.domain, upto)
+                    .map_err(OperatorError::timers)?
             {
                 due.push(timer);
             }
@@ -645,14 +662,14 @@ impl Operator for WindowOperator {
             let slot = index[key];
             let windows = &mut open[slot as usize];
             let counted = if self.spec.kind == WindowKind::Session {
-                self.add_to_session(windows, (ts, x), key, (slot, &mut dropped), out)
+                self.add_to_session(windows, (ts, x), key, (slot, &mut dropped), out)?
             } else {
                 let mut counted = false;
                 for start in window_starts(ts, self.size, self.step, self.offset) {
                     let end = start.saturating_add(self.size);
                     if !self.is_late(end) {
                         counted = true;
-                        self.add(windows, (start, end), x, key, out);
+                        self.add(windows, (start, end), x, key, out)?;
                     }
                 }
                 counted
@@ -686,7 +703,7 @@ impl Operator for WindowOperator {
     }
 
     fn next_processing_time(&mut self) -> Option<i64> {
-        self.timers.next(TimeDomain::ProcessingTime)
+        self.state.next_timer(TimeDomain::ProcessingTime)
     }
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
@@ -700,7 +717,7 @@ impl Operator for WindowOperator {
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
         snapshot.shared = self
             .state
-            .checkpoint(n, snapshot.format, self.timers.iter(), &mut snapshot.bytes)
+            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
         Ok(())
     }
@@ -710,11 +727,8 @@ impl Operator for WindowOperator {
     }
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        let timers = &mut self.timers;
         self.state
-            .restore_file(snapshot, shared, |(domain, ts, key)| {
-                timers.register(domain, ts, key)
-            })
+            .restore_file(snapshot, shared)
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
 

@@ -35,6 +35,7 @@ macro_rules! on_backend {
 }
 
 mod key_map;
+mod keyed_timers;
 mod memory;
 mod packed;
 pub(crate) mod rocks;
@@ -86,6 +87,7 @@ impl std::fmt::Display for StateKind {
 /// block_cache = "64 MiB"    # RocksDB, per subtask: cache of uncompressed blocks
 /// write_buffer = "16 MiB"   # RocksDB, per subtask: memtable size before a flush
 /// cache_entries = 100000    # RocksDB, per subtask: values, lists and maps cached in memory
+/// timer_cache = 65536       # RocksDB, per subtask and time domain: timers kept in memory
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -109,6 +111,10 @@ pub struct StateConfig {
     /// RocksDB.
     #[serde(default = "default_cache_entries")]
     pub cache_entries: u64,
+    /// RocksDB, per subtask and time domain: how many timers (the earliest) are kept in
+    /// memory; later ones are kept in RocksDB.
+    #[serde(default = "default_timer_cache")]
+    pub timer_cache: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -139,6 +145,10 @@ fn default_cache_entries() -> u64 {
     100_000
 }
 
+fn default_timer_cache() -> u64 {
+    1 << 16
+}
+
 fn default_write_buffer() -> bytesize::ByteSize {
     bytesize::ByteSize::mib(16)
 }
@@ -152,6 +162,7 @@ impl Default for StateConfig {
             block_cache: default_block_cache(),
             write_buffer: default_write_buffer(),
             cache_entries: default_cache_entries(),
+            timer_cache: default_timer_cache(),
         }
     }
 }
@@ -159,6 +170,13 @@ impl Default for StateConfig {
 impl StateConfig {
     /// Checks the settings; the message names the setting and the fix.
     pub fn validate(&self) -> Result<(), String> {
+        if self.timer_cache == 0 {
+            return Err(
+                "timer_cache 0 is too small; keep at least one timer in memory, e.g. \
+                 timer_cache = 65536"
+                    .into(),
+            );
+        }
         if self.write_buffer.as_u64() < 1 << 20 {
             return Err(format!(
                 "write_buffer {} is too small; use at least 1 MiB, e.g. write_buffer = \"64 MiB\"",
@@ -397,6 +415,12 @@ pub struct KeyedState {
     /// The RocksDB database to open at the first declaration, and its name.
     unopened: Option<(StateSetup, String)>,
     scratch: Vec<u8>,
+    /// The timers in memory: all of them, or with RocksDB the earliest (see `keyed_timers`).
+    timers: Timers,
+    spill: keyed_timers::Spill,
+    /// How many timers of a domain memory holds before later ones spill to RocksDB
+    /// (`usize::MAX` with the memory backend).
+    timer_cache: usize,
 }
 
 impl KeyedState {
@@ -429,6 +453,8 @@ impl KeyedState {
         );
         if setup.config.backend == BackendKind::RocksDb {
             state.unopened = Some((setup.clone(), format!("{uid}-{subtask}")));
+            state.timer_cache = setup.config.timer_cache.max(1) as usize;
+            state.spill = keyed_timers::Spill::new(state.timer_cache);
         }
         Ok(state)
     }
@@ -468,6 +494,9 @@ impl KeyedState {
             clock,
             watermark: NO_TIME,
             scratch: Vec::new(),
+            timers: Timers::default(),
+            spill: keyed_timers::Spill::new(usize::MAX),
+            timer_cache: usize::MAX,
         }
     }
 
@@ -536,9 +565,9 @@ impl KeyedState {
             .map(|s| s.name.as_str())
     }
 
-    /// Whether no state has been declared (or restored).
+    /// Whether no state has been declared (or restored) and no timer is pending.
     pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
+        self.states.is_empty() && self.timers.is_empty() && self.spill.is_empty()
     }
 
     pub fn name(&self, id: StateId) -> &str {

@@ -176,14 +176,9 @@ pub enum SnapshotError {
 pub type Timer<'a> = (TimeDomain, i64, &'a [u8]);
 
 impl KeyedState {
-    /// Appends the full snapshot of every state and of `timers` (whose keys belong to this
-    /// subtask's key groups) to `out`. Expired entries are left out (TTL's cleanup on full
-    /// snapshot).
-    pub fn snapshot<'a>(
-        &mut self,
-        timers: impl Iterator<Item = Timer<'a>>,
-        out: &mut Vec<u8>,
-    ) -> Result<(), StateError> {
+    /// Appends the full snapshot of every state and timer to `out`. Expired entries are left
+    /// out (TTL's cleanup on full snapshot).
+    pub fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), StateError> {
         on_backend!(&mut self.backend, b => b.flush())?;
         out.extend_from_slice(MAGIC);
         put_u32(out, self.groups.start);
@@ -203,8 +198,8 @@ impl KeyedState {
                 }
             }
         }
-        let mut by_group: Vec<Vec<Timer<'a>>> = vec![Vec::new(); self.groups.len()];
-        for t in timers {
+        let mut by_group: Vec<Vec<Timer<'_>>> = vec![Vec::new(); self.groups.len()];
+        for t in self.timers.iter() {
             let g = key_group(t.2, self.max_parallelism);
             if let Some(bucket) = g
                 .checked_sub(self.groups.start)
@@ -232,37 +227,49 @@ impl KeyedState {
                 }))?;
                 entries.finish();
             }
+            let at = out.len();
             put_u32(out, by_group[i].len() as u32);
-            for (domain, ts, key) in &by_group[i] {
-                put_u8(out, *domain as u8);
-                put_i64(out, *ts);
+            let mut count = by_group[i].len() as u32;
+            let mut timer = |domain: TimeDomain, ts: i64, key: &[u8]| {
+                put_u8(out, domain as u8);
+                put_i64(out, ts);
                 put_bytes(out, key);
+            };
+            for &(domain, ts, key) in &by_group[i] {
+                timer(domain, ts, key);
             }
+            self.spilled_timers(group, |domain, ts, key| {
+                timer(domain, ts, key);
+                count += 1;
+            })?;
+            out[at..at + 4].copy_from_slice(&count.to_le_bytes());
         }
         Ok(())
     }
 
-    /// Writes checkpoint `n` of every state and of `timers` to `out`: in the native format
-    /// with RocksDB and `incremental`, a manifest of the database's files, and returns those
-    /// the checkpoint does not have yet; else a full snapshot.
-    pub fn checkpoint<'a>(
+    /// Writes checkpoint `n` of every state and timer to `out`: in the native format with
+    /// RocksDB and `incremental`, a manifest of the database's files (with the timers held in
+    /// memory), and returns those the checkpoint does not have yet; else a full snapshot.
+    pub fn checkpoint(
         &mut self,
         n: u64,
         format: SnapshotFormat,
-        timers: impl Iterator<Item = Timer<'a>>,
         out: &mut Vec<u8>,
     ) -> Result<Option<SharedFiles>, StateError> {
+        if self.incremental && format == SnapshotFormat::Native {
+            self.store_timer_bounds();
+        }
         match &mut self.backend {
             Backend::Rocks(r) if self.incremental && format == SnapshotFormat::Native => {
-                r.checkpoint(n, timers, out).map(Some)
+                r.checkpoint(n, self.timers.iter(), out).map(Some)
             }
             Backend::Rocks(r) => {
                 // The checkpoint's retention may delete the last incremental checkpoint, and
                 // with it the files a next one would refer to: the next one uploads anew.
                 r.forget_uploads();
-                self.snapshot(timers, out).map(|()| None)
+                self.snapshot(out).map(|()| None)
             }
-            Backend::Memory(_) => self.snapshot(timers, out).map(|()| None),
+            Backend::Memory(_) => self.snapshot(out).map(|()| None),
         }
     }
 
@@ -275,14 +282,9 @@ impl KeyedState {
 
     /// Restores a keyed-state file of a checkpoint, full or incremental (whose files are in
     /// `shared`), as [`restore`](Self::restore) does.
-    pub fn restore_file(
-        &mut self,
-        file: &[u8],
-        shared: &Path,
-        mut timer: impl FnMut(Timer<'_>),
-    ) -> Result<(), SnapshotError> {
+    pub fn restore_file(&mut self, file: &[u8], shared: &Path) -> Result<(), SnapshotError> {
         let Some(manifest) = Manifest::parse(file) else {
-            return self.restore(file, timer);
+            return self.restore(file);
         };
         let manifest = manifest?;
         self.open_rocks()?;
@@ -320,23 +322,23 @@ impl KeyedState {
             });
             target.by_name.insert(name, id);
         }
+        // The manifest has the timers memory held, the database the others.
+        target.load_timer_bounds()?;
+        for &(domain, ts, key) in &manifest.timers {
+            target.timers.register(domain, ts, key);
+        }
         if adopt {
-            manifest.timers.iter().for_each(|t| timer(*t));
             return Ok(());
         }
         let mut full = Vec::new();
-        target.snapshot(manifest.timers.iter().copied(), &mut full)?;
-        self.restore(&full, timer)
+        target.snapshot(&mut full)?;
+        self.restore(&full)
     }
 
-    /// Adds the entries of `snapshot` that belong to this subtask's key groups (the snapshot
-    /// may come from a subtask of another parallelism, and of either backend), declaring its
-    /// states, and hands each of those groups' timers to `timer`.
-    pub fn restore(
-        &mut self,
-        snapshot: &[u8],
-        mut timer: impl FnMut(Timer<'_>),
-    ) -> Result<(), SnapshotError> {
+    /// Adds the entries and timers of `snapshot` that belong to this subtask's key groups
+    /// (the snapshot may come from a subtask of another parallelism, and of either backend),
+    /// declaring its states.
+    pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), SnapshotError> {
         if snapshot.starts_with(b"WEIRKS01") {
             return Err(SnapshotError::Invalid(
                 "it is in the keyed-state format of an older weir (WEIRKS01), which this weir \
@@ -432,7 +434,7 @@ impl KeyedState {
                 };
                 let (ts, key) = (r.i64()?, r.bytes()?);
                 if mine {
-                    timer((domain, ts, key));
+                    self.register_timer(domain, ts, key)?;
                 }
             }
         }
@@ -530,9 +532,7 @@ mod tests {
         assert_eq!(restore_operator_states(&bytes).unwrap(), states);
         assert!(restore_operator_states(&bytes[..bytes.len() - 1]).is_err());
         let mut keyed = Vec::new();
-        KeyedState::new(128, 0..128)
-            .snapshot(std::iter::empty(), &mut keyed)
-            .unwrap();
+        KeyedState::new(128, 0..128).snapshot(&mut keyed).unwrap();
         assert!(matches!(
             restore_operator_states(&keyed),
             Err(SnapshotError::Magic)

@@ -8,6 +8,7 @@ use weir_wire::{
 use super::*;
 use crate::key_group::key_group_range;
 use crate::operator::SnapshotFormat;
+use weir_wire::TimeDomain;
 
 /// A store of `backend` for key groups `groups` of 128, on `clock`; the directory holds
 /// RocksDB's files.
@@ -39,9 +40,9 @@ fn restored(
     clock: &Clock,
 ) -> (KeyedState, tempfile::TempDir) {
     let mut bytes = Vec::new();
-    s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+    s.snapshot(&mut bytes).unwrap();
     let (mut back, dir) = open(backend, 0..128, clock);
-    back.restore(&bytes, |_| {}).unwrap();
+    back.restore(&bytes).unwrap();
     (back, dir)
 }
 
@@ -699,26 +700,26 @@ fn snapshots_move_between_backends_and_parallelisms() {
             add(&mut s, l, &key, ListWrite::Append, &["a", &key]);
             put(&mut s, m, &key, "x", Some(&key));
         }
-        let timers = [
-            (weir_wire::TimeDomain::EventTime, 10, &b"key-1"[..]),
-            (weir_wire::TimeDomain::ProcessingTime, -5, &b"key-2"[..]),
+        let timers = vec![
+            (TimeDomain::EventTime, 10, b"key-1".to_vec()),
+            (TimeDomain::ProcessingTime, -5, b"key-2".to_vec()),
         ];
+        for (d, ts, k) in &timers {
+            s.register_timer(*d, *ts, k).unwrap();
+        }
         let mut bytes = Vec::new();
-        s.snapshot(timers.iter().copied(), &mut bytes).unwrap();
+        s.snapshot(&mut bytes).unwrap();
         let whole = s.dump();
         assert_eq!(whole.len(), 900);
         for to in BACKENDS {
             let (mut back, _d) = open(to, 0..128, &clock);
-            let mut got = Vec::new();
-            back.restore(&bytes, |(d, ts, k)| got.push((d, ts, k.to_vec())))
-                .unwrap();
+            back.restore(&bytes).unwrap();
             assert_eq!(back.dump(), whole, "{from:?} -> {to:?}");
-            got.sort();
-            assert_eq!(got.len(), 2);
+            assert_eq!(back.all_timers(), timers);
             let mut halves = Vec::new();
             for sub in 0..2 {
                 let (mut part, _d) = open(to, key_group_range(128, 2, sub), &clock);
-                part.restore(&bytes, |_| {}).unwrap();
+                part.restore(&bytes).unwrap();
                 halves.extend(part.dump());
             }
             halves.sort();
@@ -732,27 +733,24 @@ fn damaged_snapshots_fail_cleanly() {
     let clock = Clock::manual(0);
     let (mut s, _d) = ttl_sample(BackendKind::Memory, &clock);
     let mut bytes = Vec::new();
-    s.snapshot(std::iter::empty(), &mut bytes).unwrap();
+    s.snapshot(&mut bytes).unwrap();
     let mut fresh = KeyedState::new(128, 0..128);
     assert!(matches!(
-        fresh.restore(b"nonsense", |_| {}),
+        fresh.restore(b"nonsense"),
         Err(snapshot::SnapshotError::Magic)
     ));
     for cut in [9, 20, bytes.len() / 2, bytes.len() - 1] {
         let mut fresh = KeyedState::new(128, 0..128);
-        assert!(
-            fresh.restore(&bytes[..cut], |_| {}).is_err(),
-            "cut at {cut}"
-        );
+        assert!(fresh.restore(&bytes[..cut]).is_err(), "cut at {cut}");
     }
     let mut evil = b"WEIRKS02".to_vec();
     evil.extend_from_slice(&[0, 0, 0, 0, 128, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]);
-    assert!(fresh.restore(&evil, |_| {}).is_err());
-    let err = fresh.restore(b"WEIRKS01....", |_| {}).unwrap_err();
+    assert!(fresh.restore(&evil).is_err());
+    let err = fresh.restore(b"WEIRKS01....").unwrap_err();
     assert!(err.to_string().contains("--fresh"), "{err}");
     // A restored state keeps its kind.
     let mut back = KeyedState::new(128, 0..128);
-    back.restore(&bytes, |_| {}).unwrap();
+    back.restore(&bytes).unwrap();
     let err = back.declare("v", StateKind::List, None).unwrap_err();
     assert!(matches!(
         err,
@@ -811,10 +809,9 @@ fn open_incremental(groups: Range<u32>, clock: &Clock, dir: &std::path::Path) ->
 /// Takes checkpoint `n` as the runtime does: the manifest, then the uploads into `shared`.
 /// Returns the manifest and the bytes uploaded.
 fn checkpoint(s: &mut KeyedState, n: u64, shared: &std::path::Path) -> (Vec<u8>, u64) {
-    let timers = [(weir_wire::TimeDomain::EventTime, 7, &b"key-7"[..])];
     let mut manifest = Vec::new();
     let files = s
-        .checkpoint(n, SnapshotFormat::Native, timers.into_iter(), &mut manifest)
+        .checkpoint(n, SnapshotFormat::Native, &mut manifest)
         .unwrap()
         .expect("an incremental checkpoint");
     std::fs::create_dir_all(shared).unwrap();
@@ -843,6 +840,8 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
         s.write_values(v, &batch, ops).unwrap();
     }
     add(&mut s, l, "key-1", ListWrite::Append, &["a", "b"]);
+    s.register_timer(TimeDomain::EventTime, 7, b"key-7")
+        .unwrap();
     let (_, first) = checkpoint(&mut s, 1, &shared);
     s.notify_complete(1);
 
@@ -861,16 +860,12 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
     // Into RocksDB at the same key groups (the checkpoint's database is taken over), into
     // memory, and split over two subtasks.
     let restore = |state: &mut KeyedState| {
-        let mut timers = Vec::new();
-        state
-            .restore_file(&manifest, &shared, |(d, ts, k)| {
-                timers.push((d, ts, k.to_vec()))
-            })
-            .unwrap();
-        timers
+        state.restore_file(&manifest, &shared).unwrap();
+        state.all_timers()
     };
+    let timer = vec![(TimeDomain::EventTime, 7, b"key-7".to_vec())];
     let mut back = open_incremental(0..128, &clock, dir.path());
-    assert_eq!(restore(&mut back).len(), 1, "the timer comes back");
+    assert_eq!(restore(&mut back), timer, "the timer comes back");
     assert_eq!(back.dump(), whole);
     assert_eq!(read(&mut back, StateId(1), "key-1"), "[a, b]");
     // The restored database goes on: new list elements after the old ones.
@@ -883,23 +878,24 @@ fn incremental_checkpoints_upload_only_new_files_and_restore_anywhere() {
     );
 
     let (mut mem, _d) = open(BackendKind::Memory, 0..128, &clock);
-    restore(&mut mem);
+    assert_eq!(restore(&mut mem), timer);
     assert_eq!(mem.dump(), whole);
-    let mut halves = Vec::new();
+    let (mut halves, mut timers) = (Vec::new(), Vec::new());
     for sub in 0..2 {
         let mut part = open_incremental(key_group_range(128, 2, sub), &clock, dir.path());
-        restore(&mut part);
+        timers.extend(restore(&mut part));
         halves.extend(part.dump());
     }
     halves.sort();
     assert_eq!(halves, whole);
+    assert_eq!(timers, timer);
 
     // A missing shared file is named.
     for f in std::fs::read_dir(&shared).unwrap() {
         std::fs::remove_file(f.unwrap().path()).unwrap();
     }
     let mut broken = open_incremental(0..128, &clock, dir.path());
-    let err = broken.restore_file(&manifest, &shared, |_| {}).unwrap_err();
+    let err = broken.restore_file(&manifest, &shared).unwrap_err();
     assert!(err.to_string().contains("missing or damaged"), "{err}");
 }
 
@@ -919,7 +915,7 @@ fn a_checkpoint_in_the_row_per_element_list_layout_is_refused_with_the_way_out()
     let (manifest, _) = checkpoint(&mut s, 1, &shared);
     let mut restored = open_incremental(0..128, &clock, dir.path());
     let err = restored
-        .restore_file(&manifest, &shared, |_| {})
+        .restore_file(&manifest, &shared)
         .unwrap_err()
         .to_string();
     assert!(
@@ -955,7 +951,7 @@ fn an_incremental_checkpoint_keeps_expiry_times() {
                 (s, Some(d))
             }
         };
-        back.restore_file(&manifest, &shared, |_| {}).unwrap();
+        back.restore_file(&manifest, &shared).unwrap();
         assert_eq!(read(&mut back, v, "old"), "1", "{backend:?}");
         clock.set(100);
         assert_eq!(read(&mut back, v, "old"), "None", "{backend:?}");
@@ -974,4 +970,123 @@ fn rocksdb_opens_only_for_an_operator_with_state() {
     assert_eq!(databases(), 1);
     drop(s);
     assert_eq!(databases(), 0, "its directory goes with it");
+}
+
+/// A store of `backend` whose RocksDB keeps 16 timers per domain in memory, the others in
+/// RocksDB.
+fn open_spilling(backend: BackendKind, groups: Range<u32>, dir: &std::path::Path) -> KeyedState {
+    let setup = StateSetup {
+        config: StateConfig {
+            backend,
+            write_buffer: bytesize::ByteSize::mib(4),
+            cache_entries: 8,
+            timer_cache: 16,
+            ..StateConfig::default()
+        },
+        root: dir.to_path_buf(),
+        clock: Clock::manual(0),
+    };
+    KeyedState::open(&setup, "op", 0, 128, groups).unwrap()
+}
+
+/// Timers against a sorted set per domain, on both backends, RocksDB keeping 16 per domain
+/// in memory (so they move to RocksDB and back many times): random registrations, deletes
+/// and replacements over keys of many key groups and timestamps with ties, firing up to
+/// random times, and restores from checkpoints along the way (RocksDB's taken over, and every
+/// checkpoint also restored split over two subtasks).
+#[test]
+fn timers_fire_in_order_exactly_once_wherever_they_are_kept() {
+    use std::collections::BTreeSet;
+    const DOMAINS: [TimeDomain; 2] = [TimeDomain::EventTime, TimeDomain::ProcessingTime];
+    for backend in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        let mut s = open_spilling(backend, 0..128, dir.path());
+        s.declare("v", StateKind::Value, None).unwrap();
+        let mut model: [BTreeSet<(i64, Vec<u8>)>; 2] = Default::default();
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut spilled = false;
+        for round in 0..8_000u64 {
+            let d = rng.usize(0..2);
+            let (domain, key) = (DOMAINS[d], format!("k{}", rng.u32(0..200)).into_bytes());
+            let ts = rng.i64(0..3_000);
+            match rng.u8(0..5) {
+                0..=2 => {
+                    s.register_timer(domain, ts, &key).unwrap();
+                    model[d].insert((ts, key));
+                }
+                3 => {
+                    s.delete_timer(domain, ts, &key).unwrap();
+                    model[d].remove(&(ts, key));
+                }
+                _ => {
+                    // Replace a pending timer by a later one of its key.
+                    let n = model[d].len();
+                    if let Some((ts, key)) = model[d].iter().nth(rng.usize(0..n.max(1))).cloned() {
+                        s.delete_timer(domain, ts, &key).unwrap();
+                        s.register_timer(domain, ts + 100, &key).unwrap();
+                        model[d].remove(&(ts, key.clone()));
+                        model[d].insert((ts + 100, key));
+                    }
+                }
+            }
+            spilled |= s.timers_in_memory().0 < model[0].len() + model[1].len();
+            if round % 400 == 399 {
+                let upto = rng.i64(0..3_000);
+                for (d, domain) in DOMAINS.into_iter().enumerate() {
+                    while let Some((ts, key)) = s.pop_timer(domain, upto).unwrap() {
+                        assert_eq!(
+                            model[d].pop_first(),
+                            Some((ts, key.to_vec())),
+                            "{backend:?}"
+                        );
+                    }
+                    assert!(model[d].first().is_none_or(|(ts, _)| *ts > upto));
+                    assert!(s.next_timer(domain).is_none_or(|t| t > upto));
+                    if let Some((first, _)) = model[d].first() {
+                        assert!(s.next_timer(domain).is_some_and(|t| t <= *first));
+                        assert!(s.timer_count(domain) >= model[d].len() as u64);
+                    }
+                }
+            }
+            if round % 1_000 == 999 {
+                let n = round / 1_000 + 1;
+                let mut bytes = Vec::new();
+                let files = s.checkpoint(n, SnapshotFormat::Native, &mut bytes).unwrap();
+                for (from, name, _) in files.iter().flat_map(|f| &f.files) {
+                    super::link_or_copy(from, &shared.join(name)).unwrap();
+                }
+                s.notify_complete(n);
+                let expected: Vec<_> = DOMAINS
+                    .into_iter()
+                    .zip(&model)
+                    .flat_map(|(d, m)| m.iter().map(move |(ts, k)| (d, *ts, k.clone())))
+                    .collect();
+                let mut halves = Vec::new();
+                for sub in 0..2 {
+                    let mut part = open_spilling(backend, key_group_range(128, 2, sub), dir.path());
+                    part.restore_file(&bytes, &shared).unwrap();
+                    halves.extend(part.all_timers());
+                }
+                halves.sort();
+                assert_eq!(halves, expected, "{backend:?}, split over two subtasks");
+                s = open_spilling(backend, 0..128, dir.path());
+                s.restore_file(&bytes, &shared).unwrap();
+                assert_eq!(s.all_timers(), expected, "{backend:?}, restored");
+            }
+        }
+        assert_eq!(spilled, backend == BackendKind::RocksDb);
+        for (d, domain) in DOMAINS.into_iter().enumerate() {
+            while let Some((ts, key)) = s.pop_timer(domain, i64::MAX).unwrap() {
+                assert_eq!(
+                    model[d].pop_first(),
+                    Some((ts, key.to_vec())),
+                    "{backend:?}"
+                );
+            }
+            assert!(model[d].is_empty());
+            assert_eq!((s.next_timer(domain), s.timer_count(domain)), (None, 0));
+        }
+    }
 }

@@ -283,14 +283,50 @@ impl Timers {
         top.map(|(ts, _)| ts)
     }
 
+    /// Removes the timers of `domain` after `bound` and returns them; the rest stay.
+    pub(crate) fn split_off(&mut self, domain: TimeDomain, bound: i64) -> Vec<(i64, Key)> {
+        let (queue, keys) = self.queue(domain);
+        let moved: Vec<(i64, u32)> = queue
+            .pending
+            .iter()
+            .copied()
+            .filter(|&(ts, _)| ts > bound)
+            .collect();
+        if moved.is_empty() {
+            return Vec::new();
+        }
+        for t in &moved {
+            queue.pending.remove(t);
+        }
+        let out = moved
+            .iter()
+            .map(|&(ts, id)| (ts, Key::from_slice(keys.key(id))))
+            .collect();
+        self.bytes -= queue.rebuild(keys);
+        out
+    }
+
+    /// The timestamps of the timers of `domain`, in no particular order.
+    pub(crate) fn timestamps(&self, domain: TimeDomain) -> impl Iterator<Item = i64> + '_ {
+        let queue = match domain {
+            TimeDomain::EventTime => &self.event,
+            TimeDomain::ProcessingTime => &self.processing,
+        };
+        queue.pending.iter().map(|&(ts, _)| ts)
+    }
+
+    /// Timers of `domain`.
+    pub(crate) fn len_of(&self, domain: TimeDomain) -> usize {
+        match domain {
+            TimeDomain::EventTime => self.event.pending.len(),
+            TimeDomain::ProcessingTime => self.processing.pending.len(),
+        }
+    }
+
     /// Removes and returns the earliest event-time timer.
     #[cfg(test)]
     pub(crate) fn pop_event(&mut self) -> Option<(i64, Key)> {
         self.pop_due(TimeDomain::EventTime, i64::MAX)
-    }
-
-    pub(crate) fn event_len(&self) -> usize {
-        self.event.pending.len()
     }
 
     /// Timers of both domains.
@@ -333,7 +369,7 @@ mod tests {
         t.register(TimeDomain::EventTime, 3, b"a");
         t.register(TimeDomain::EventTime, 5, b"b");
         t.register(TimeDomain::ProcessingTime, 1, b"abc");
-        assert_eq!((t.len(), t.event_len()), (3, 2));
+        assert_eq!((t.len(), t.len_of(TimeDomain::EventTime)), (3, 2));
         assert_eq!(t.bytes(), 1 + 1 + 3 + 3 * (KEY_OVERHEAD + TIMER_OVERHEAD));
         t.delete(TimeDomain::ProcessingTime, 1, b"abc");
         t.delete(TimeDomain::ProcessingTime, 1, b"abc");
@@ -383,7 +419,7 @@ mod tests {
                 }
                 assert!(model.first().is_none_or(|(ts, _)| *ts > upto));
             }
-            assert_eq!(t.event_len(), model.len());
+            assert_eq!(t.len_of(TimeDomain::EventTime), model.len());
         }
         let mut all: Vec<_> = t.iter().map(|(_, ts, k)| (ts, k.to_vec())).collect();
         all.sort();

@@ -13,8 +13,8 @@
 //! | bytes passed to the host in one host call | `host_call_bytes` | 256 MiB | the call traps |
 //! | side outputs one instance emits to | `side_outputs` | 100 | the call traps |
 //! | states one instance declares (keyed and operator state) | `states` | 1,000 | the call traps |
-//! | timers pending in one instance | `timers` | 1,000,000 | the call traps |
-//! | memory the host holds for one instance: keyed state of the memory backend, timers, operator state | `host_memory` | 1 GiB | the call traps |
+//! | timers pending in one instance (with RocksDB state, those kept in memory) | `timers` | 1,000,000 | the call traps |
+//! | memory the host holds for one instance: keyed state of the memory backend, timers in memory, operator state | `host_memory` | 1 GiB | the call traps |
 //! | size of the `.wasm` file | `wasm_size` | 100 MiB | the job does not start |
 //! | compiling the `.wasm` file | `compile_time` | 120 s | the job does not start |
 //!
@@ -67,7 +67,7 @@ pub struct Limits {
     pub side_outputs: u64,
     /// States one instance may declare, keyed and operator state.
     pub states: u64,
-    /// Timers pending in one instance.
+    /// Timers pending in one instance (with RocksDB state, those kept in memory).
     pub timers: u64,
     /// What the host may hold for one instance: keyed state of the memory backend, timers, operator state.
     pub host_memory: ByteSize,

@@ -188,21 +188,25 @@ impl WasmOperator {
         upto: i64,
         out: &mut Batch,
     ) -> Result<bool, OperatorError> {
-        let mut budget = 2 * self.store.data_mut().timers().len();
+        let state = self.store.data_mut().keyed_state();
+        let mut budget = 2 * state.timer_count(domain);
         let mut fired = Vec::new();
         loop {
             let data = self.store.data_mut();
             fired.clear();
-            while fired.len() < BATCH_RECORDS.min(budget)
-                && let Some(timer) = data.timers().pop_due(domain, upto)
+            while fired.len() < BATCH_RECORDS.min(budget as usize)
+                && let Some(timer) = data
+                    .keyed_state()
+                    .pop_timer(domain, upto)
+                    .map_err(OperatorError::timers)?
             {
                 fired.push(timer);
             }
             if fired.is_empty() {
-                let next = data.timers().next(domain);
+                let next = data.keyed_state().next_timer(domain);
                 return Ok(next.is_some_and(|t| t <= upto));
             }
-            budget -= fired.len();
+            budget -= fired.len() as u64;
             if data.call_clock().is_cancelled() {
                 return Err(OperatorError::Cancelled);
             }
@@ -305,21 +309,21 @@ impl Operator for WasmOperator {
     fn next_processing_time(&mut self) -> Option<i64> {
         self.store
             .data_mut()
-            .timers()
-            .next(TimeDomain::ProcessingTime)
+            .keyed_state()
+            .next_timer(TimeDomain::ProcessingTime)
     }
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
         self.store.data_mut().set_end_of_time();
         if self.fire_timers(TimeDomain::EventTime, i64::MAX, out)? {
             let data = self.store.data_mut();
-            let left = data.timers().event_len();
+            let left = data.keyed_state().timer_count(TimeDomain::EventTime);
             let ctx = data.context();
             tracing::warn!(
                 job = ctx.job,
                 operator = ctx.uid,
                 subtask = ctx.subtask,
-                "{} event-time timer(s) registered by timer callbacks at the end of input did \
+                "up to {} event-time timer(s) registered by timer callbacks at the end of input did \
                  not fire: at the end of input, timers fire as often as twice the number \
                  pending when it ended, not again and again",
                 left

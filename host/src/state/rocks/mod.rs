@@ -7,6 +7,7 @@
 //! ```text
 //! u16 key group | u16 state id | u32 key length | key               value, or list
 //! u16 key group | u16 state id | u32 key length | key | map key     map entry, in map-key order
+//! u16 key group | 0xFFFE | u8 domain | timestamp | key                a timer (see `timers`)
 //! 0xFFFF | "state" | u16 id      the declaration of a state (kind, TTL, name)
 //! ```
 //!
@@ -32,6 +33,7 @@ mod cache;
 mod files;
 mod layout;
 mod options;
+mod timers;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -205,9 +207,9 @@ impl Rocks {
         kind: StateKind,
         ttl: Option<Ttl>,
     ) -> Result<(), StateError> {
-        if st >= 0xFFFF {
+        if st >= timers::TIMERS as usize {
             return Err(StateError::Backend(format!(
-                "state \"{name}\": an operator can declare at most 65,535 states"
+                "state \"{name}\": an operator can declare at most 65,534 states"
             )));
         }
         self.register(kind, ttl);
@@ -324,7 +326,7 @@ impl Rocks {
     }
 
     /// Commits a batch that grew large (a restore writes many rows in one call).
-    fn flush_large_batch(&mut self) -> Result<(), StateError> {
+    pub(super) fn flush_large_batch(&mut self) -> Result<(), StateError> {
         if self.batch.size_in_bytes() > 32 << 20 {
             self.commit()?;
         }

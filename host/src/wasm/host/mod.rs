@@ -28,7 +28,7 @@ use crate::operator::OperatorContext;
 use crate::operator::{OperatorError, Snapshot};
 use crate::state::{
     FastMap, KeyedState, OperatorList, OperatorStates, Redistribution, Slots, StateError, StateId,
-    StateSetup, Timers,
+    StateSetup,
 };
 use crate::state::{restore_operator_states, snapshot_operator_states};
 
@@ -76,7 +76,6 @@ pub(crate) struct HostState {
     side_outputs: Vec<(String, Batch)>,
     /// Index into `side_outputs` by name.
     side_index: FastMap<Box<[u8]>, usize>,
-    timers: Timers,
     watermark: Option<i64>,
     /// The last error the guest logged (its panic hook logs the panic message there).
     last_error: Option<String>,
@@ -106,7 +105,6 @@ pub(crate) struct HostState {
 /// operator state and the watermark. An upgrade hands it from the old instance to the new one.
 pub(crate) struct Held {
     state: KeyedState,
-    timers: Timers,
     operator_state: OperatorStates,
     operator_bytes: usize,
     watermark: Option<i64>,
@@ -141,7 +139,6 @@ impl HostState {
         .map_err(|e| e.to_string())?;
         let held = Held {
             state,
-            timers: Timers::default(),
             operator_state: OperatorStates::new(),
             operator_bytes: 0,
             watermark: None,
@@ -174,7 +171,6 @@ impl HostState {
             out: Batch::default(),
             side_outputs: Vec::new(),
             side_index: FastMap::default(),
-            timers: held.timers,
             watermark: held.watermark,
             last_error: None,
             operator_state: held.operator_state,
@@ -200,7 +196,6 @@ impl HostState {
     pub(crate) fn into_held(self) -> Held {
         Held {
             state: self.state,
-            timers: self.timers,
             operator_state: self.operator_state,
             operator_bytes: self.operator_bytes,
             watermark: self.watermark,
@@ -274,9 +269,9 @@ impl HostState {
         self.last_error.take()
     }
 
-    /// The operator's timers.
-    pub(crate) fn timers(&mut self) -> &mut Timers {
-        &mut self.timers
+    /// The operator's keyed state, which holds its timers.
+    pub(crate) fn keyed_state(&mut self) -> &mut KeyedState {
+        &mut self.state
     }
 
     /// Sets the watermark the guest sees and event-time TTLs expire against.
@@ -298,12 +293,12 @@ impl HostState {
         n: u64,
         snapshot: &mut Snapshot,
     ) -> Result<(), OperatorError> {
-        if self.state.is_empty() && self.timers.is_empty() {
+        if self.state.is_empty() {
             return Ok(());
         }
         snapshot.shared = self
             .state
-            .checkpoint(n, snapshot.format, self.timers.iter(), &mut snapshot.bytes)
+            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
             .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
         Ok(())
     }
@@ -315,11 +310,8 @@ impl HostState {
 
     /// Restores a keyed-state file of a checkpoint (the files it refers to are in `shared`).
     pub(crate) fn restore(&mut self, file: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        let timers = &mut self.timers;
         self.state
-            .restore_file(file, shared, |(domain, ts, key)| {
-                timers.register(domain, ts, key);
-            })
+            .restore_file(file, shared)
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
 
@@ -361,7 +353,7 @@ impl HostState {
     /// Refuses to hold more for the instance than `host_memory`: keyed state of the memory
     /// backend, timers and operator state. `after` says what the guest just did.
     fn check_host_memory(&self, after: impl FnOnce() -> String) -> wasmtime::Result<()> {
-        let (state, timers) = (self.state.memory_bytes(), self.timers.bytes());
+        let (state, timers) = (self.state.memory_bytes(), self.state.timers_in_memory().1);
         let held = (state + timers + self.operator_bytes) as u64;
         let limit = self.limits().host_memory.as_u64();
         if held <= limit {

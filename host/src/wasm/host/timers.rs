@@ -35,14 +35,14 @@ impl timers::Host for HostState {
                 ));
             }
             let key = self.slots.key(slot);
-            if op.register {
-                self.timers.register(op.domain, op.timestamp, key);
-            } else {
-                self.timers.delete(op.domain, op.timestamp, key);
-            }
+            let done = match op.register {
+                true => (self.state).register_timer(op.domain, op.timestamp, key),
+                false => (self.state).delete_timer(op.domain, op.timestamp, key),
+            };
+            done.map_err(|e| wasmtime::format_err!("{e}"))?;
         }
         let limit = self.limits().timers;
-        if self.timers.len() as u64 > limit {
+        if self.state.timers_in_memory().0 as u64 > limit {
             return Err(LimitExceeded::error(
                 Limit::Timers,
                 format!(
