@@ -53,9 +53,10 @@ parallelism = 1
         input = toml_path(&input),
         operators = keyed_probe_operators("commands", "parallelism = 1"),
         sink = key_value_file_sink("probe", &ws.path("out")),
-        // RocksDB keeps 2 timers per domain in memory, the others in RocksDB.
+        // RocksDB caches 4 values (so list appends are merges) and keeps 2 timers per domain
+        // in memory, the others in RocksDB.
         timers = if backend == "rocksdb" {
-            "timer_cache = 2"
+            "cache_entries = 4\ntimer_cache = 2"
         } else {
             ""
         },

@@ -14,8 +14,10 @@
 //! (all big-endian; `0xFFFF` is above every key group, as `max_parallelism` is at most 32,768.)
 //! A list's value is its elements, each `u32` length (little-endian) and bytes, as Flink
 //! keeps a list in one value: reading a list is one point read, through the value cache like
-//! a value, and rewriting one is one put. (A row per element made every rewrite of a list a
-//! scan over the tombstones of its earlier rewrites.) A map read is a scan over its rows;
+//! a value, rewriting one is one put, and appending to one that is not cached is one merge of
+//! the new elements (a merge operator concatenates them), whatever the list's length. (A row
+//! per element made every rewrite of a list a scan over the tombstones of its earlier
+//! rewrites.) A map read is a scan over its rows;
 //! the map is then cached whole, and writes go both to its rows and into the cached map, so
 //! a hot key's map is not scanned again batch after batch.
 //!
@@ -396,8 +398,10 @@ impl Rocks {
         Ok(())
     }
 
-    /// Replaces (`clear`) or extends `key`'s list in `st` by `append`: in the cache, from which
-    /// it reaches RocksDB when evicted or at the next checkpoint.
+    /// Replaces (`clear`) or extends `key`'s list in `st` by `append`. A list in the cache
+    /// changes there, and reaches RocksDB when evicted or at the next checkpoint; another is
+    /// extended with a merge (see `options::append_lists`), without reading it, so that
+    /// appending to a list costs what is appended, however long the list.
     pub(crate) fn write_list<'a>(
         &mut self,
         st: usize,
@@ -407,25 +411,27 @@ impl Rocks {
         append: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<(), StateError> {
         self.prefix(st, group, key);
-        let mut list = match clear {
-            true => Vec::new(),
-            false => self.list()?.map(Cow::into_owned).unwrap_or_default(),
+        let cached = !clear && self.cache.promote(&self.key);
+        let mut list = match cached {
+            true => self.cache.get(&self.key).unwrap_or_default().to_vec(),
+            false => Vec::new(),
         };
         for e in append {
             list.extend_from_slice(&(e.len() as u32).to_le_bytes());
             list.extend_from_slice(e);
         }
-        if list.len() <= MAX_CACHED_LIST {
+        if !clear && !cached {
+            if !list.is_empty() {
+                self.batch.merge(&self.key, &list);
+            }
+        } else if list.len() <= MAX_CACHED_LIST {
             self.cache
                 .put(&self.key, (!list.is_empty()).then_some(&list[..]), true);
         } else {
             self.cache.forget(&self.key);
             self.batch.put(&self.key, &list);
         }
-        // What the cache evicts (a restore writes many lists in a row) and a large list
-        // reach RocksDB at once: a later write of a list in the same store reads it back from
-        // RocksDB, which does not see the pending batch.
-        self.commit()
+        self.flush_large_batch()
     }
 
     /// The list in the row of the scratch key: from the cache, or read from RocksDB and

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use rocksdb::compaction_filter::Decision;
+use rocksdb::merge_operator::MergeOperands;
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options};
 
 use crate::clock::Clock;
@@ -86,5 +87,19 @@ pub(super) fn options(
     opts.set_level_compaction_dynamic_level_bytes(true);
     opts.set_max_background_jobs(2);
     opts.set_compaction_filter("weir-ttl", filter);
+    opts.set_merge_operator_associative("weir-list-append", append_lists);
     opts
+}
+
+/// The merge operator: a list row's merge operands are elements to append (each `u32` length
+/// and bytes, as the row keeps them), so appending to a list is a merge, not a read and a
+/// rewrite of the whole list. Only list rows are ever merged.
+fn append_lists(_key: &[u8], list: Option<&[u8]>, appended: &MergeOperands) -> Option<Vec<u8>> {
+    let len = list.map_or(0, <[u8]>::len) + appended.iter().map(<[u8]>::len).sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(list.unwrap_or_default());
+    for elements in appended {
+        out.extend_from_slice(elements);
+    }
+    Some(out)
 }
