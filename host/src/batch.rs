@@ -128,6 +128,17 @@ impl Batch {
         Ok(side)
     }
 
+    /// Appends the records of `other`, with one copy of its bytes.
+    pub fn append(&mut self, other: &Batch) {
+        let base = self.data.len() as u32;
+        self.data.extend_from_slice(&other.data);
+        self.entries.extend(other.entries.iter().map(|e| Entry {
+            key_at: e.key_at + base,
+            value_at: e.value_at + base,
+            ..*e
+        }));
+    }
+
     fn view(&self, e: &Entry) -> RecordRef<'_> {
         RecordRef {
             kind: e.kind,
@@ -166,6 +177,10 @@ mod tests {
         assert_eq!(got[0].kind, Kind::Delete);
         assert_eq!(got[1].key, None);
         assert_eq!(got[1].value, b"line");
+        let mut both = b.clone();
+        both.append(&b);
+        let again: Vec<_> = both.iter().collect();
+        assert_eq!(again, [&got[..], &got[..]].concat());
         b.clear();
         assert!(b.is_empty());
     }

@@ -210,7 +210,10 @@ fn callgrind_split(
             let _ = std::fs::remove_dir_all(d);
         }
         let spec = dir.join(format!("{job}.toml"));
-        std::fs::write(&spec, job_spec(job, input, dir, "memory", Checkpoints::Off))?;
+        // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
+        let limits = "\n[limits]\ncall_deadline = \"1h\"\n";
+        let text = job_spec(job, input, dir, "memory", Checkpoints::Off) + limits;
+        std::fs::write(&spec, text)?;
         let file = dir.join(format!("callgrind.{job}.out"));
         let mut command = Command::new("valgrind");
         command

@@ -22,7 +22,7 @@ const PARTS: &[(&str, &[&str])] = &[
         "timers",
         &[
             "stream::timers::Host for weir::wasm::host::HostState>::update",
-            "weir::state::timers::Timers::pop_event",
+            "weir::state::keyed_timers::<impl weir::state::KeyedState>::pop_timer",
         ],
     ),
     (
@@ -48,11 +48,13 @@ const PARTS: &[(&str, &[&str])] = &[
 /// The parts above that run inside calls into guests (host imports).
 const IN_GUEST_CALLS: &[&str] = &["host state", "timers", "output"];
 
-/// The calls into the guests: guest code, the boundary, and the host imports above.
+/// The calls into the guests: guest code, the boundary, and the host imports above. (Each an
+/// operator's entry point, none called by another: timers fire in the last three.)
 const GUEST: &[&str] = &[
     "<weir::wasm::operator::WasmOperator as weir::operator::Operator>::process",
     "<weir::wasm::operator::WasmOperator as weir::operator::Operator>::close",
-    "weir::wasm::operator::WasmOperator::fire_event_timers",
+    "<weir::wasm::operator::WasmOperator as weir::operator::Operator>::on_watermark",
+    "<weir::wasm::operator::WasmOperator as weir::operator::Operator>::on_processing_time",
 ];
 
 /// Loading (and, on a cold cache, compiling) the components: not per record.

@@ -261,9 +261,7 @@ impl HostState {
         if out.is_empty() {
             std::mem::swap(out, &mut self.out);
         } else {
-            for rec in self.out.iter() {
-                out.push(&rec);
-            }
+            out.append(&self.out);
         }
         self.out.clear();
         self.last_error.take()
