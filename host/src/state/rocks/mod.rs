@@ -85,6 +85,8 @@ pub(crate) struct Rocks {
     pending: BTreeMap<u64, HashMap<String, SharedFile>>,
     kinds: Vec<StateKind>,
     batch: WriteBatch,
+    /// Timer rows written since the last commit (see `timers`).
+    timer_writes: timers::TimerWrites,
     write: WriteOptions,
     /// Scratch space for row keys.
     key: Vec<u8>,
@@ -178,6 +180,7 @@ impl Rocks {
             pending: BTreeMap::new(),
             kinds: Vec::new(),
             batch: WriteBatch::default(),
+            timer_writes: timers::TimerWrites::default(),
             write,
             key: Vec::new(),
             scratch: Vec::new(),
@@ -245,6 +248,7 @@ impl Rocks {
     }
 
     pub(crate) fn commit(&mut self) -> Result<(), StateError> {
+        self.timer_writes.write(&mut self.batch);
         self.cache.evict(&mut self.batch);
         if self.batch.is_empty() {
             return Ok(());
@@ -329,7 +333,7 @@ impl Rocks {
 
     /// Commits a batch that grew large (a restore writes many rows in one call).
     pub(super) fn flush_large_batch(&mut self) -> Result<(), StateError> {
-        if self.batch.size_in_bytes() > 32 << 20 {
+        if self.batch.size_in_bytes() + self.timer_writes.bytes() > 32 << 20 {
             self.commit()?;
         }
         Ok(())
