@@ -82,7 +82,7 @@ impl KeyedState {
         let d = domain as usize;
         if ts > self.spill.bound[d] {
             let group = self.key_group(key);
-            self.rocks()?.put_timer(group, domain, ts, key)?;
+            self.rocks()?.write_timer((group, domain), ts, key, true)?;
             self.spill.spilled[d] += 1;
             return Ok(());
         }
@@ -102,7 +102,7 @@ impl KeyedState {
     ) -> Result<(), StateError> {
         if ts > self.spill.bound[domain as usize] {
             let group = self.key_group(key);
-            return self.rocks()?.delete_timer(group, domain, ts, key);
+            return self.rocks()?.write_timer((group, domain), ts, key, false);
         }
         self.timers.delete(domain, ts, key);
         Ok(())
@@ -176,7 +176,7 @@ impl KeyedState {
         rows.sort_unstable();
         let rocks = self.rocks()?;
         for (group, ts, key) in &rows {
-            rocks.put_timer(*group, domain, *ts, key)?;
+            rocks.write_timer((*group, domain), *ts, key, true)?;
         }
         Ok(())
     }
@@ -206,7 +206,7 @@ impl KeyedState {
         }
         read.retain(|t| t.0 <= bound);
         for (ts, key, group) in &read {
-            rocks.delete_timer(*group, domain, *ts, key)?;
+            rocks.write_timer((*group, domain), *ts, key, false)?;
         }
         for (ts, key, _) in &read {
             self.timers.register(domain, *ts, key);

@@ -1090,3 +1090,45 @@ fn timers_fire_in_order_exactly_once_wherever_they_are_kept() {
         }
     }
 }
+
+/// An operator with timers and no state runs no database until its timers spill; then its
+/// checkpoint carries them, and a restore fires every one in order.
+#[test]
+fn timers_without_state_open_rocksdb_when_they_spill_and_come_back_from_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let databases = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name() != "shared")
+            .count()
+    };
+    let mut s = open_spilling(BackendKind::RocksDb, 0..128, dir.path());
+    let key = |i: i64| format!("k{}", i % 37).into_bytes();
+    for i in 0..16 {
+        s.register_timer(TimeDomain::EventTime, i, &key(i)).unwrap();
+    }
+    assert_eq!(databases(), 0, "16 timers fit the timer cache");
+    for i in 16..100 {
+        s.register_timer(TimeDomain::EventTime, i, &key(i)).unwrap();
+    }
+    assert_eq!(databases(), 1, "the timers spilled");
+    assert!(s.timers_in_memory().0 < 100);
+    let mut bytes = Vec::new();
+    let files = s.checkpoint(1, SnapshotFormat::Native, &mut bytes).unwrap();
+    for (from, name, _) in files.iter().flat_map(|f| &f.files) {
+        super::link_or_copy(from, &shared.join(name)).unwrap();
+    }
+    drop(s);
+    let mut back = open_spilling(BackendKind::RocksDb, 0..128, dir.path());
+    back.restore_file(&bytes, &shared).unwrap();
+    for i in 0..100 {
+        let fired = back.pop_timer(TimeDomain::EventTime, i64::MAX).unwrap();
+        assert_eq!(fired, Some((i, Key::from_slice(&key(i)))));
+    }
+    assert_eq!(
+        back.pop_timer(TimeDomain::EventTime, i64::MAX).unwrap(),
+        None
+    );
+}

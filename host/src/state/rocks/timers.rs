@@ -89,27 +89,15 @@ impl TimerWrites {
 }
 
 impl Rocks {
-    /// Puts a timer row (at the next commit).
-    pub(crate) fn put_timer(
+    /// Puts (`put`) or deletes a timer row at the next commit; a deleted row may not exist.
+    pub(crate) fn write_timer(
         &mut self,
-        group: u32,
-        domain: TimeDomain,
+        (group, domain): (u32, TimeDomain),
         ts: i64,
         key: &[u8],
+        put: bool,
     ) -> Result<(), StateError> {
-        self.timer_writes.push(group, domain, ts, key, true);
-        self.flush_large_batch()
-    }
-
-    /// Deletes a timer row (at the next commit); there may be none.
-    pub(crate) fn delete_timer(
-        &mut self,
-        group: u32,
-        domain: TimeDomain,
-        ts: i64,
-        key: &[u8],
-    ) -> Result<(), StateError> {
-        self.timer_writes.push(group, domain, ts, key, false);
+        self.timer_writes.push(group, domain, ts, key, put);
         self.flush_large_batch()
     }
 
