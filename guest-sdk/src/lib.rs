@@ -86,6 +86,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 mod ttl;
+pub mod window;
 #[cfg(target_arch = "wasm32")]
 mod wit;
 

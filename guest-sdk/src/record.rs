@@ -19,6 +19,7 @@ use crate::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
     inner: RecordRef<'a>,
+    input: u8,
 }
 
 impl<'a> Record<'a> {
@@ -37,6 +38,7 @@ impl<'a> Record<'a> {
                 timestamp: None,
                 value,
             },
+            input: 0,
         }
     }
 
@@ -65,8 +67,39 @@ impl<'a> Record<'a> {
         self
     }
 
-    pub(crate) fn from_ref(inner: RecordRef<'a>) -> Self {
-        Record { inner }
+    /// The same record as if it came from the operator's input `input` (0 or 1, see
+    /// [`Record::input`]).
+    ///
+    /// ```
+    /// let rec = weir_sdk::Record::new(None, b"x").with_input(1);
+    /// assert_eq!(rec.input(), 1);
+    /// ```
+    #[must_use]
+    pub fn with_input(mut self, input: u8) -> Self {
+        self.input = input;
+        self
+    }
+
+    pub(crate) fn from_ref(inner: RecordRef<'a>, input: u8) -> Self {
+        Record { inner, input }
+    }
+
+    /// Which of the operator's inputs the record came from: 0 for the job spec's `input`
+    /// (all of them, when it lists several: a union), 1 for `second_input` (Flink's
+    /// `connect`: `processElement1` and `processElement2` of a `KeyedCoProcessFunction`).
+    /// Both inputs share the operator's keyed state and timers.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # fn handle(ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    /// match rec.input() {
+    ///     0 => ctx.value_state::<String>("order").set(&rec.value_str()?.to_string()),
+    ///     _ => ctx.value_state::<bool>("paid").set(&true),
+    /// }
+    /// # }
+    /// ```
+    pub fn input(&self) -> u8 {
+        self.input
     }
 
     /// The key, if the record has one. Keyed state and timers need it.

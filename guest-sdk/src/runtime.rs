@@ -263,7 +263,7 @@ fn run_batch<T: Operator>(
         ctx.slot = rec.slot;
         ctx.timestamp = rec.record.timestamp;
         CURRENT_RECORD.set(Some(index));
-        if let Err(e) = operator.process(&mut ctx, Record::from_ref(rec.record)) {
+        if let Err(e) = operator.process(&mut ctx, Record::from_ref(rec.record, rec.input)) {
             return Err(e.context(format!(
                 "record {index} of the batch ({})",
                 describe_key(rec.record.key)

@@ -52,7 +52,8 @@ pub mod watermark;
 
 pub use clock::Clock;
 pub use job::spec::{EdgeKind, Input, JobSpec, OperatorCode, SpecError, Vertex, VertexKind};
-pub use native::window::{Aggregate, WindowKind, WindowSpec, WindowTime};
+pub use native::join::{JoinKind, JoinSpec};
+pub use native::window::{Aggregate, FunctionKind, GuestCode, WindowKind, WindowSpec, WindowTime};
 pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{

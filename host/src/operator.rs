@@ -103,6 +103,19 @@ pub trait Operator: Send {
     /// Handles one batch, appending what it emits to `out`.
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError>;
 
+    /// Handles one batch from the operator's input `input`: 0 for `input` (all of them, a
+    /// union), 1 for `second_input`. Only operators that take a second input (the job spec
+    /// checks) need to tell them apart.
+    fn process_input(
+        &mut self,
+        input: u8,
+        batch: &Batch,
+        out: &mut Batch,
+    ) -> Result<(), OperatorError> {
+        debug_assert_eq!(input, 0, "an operator of one input got a second");
+        self.process(batch, out)
+    }
+
     /// The watermark advanced to `watermark`: fire the event-time timers at or before it, in
     /// timestamp order, appending what they emit to `out`.
     fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<(), OperatorError> {

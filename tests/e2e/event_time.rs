@@ -663,3 +663,115 @@ fn host_windows_take_late_records_within_the_allowed_lateness_and_side_output_th
         .collect();
     assert_eq!(counted, expected);
 }
+
+/// Sessions computed here as [`expected_sessions`] does, with `<count>:<sum>` of the values.
+fn expected_session_sums(
+    records: &[(String, i64, u64)],
+    gap: i64,
+) -> BTreeMap<(String, i64, i64), String> {
+    let counts = expected_sessions(records, gap);
+    let mut sums: BTreeMap<(String, i64, i64), u64> = BTreeMap::new();
+    for (key, ts, value) in records {
+        let session = (counts.keys())
+            .find(|(k, start, end)| k == key && start <= ts && ts < end)
+            .expect("every record is in a session");
+        *sums.entry(session.clone()).or_insert(0) += value;
+    }
+    (counts.into_iter())
+        .map(|(w, n)| {
+            let sum = sums[&w];
+            (w, format!("{n}:{sum}"))
+        })
+        .collect()
+}
+
+#[test]
+fn window_functions_in_guests_match_an_independent_computation() {
+    let (text, records) = valued_events(20_000, 300, 6);
+    let count_sum = |size, step| -> BTreeMap<(String, i64, i64), String> {
+        let counts = expected_windows(&records, size, step, "count");
+        let sums = expected_windows(&records, size, step, "sum");
+        (counts.into_iter())
+            .map(|(w, n)| {
+                let sum = &sums[&w];
+                (w, format!("{n}:{sum}"))
+            })
+            .collect()
+    };
+    let windows = [
+        (r#"type = "tumbling", size = "1s""#, count_sum(1_000, 1_000)),
+        (
+            r#"type = "sliding", size = "2s", slide = "500ms""#,
+            count_sum(2_000, 500),
+        ),
+        (
+            r#"type = "session", gap = "150ms""#,
+            expected_session_sums(&records, 150),
+        ),
+    ];
+    for (window, expected) in &windows {
+        for (function, guest) in [
+            ("aggregate", "weir_test_window_aggregate"),
+            ("process", "weir_test_window_process"),
+        ] {
+            for (parallelism, backend) in [(1, "memory"), (3, "rocksdb")] {
+                let ws = Workspace::new();
+                let input = ws.write("events.txt", &text);
+                let state = match backend {
+                    "rocksdb" => "[state]\nbackend = \"rocksdb\"\ntimer_cache = 4\n",
+                    _ => "",
+                };
+                let code = format!(
+                    "{}\nwindow = {{ {window}, function = \"{function}\" }}",
+                    wasm(guest)
+                );
+                ws.run_ok(&events_job(
+                    &input,
+                    "300ms",
+                    &code,
+                    (2, parallelism),
+                    &ws,
+                    state,
+                ));
+                let (got, again) = window_results(&ws.path("out"));
+                let case =
+                    format!("{window}, {function} at parallelism {parallelism} on {backend}");
+                assert_eq!(&got, expected, "{case}");
+                assert_eq!(again, 0, "{case}: a window fired twice");
+            }
+        }
+    }
+}
+
+#[test]
+fn guest_window_functions_fire_again_for_late_records_within_the_lateness() {
+    // As the built-in case above: out of order by up to 2 s, a watermark 50 ms behind,
+    // 500 ms of allowed lateness; each window's last result counts every record not in the
+    // side output, whichever function makes it.
+    let (text, records) = valued_events(30_000, 2_000, 7);
+    for (function, guest) in [
+        ("aggregate", "weir_test_window_aggregate"),
+        ("process", "weir_test_window_process"),
+    ] {
+        let ws = Workspace::new();
+        let input = ws.write("events.txt", &text);
+        let code = format!(
+            "{}\nwindow = {{ type = \"tumbling\", size = \"1s\", function = \"{function}\", \
+             allowed_lateness = \"500ms\" }}",
+            wasm(guest)
+        );
+        ws.run_ok(&events_job(&input, "50ms", &code, (1, 2), &ws, ""));
+        let (got, again) = window_results(&ws.path("out"));
+        assert!(
+            again > 0,
+            "{function}: no late record fired its window again"
+        );
+        let late = lines(&ws.path("late"));
+        assert!(!late.is_empty(), "{function}: nothing was too late");
+        let counted: u64 = (got.values())
+            .map(|r| r.split_once(':').unwrap().0.parse::<u64>().unwrap())
+            .sum();
+        let total = counted + late.len() as u64;
+        assert_eq!(total, records.len() as u64, "{function}: a record was lost");
+    }
+}

@@ -14,6 +14,7 @@ mod deploy;
 mod event_time;
 mod exactly_once;
 mod isolation;
+mod joins;
 mod lifecycle;
 mod postgres;
 mod sandbox;

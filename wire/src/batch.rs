@@ -2,7 +2,7 @@
 
 use crate::key_table::read_key_table;
 use crate::primitives::{DecodeError, Reader, put_bytes, put_i64, put_u8, put_u32};
-use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, header};
+use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, SECOND_INPUT, header};
 
 /// Writes a batch: first the key table, then records that refer to keys by slot.
 ///
@@ -13,6 +13,8 @@ pub struct BatchWriter {
     keys: u32,
     records: u32,
     records_at: Option<usize>,
+    /// Header bits every record gets: which input of the operator the batch came from.
+    input_bits: u8,
 }
 
 impl BatchWriter {
@@ -25,7 +27,14 @@ impl BatchWriter {
             keys: 0,
             records: 0,
             records_at: None,
+            input_bits: 0,
         }
+    }
+
+    /// Marks every record of the batch as coming from the operator's input `input` (0 for
+    /// `input`, 1 for `second_input`).
+    pub fn from_input(&mut self, input: u8) {
+        self.input_bits = if input == 1 { SECOND_INPUT } else { 0 };
     }
 
     /// Adds the key of the next slot and returns that slot.
@@ -46,7 +55,7 @@ impl BatchWriter {
         }
         put_u8(
             &mut self.buf,
-            header(kind, slot.is_some(), timestamp.is_some(), false),
+            header(kind, slot.is_some(), timestamp.is_some(), false) | self.input_bits,
         );
         if let Some(slot) = slot {
             put_u32(&mut self.buf, slot);
@@ -76,6 +85,8 @@ pub struct BatchRecord<'a> {
     pub slot: Option<u32>,
     /// The record, its key looked up in the key table.
     pub record: RecordRef<'a>,
+    /// Which of the operator's inputs it came from: 0 `input`, 1 `second_input`.
+    pub input: u8,
 }
 
 /// Reads a batch written by [`BatchWriter`].
@@ -142,6 +153,7 @@ impl<'a> BatchReader<'a> {
         let value = self.r.bytes()?;
         Ok(BatchRecord {
             slot,
+            input: u8::from(h & SECOND_INPUT != 0),
             record: RecordRef {
                 kind: Kind::from_bits(h),
                 key: slot.map(|s| self.keys[s as usize]),
@@ -188,7 +200,27 @@ mod tests {
         assert_eq!((second.slot, second.record.kind), (None, Kind::Delete));
         let third = r.next().unwrap().unwrap();
         assert_eq!(third.record.key, Some(&b""[..]));
+        assert_eq!(third.input, 0);
         assert!(r.next().is_none());
+    }
+
+    #[test]
+    fn records_of_a_batch_from_the_second_input_say_so() {
+        let mut w = BatchWriter::new(Vec::new());
+        w.from_input(1);
+        let k = w.key(b"k");
+        w.record(Some(k), Kind::Delete, Some(7), b"v");
+        let buf = w.finish();
+        let rec = BatchReader::new(&buf, Vec::new())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.input, 1);
+        assert_eq!(
+            (rec.record.kind, rec.record.timestamp, rec.record.value),
+            (Kind::Delete, Some(7), &b"v"[..])
+        );
     }
 
     #[test]

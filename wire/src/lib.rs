@@ -25,6 +25,7 @@ mod primitives;
 mod record;
 mod state_ops;
 mod timers;
+mod window;
 
 pub use batch::{BatchReader, BatchRecord, BatchWriter};
 pub use key_table::read_key_table;
@@ -41,4 +42,7 @@ pub use state_ops::{
 pub use timers::{
     FiredTimer, TimeDomain, TimerOp, put_timer_op, read_fired_timers, read_timer_ops,
     write_fired_timers,
+};
+pub use window::{
+    Items, Window, WindowCall, put_process, put_result, put_update, read_window_call,
 };

@@ -25,7 +25,7 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// A cursor over a buffer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,

@@ -7,6 +7,8 @@ pub(crate) const HAS_KEY: u8 = 1 << 2;
 pub(crate) const HAS_TIMESTAMP: u8 = 1 << 3;
 /// Output only: a side-output name follows the header.
 pub(crate) const TO_SIDE_OUTPUT: u8 = 1 << 4;
+/// Batch only: the record came from the operator's second input (`second_input`).
+pub(crate) const SECOND_INPUT: u8 = 1 << 5;
 
 /// Changelog kind of a record, as Flink's RowKind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

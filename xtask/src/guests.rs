@@ -19,6 +19,8 @@ pub const PACKAGES: &[&str] = &[
     "wordcount-count",
     "clickstream-parse",
     "clickstream-profile",
+    "orders-parse",
+    "orders-unpaid",
     "bench-scorer-parse",
     "bench-scorer-score",
     "bench-topn",
@@ -32,6 +34,8 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-hostile",
     "weir-test-unknown-import",
     "weir-test-windows",
+    "weir-test-window-aggregate",
+    "weir-test-window-process",
 ];
 
 /// Where the components are copied to.

@@ -7,7 +7,7 @@
 //! touched slot go back in one `store()`. Nothing is hashed or allocated per record in the
 //! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
 
-mod codec;
+pub(crate) mod codec;
 mod list;
 mod map;
 mod operator;

@@ -230,8 +230,49 @@ impl<T: Operator + Default> Harness<T> {
         I: IntoIterator,
         I::Item: Into<Input>,
     {
+        self.run_batch(0, records)
+    }
+
+    /// Runs `records` as one batch from the operator's second input (`second_input` in the
+    /// job spec: [`Record::input`](crate::Record::input) is 1) and returns what it emitted.
+    ///
+    /// # Panics
+    /// When the operator returns an error; see [`try_process_second`](Self::try_process_second).
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op { fn process(&mut self, ctx: &mut Context, r: Record<'_>) -> Result<()> { ctx.emit_display(r.key(), r.input()) } }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// assert_eq!(h.process([("k", "order")])[0].value_str(), "0");
+    /// assert_eq!(h.process_second([("k", "payment")])[0].value_str(), "1");
+    /// ```
+    pub fn process_second<I>(&mut self, records: I) -> Vec<Output>
+    where
+        I: IntoIterator,
+        I::Item: Into<Input>,
+    {
+        expect_ok("process", self.try_process_second(records))
+    }
+
+    /// Runs `records` as one batch from the operator's second input; the operator's error
+    /// if it returns one.
+    pub fn try_process_second<I>(&mut self, records: I) -> Result<Vec<Output>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Input>,
+    {
+        self.run_batch(1, records)
+    }
+
+    fn run_batch<I>(&mut self, input: u8, records: I) -> Result<Vec<Output>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Input>,
+    {
         let inputs: Vec<Input> = records.into_iter().map(Into::into).collect();
         let mut writer = BatchWriter::new(Vec::new());
+        writer.from_input(input);
         let mut slots: HashMap<&[u8], u32> = HashMap::new();
         for input in &inputs {
             if let Some(key) = &input.key {

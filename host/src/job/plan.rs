@@ -31,6 +31,8 @@ pub struct Connection {
     /// The side output of the upstream chain's last vertex this connection carries, or its
     /// main output.
     pub side_output: Option<String>,
+    /// Which input of the downstream chain's head it feeds (see `spec::Input::index`).
+    pub input: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,7 @@ impl Plan {
                     to_chain: chain_of[v],
                     edge: input.edge,
                     side_output: input.side_output.clone(),
+                    input: input.index,
                 });
             }
         }

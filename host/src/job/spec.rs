@@ -17,6 +17,7 @@
 //! uid = "split"            # ties state to code across upgrades: never change it
 //! wasm = "split.wasm"      # or `native = "split_words"` for a built-in
 //! input = "lines"          # or a list; "op.name" reads op's side output `name`
+//! second_input = "other"   # an operator's second input (`Record::input()` is 1), or a list
 //! edge = "rebalance"       # forward (default) | key_by | rebalance
 //! config = { lowercase = true }
 //! limits = { memory = "512 MiB" }   # over the job's [limits] (see `wasm::Limits`)
@@ -40,7 +41,8 @@ use serde::Deserialize;
 use crate::checkpoint::{CheckpointConfig, RestartStrategy};
 use crate::connectors::{SinkConfig, SourceConfig};
 use crate::native;
-use crate::native::window::WindowSpec;
+use crate::native::join::JoinSpec;
+use crate::native::window::{GuestCode, WindowSpec};
 use crate::state::StateConfig;
 use crate::wasm::{Grants, Limits};
 use crate::watermark::WatermarkStrategy;
@@ -108,6 +110,8 @@ pub enum OperatorCode {
     Native(String),
     /// A window in the host, with a built-in aggregate.
     Window(WindowSpec),
+    /// A join of its two inputs in the host.
+    Join(JoinSpec),
 }
 
 /// Kind of a vertex of the job graph.
@@ -137,6 +141,8 @@ pub struct Input {
     pub edge: EdgeKind,
     /// A side output of `from` (`input = "op.name"`) instead of its main output.
     pub side_output: Option<String>,
+    /// Which of the consumer's inputs it feeds: 0 for `input`, 1 for `second_input`.
+    pub index: u8,
 }
 
 /// A vertex of the logical job graph: a source, an operator or a sink.
@@ -229,6 +235,7 @@ struct RawOperator {
     wasm: Option<PathBuf>,
     native: Option<String>,
     input: Option<Inputs>,
+    second_input: Option<Inputs>,
     #[serde(default)]
     edge: EdgeKind,
     parallelism: Option<u32>,
@@ -237,6 +244,7 @@ struct RawOperator {
     grants: Option<toml::Table>,
     watermark: Option<WatermarkStrategy>,
     window: Option<WindowSpec>,
+    join: Option<JoinSpec>,
 }
 
 /// The keys every vertex table has besides its connector configuration.
@@ -244,6 +252,8 @@ struct Common {
     name: String,
     parallelism: Option<u32>,
     inputs: Vec<String>,
+    /// An operator's `second_input`.
+    second_inputs: Vec<String>,
     edge: EdgeKind,
     watermark: Option<WatermarkStrategy>,
 }
@@ -292,6 +302,7 @@ fn take_common(table: &mut toml::Table, what: &str, index: usize) -> Result<Comm
         name,
         parallelism,
         inputs,
+        second_inputs: Vec::new(),
         edge,
         watermark,
     })
@@ -419,11 +430,54 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     let mut uids = HashSet::new();
     for op in raw.operator {
         let name = op.name;
-        let code = match (op.wasm, op.native, op.window) {
-            (None, None, Some(window)) => {
+        let code = match (op.wasm, op.native, op.window, op.join) {
+            (None, None, None, Some(join)) => {
+                join.validate()
+                    .map_err(|e| format!("operator \"{name}\": join: {e}"))?;
+                if op.limits.is_some() || op.grants.is_some() || op.config.is_some() {
+                    return Err(format!(
+                        "operator \"{name}\": `limits`, `grants` and `config` apply to \
+                         WebAssembly operators; remove them from the join"
+                    ));
+                }
+                if op.second_input.is_none() {
+                    return Err(format!(
+                        "join \"{name}\" has no `second_input`; a join reads two streams: \
+                         `input` (the left side) and `second_input` (the right side)"
+                    ));
+                }
+                OperatorCode::Join(join)
+            }
+            (Some(path), None, Some(mut window), None) => {
                 window
                     .validate()
                     .map_err(|e| format!("operator \"{name}\": window: {e}"))?;
+                if window.function.is_none() {
+                    return Err(format!(
+                        "operator \"{name}\" sets `wasm` and a window with a built-in aggregate; \
+                         for a window function in the component set function = \"aggregate\" or \
+                         \"process\" in the window instead of aggregate, or remove `wasm`"
+                    ));
+                }
+                window.code = Some(Box::new(GuestCode {
+                    path: base_dir.join(path),
+                    limits: Limits::resolve(raw.limits.as_ref(), op.limits.as_ref())
+                        .map_err(|e| format!("operator \"{name}\": {e}"))?,
+                    grants: Grants::resolve(op.grants, base_dir)
+                        .map_err(|e| format!("operator \"{name}\": {e}"))?,
+                }));
+                OperatorCode::Window(window)
+            }
+            (None, None, Some(window), None) => {
+                window
+                    .validate()
+                    .map_err(|e| format!("operator \"{name}\": window: {e}"))?;
+                if window.function.is_some() {
+                    return Err(format!(
+                        "operator \"{name}\": a window with a function needs the component that \
+                         implements it: add wasm = \"path/to/function.wasm\""
+                    ));
+                }
                 if op.limits.is_some() || op.grants.is_some() || op.config.is_some() {
                     return Err(format!(
                         "operator \"{name}\": `limits`, `grants` and `config` apply to \
@@ -432,14 +486,14 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 }
                 OperatorCode::Window(window)
             }
-            (Some(path), None, None) => OperatorCode::Wasm {
+            (Some(path), None, None, None) => OperatorCode::Wasm {
                 path: base_dir.join(path),
                 limits: Limits::resolve(raw.limits.as_ref(), op.limits.as_ref())
                     .map_err(|e| format!("operator \"{name}\": {e}"))?,
                 grants: Grants::resolve(op.grants, base_dir)
                     .map_err(|e| format!("operator \"{name}\": {e}"))?,
             },
-            (None, Some(native), None) => {
+            (None, Some(native), None, None) => {
                 if op.limits.is_some() || op.grants.is_some() {
                     return Err(format!(
                         "operator \"{name}\": `limits` and `grants` apply to WebAssembly \
@@ -454,17 +508,25 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 }
                 OperatorCode::Native(native)
             }
-            (None, None, None) => {
+            (None, None, None, None) => {
                 return Err(format!(
-                    "operator \"{name}\" needs `wasm = \"path/to/operator.wasm\"` (or `native = \"...\"` for a built-in, or `window = {{ ... }}`)"
+                    "operator \"{name}\" needs `wasm = \"path/to/operator.wasm\"` (or `native = \"...\"` for a built-in, `window = {{ ... }}` or `join = {{ ... }}`)"
                 ));
             }
             _ => {
                 return Err(format!(
-                    "operator \"{name}\" sets more than one of `wasm`, `native` and `window`; keep one"
+                    "operator \"{name}\" sets more than one of `wasm`, `native`, `window` and `join`; keep one"
                 ));
             }
         };
+        if op.second_input.is_some()
+            && !matches!(code, OperatorCode::Wasm { .. } | OperatorCode::Join(_))
+        {
+            return Err(format!(
+                "operator \"{name}\" has a `second_input`, which only WebAssembly operators and \
+                 joins read; list every stream in `input` for a union of them"
+            ));
+        }
         let uid = match op.uid {
             Some(uid) if uid.is_empty() => {
                 return Err(format!("operator \"{name}\": `uid` must not be empty"));
@@ -484,7 +546,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         }
         let config = serde_json::to_string(&op.config.unwrap_or_default())
             .map_err(|e| format!("operator \"{name}\": config: {e}"))?;
-        let inputs = match op.input {
+        let names = |inputs: Option<Inputs>| match inputs {
             None => Vec::new(),
             Some(Inputs::One(s)) => vec![s],
             Some(Inputs::Many(v)) => v,
@@ -493,7 +555,8 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             common: Common {
                 name,
                 parallelism: op.parallelism,
-                inputs,
+                inputs: names(op.input),
+                second_inputs: names(op.second_input),
                 edge: op.edge,
                 watermark: op.watermark,
             },
@@ -556,7 +619,9 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             ));
         }
         let mut resolved = Vec::new();
-        for input in &p.common.inputs {
+        let all = (p.common.inputs.iter().map(|i| (0, i)))
+            .chain(p.common.second_inputs.iter().map(|i| (1, i)));
+        for (which, input) in all {
             // "op.side" names a side output; vertex names cannot contain '.'.
             let (input, side_output) = match input.split_once('.') {
                 Some((vertex, side)) => (vertex, Some(side.to_string())),
@@ -591,6 +656,10 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                         ..
                     } if w.late == *side => {}
                     VertexKind::Operator {
+                        code: OperatorCode::Join(j),
+                        ..
+                    } if j.late == *side => {}
+                    VertexKind::Operator {
                         code: OperatorCode::Window(w),
                         ..
                     } => {
@@ -601,7 +670,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                     }
                     _ => {
                         return Err(format!(
-                            "{} \"{name}\" reads side output \"{side}\" of \"{input}\", which has none; only WebAssembly operators and windows emit side outputs",
+                            "{} \"{name}\" reads side output \"{side}\" of \"{input}\", which has none; only WebAssembly operators, windows and joins emit side outputs",
                             p.role
                         ));
                     }
@@ -617,6 +686,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
                 from,
                 edge: p.common.edge,
                 side_output,
+                index: which,
             });
         }
         inputs.push(resolved);
@@ -659,6 +729,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             from,
             edge,
             side_output,
+            ..
         } in ins
         {
             let (from, edge) = (*from, *edge);
@@ -672,12 +743,16 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             }
             if edge != EdgeKind::KeyBy
                 && let VertexKind::Operator {
-                    code: OperatorCode::Window(_),
+                    code: code @ (OperatorCode::Window(_) | OperatorCode::Join(_)),
                     ..
-                } = pending[v].kind
+                } = &pending[v].kind
             {
+                let what = match code {
+                    OperatorCode::Window(_) => "window",
+                    _ => "join",
+                };
                 return Err(format!(
-                    "window \"{name}\" reads from \"{up}\" with edge = \"{}\"; a window is \
+                    "{what} \"{name}\" reads from \"{up}\" with edge = \"{}\"; a {what} is \
                      per key, so its input must be keyed: set edge = \"key_by\"",
                     if edge == EdgeKind::Forward {
                         "forward"
@@ -811,8 +886,13 @@ fn keys_known(kinds: &[&VertexKind], inputs: &[Vec<Input>], order: &[usize]) -> 
                 code: OperatorCode::Native(name),
                 ..
             } => native::emits_keys(name, inputs[v].iter().map(|i| keyed[i.from])),
+            // A process-window function emits what it likes.
             VertexKind::Operator {
-                code: OperatorCode::Window(_),
+                code: OperatorCode::Window(w),
+                ..
+            } => (w.function != Some(crate::native::window::FunctionKind::Process)).then_some(true),
+            VertexKind::Operator {
+                code: OperatorCode::Join(_),
                 ..
             } => Some(true),
             _ => None,
@@ -835,6 +915,9 @@ mod tests {
     /// [`GEN`] with event time.
     const EVENTS: &str =
         "[[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\nevent_time = {}\n";
+    /// The head of a keyed operator reading [`EVENTS`].
+    const OP: &str =
+        "[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n";
 
     #[test]
     fn minimal_job_orders_vertices_topologically() {
@@ -850,10 +933,41 @@ mod tests {
             vec![Input {
                 from: 1,
                 edge: EdgeKind::Forward,
-                side_output: None
+                side_output: None,
+                index: 0,
             }]
         );
         assert_eq!(spec.max_parallelism, 128);
+    }
+
+    #[test]
+    fn a_second_input_feeds_input_1_of_its_operator() {
+        let keyed = |name: &str| {
+            format!(
+                "[[source]]\nname = \"{name}\"\ntype = \"generator\"\nmode = \"keyed_words\"\n\
+                 event_time = {{}}\n"
+            )
+        };
+        let spec = parse(&format!(
+            "{}{}{OP}second_input = [\"more\", \"gen\"]\n\
+             join = {{ type = \"interval\", lower = \"-5m\", upper = \"0s\" }}\n",
+            keyed("gen"),
+            keyed("more")
+        ))
+        .unwrap();
+        let join = spec.vertices.iter().find(|v| v.name == "w").unwrap();
+        let inputs: Vec<(&str, u8)> = (join.inputs.iter())
+            .map(|i| (spec.vertices[i.from].name.as_str(), i.index))
+            .collect();
+        assert_eq!(inputs, [("gen", 0), ("more", 1), ("gen", 1)]);
+        let VertexKind::Operator {
+            code: OperatorCode::Join(j),
+            ..
+        } = &join.kind
+        else {
+            panic!("a join");
+        };
+        assert_eq!((j.lower, j.upper), (Some(-300_000), Some(0)));
     }
 
     #[test]
@@ -907,7 +1021,7 @@ mod tests {
                     "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nedge = \"key_by\"\n\
                      native = \"count_words\"\nwindow = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
                 ),
-                "sets more than one of `wasm`, `native` and `window`",
+                "sets more than one of `wasm`, `native`, `window` and `join`",
             ),
             (
                 &format!(
@@ -978,6 +1092,70 @@ mod tests {
                 "two vertices are named \"gen\"",
             ),
             (&format!("{GEN}bogus = 1\n"), "bogus"),
+            (
+                &format!(
+                    "{EVENTS}{OP}join = {{ type = \"interval\", lower = \"-1s\", upper = \"1s\" }}\n"
+                ),
+                "has no `second_input`",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"interval\", lower = \"1s\" }}\n"
+                ),
+                "needs lower = \"...\" and upper = \"...\"",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"interval\", lower = \"1s\", upper = \"-1s\" }}\n"
+                ),
+                "lower (1000 ms) is above upper (-1000 ms)",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"interval\", lower = \"soon\", upper = \"1s\" }}\n"
+                ),
+                "\"soon\" is not a duration",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"tumbling\", size = \"1s\", lower = \"1s\" }}\n"
+                ),
+                "lower does not apply to type = \"tumbling\"",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\nwindow = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
+                ),
+                "only WebAssembly operators and joins read",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}window = {{ type = \"tumbling\", size = \"1s\", function = \"aggregate\" }}\n"
+                ),
+                "add wasm = ",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}wasm = \"f.wasm\"\nwindow = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
+                ),
+                "set function = \"aggregate\" or",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}window = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\", function = \"process\" }}\n"
+                ),
+                "both set; keep one",
+            ),
+            (
+                &format!("{EVENTS}{OP}window = {{ type = \"tumbling\", size = \"1s\" }}\n"),
+                "a window needs aggregate = ",
+            ),
+            (
+                &format!(
+                    "{EVENTS}[[operator]]\nname = \"w\"\nuid = \"w\"\ninput = \"gen\"\nsecond_input = \"gen\"\njoin = {{ type = \"tumbling\", size = \"1s\" }}\n"
+                ),
+                "a join is per key, so its input must be keyed",
+            ),
             (
                 &format!("{GEN}[[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"gen.late\"\n"),
                 "reads side output \"late\" of \"gen\", which has none",

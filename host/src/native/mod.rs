@@ -3,6 +3,7 @@
 //! benchmark: `split_words` and `count_words` do exactly what the word count example's
 //! guests do, on the same batches and the same keyed state store.
 
+pub(crate) mod join;
 pub(crate) mod window;
 
 use weir_wire::Kind;

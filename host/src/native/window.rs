@@ -1,28 +1,38 @@
 //! Windows in the host: keyed tumbling, sliding and session event-time windows with a built-in
-//! aggregate, allowed lateness and a side output for records later than that, as Flink's
-//! `window(...).allowedLateness(...).sideOutputLateData(...).aggregate(...)`, so that a simple
-//! window needs no component.
+//! aggregate or a guest's window function, allowed lateness and a side output for records
+//! later than that, as Flink's `window(...).allowedLateness(...).sideOutputLateData(...)
+//! .aggregate(...)`, so that a simple window needs no component.
 //!
 //! Each key's open windows are a map state (window start → end and accumulator) in the job's state
 //! backend, read and written once per batch for the batch's keys, and its timers are in the
 //! checkpoint with it, so RocksDB, checkpoints, restores and rescaling work as for any
 //! operator. A window fires when the watermark passes its last millisecond (an event-time
 //! timer there) and is dropped once the watermark passes that plus the allowed lateness (a
-//! second timer); a record that comes in between updates it and fires it again.
+//! second timer); records that come in between update it and fire it again.
 //!
 //! A result is `<start>,<end>,<value>` (`end` exclusive, milliseconds) with the window's key
 //! and its last millisecond as timestamp: an insert when the window fires, an update-after
-//! for each late record that changed it.
+//! for each batch of late records that changed it.
+//!
+//! A guest's function (`wasm` beside `window`, see `weir_sdk::window`) is called per batch,
+//! with window calls (`weir_wire::WindowCall`) as records: an aggregate's accumulator is
+//! opaque bytes the window keeps, updated once per batch for every window the batch touched
+//! and asked for its result when the window fires; a process-window function's window
+//! keeps the records' values and hands them over when it fires.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use weir_wire::{Kind, MapOp, Reader, TimeDomain, put_map_op};
+use weir_wire::{
+    Kind, MapOp, Reader, TimeDomain, Window, put_bytes, put_map_op, put_process, put_result,
+    put_update,
+};
 
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
+use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// `window = { ... }` of an operator: a keyed window over event time.
 ///
@@ -69,8 +79,17 @@ pub struct WindowSpec {
     /// How long after a window fired records may still update it (default 0).
     #[serde(default, with = "humantime_serde")]
     pub allowed_lateness: Duration,
-    /// What a window computes over its records.
-    pub aggregate: Aggregate,
+    /// What a window computes over its records, with a built-in aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<Aggregate>,
+    /// What a window computes over its records with user code, the operator's `wasm`
+    /// component (see `weir_sdk::window`): an incremental `aggregate` or a `process`
+    /// function over all of a window's records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionKind>,
+    /// The component of `function`, from the operator's `wasm`, `limits` and `grants`.
+    #[serde(skip)]
+    pub code: Option<Box<GuestCode>>,
     /// The side output that gets records later than the allowed lateness (default `late`).
     #[serde(default = "default_late")]
     pub late: String,
@@ -91,6 +110,29 @@ pub enum WindowTime {
     /// also with no records flowing. Windows still open when the input ends do not fire (as
     /// processing-time timers, in Flink too).
     Processing,
+}
+
+/// A window function in a guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FunctionKind {
+    /// An incremental aggregate (`weir_sdk::window::AggregateFunction`): called per batch
+    /// with the records that came into each window, and for the result when it fires.
+    Aggregate,
+    /// A function over all of a window's records (`weir_sdk::window::ProcessWindowFunction`),
+    /// called when it fires; the host keeps the records until then.
+    Process,
+}
+
+/// The component of a window's function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestCode {
+    /// The component file.
+    pub path: std::path::PathBuf,
+    /// The limits of each instance.
+    pub limits: crate::wasm::Limits,
+    /// What it may reach outside its sandbox.
+    pub grants: crate::wasm::Grants,
 }
 
 fn default_late() -> String {
@@ -201,6 +243,21 @@ impl WindowSpec {
         if self.late.is_empty() {
             return Err("late must name a side output".into());
         }
+        match (self.aggregate, self.function) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "aggregate (built in) and function (user code) are both set; keep one".into(),
+                );
+            }
+            (None, None) => {
+                return Err(
+                    "a window needs aggregate = \"count\" (or sum, min, max, avg), or \
+                     function = \"aggregate\" or \"process\" with the operator's wasm component"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
         if self.time == WindowTime::Processing && !self.allowed_lateness.is_zero() {
             return Err(
                 "allowed_lateness applies to event time only: in processing time no \
@@ -290,13 +347,83 @@ impl Acc {
     }
 }
 
+/// Byte strings as `n × bytes` (the values of a process-window function's records, or those
+/// added to a guest aggregate since its last update).
+#[derive(Debug, Clone, Default)]
+struct Items {
+    n: u32,
+    bytes: Vec<u8>,
+}
+
+impl Items {
+    fn push(&mut self, value: &[u8]) {
+        put_bytes(&mut self.bytes, value);
+        self.n += 1;
+    }
+
+    fn append(&mut self, other: Items) {
+        self.bytes.extend_from_slice(&other.bytes);
+        self.n += other.n;
+    }
+
+    /// The items of `bytes`, counted.
+    fn decode(bytes: &[u8]) -> Option<Items> {
+        let mut r = Reader::new(bytes, "window values");
+        let mut n = 0;
+        while !r.is_empty() {
+            r.bytes().ok()?;
+            n += 1;
+        }
+        Some(Items {
+            n,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        let mut r = Reader::new(&self.bytes, "window values");
+        (0..self.n as usize).map(move |_| r.bytes().unwrap_or_default())
+    }
+}
+
+/// What a window holds of its records, by what makes its result.
+#[derive(Debug, Clone)]
+enum Contents {
+    /// A built-in aggregate's accumulator.
+    Builtin(Acc),
+    /// A guest aggregate's accumulators (none for a new window, several once sessions merged;
+    /// one after each update call) and the values added since.
+    Guest { accs: Vec<Vec<u8>>, added: Items },
+    /// A process-window function's values, in arrival order.
+    Values(Items),
+}
+
+impl Contents {
+    fn merge(&mut self, other: Contents) {
+        match (self, other) {
+            (Contents::Builtin(a), Contents::Builtin(b)) => a.merge(&b),
+            (Contents::Guest { accs, added }, Contents::Guest { accs: a, added: b }) => {
+                accs.extend(a);
+                added.append(b);
+            }
+            (Contents::Values(a), Contents::Values(b)) => a.append(b),
+            _ => unreachable!("one window function per operator"),
+        }
+    }
+
+    /// Whether a guest aggregate has values or accumulators to fold (an update call).
+    fn needs_update(&self) -> bool {
+        matches!(self, Contents::Guest { accs, added } if added.n > 0 || accs.len() > 1)
+    }
+}
+
 /// An open window of a key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Win {
     start: i64,
     /// Exclusive.
     end: i64,
-    acc: Acc,
+    contents: Contents,
     /// Whether the batch changed it.
     changed: bool,
 }
@@ -306,10 +433,30 @@ impl Win {
     fn max_timestamp(&self) -> i64 {
         self.end - 1
     }
+
+    fn window(&self) -> Window {
+        Window {
+            start: self.start,
+            end: self.end,
+        }
+    }
 }
 
 /// One key's open windows in the batch being handled.
 type Open = Vec<Win>;
+
+/// Windows by key slot and start.
+type Starts = Vec<(u32, i64)>;
+
+/// What makes a window's result.
+enum Function {
+    Builtin(Aggregate),
+    /// A guest's window function (`process`: a process-window function).
+    Guest {
+        op: Box<WasmOperator>,
+        process: bool,
+    },
+}
 
 /// The window operator of one subtask.
 pub(crate) struct WindowOperator {
@@ -317,6 +464,7 @@ pub(crate) struct WindowOperator {
     name: String,
     state: KeyedState,
     windows: StateId,
+    function: Function,
     /// The timers' domain: of the spec's `time`.
     domain: TimeDomain,
     clock: crate::clock::Clock,
@@ -332,24 +480,59 @@ pub(crate) struct WindowOperator {
 
 /// The starts of the windows of `size` starting every `step` (from `offset`) that `ts` falls
 /// into, latest first (Flink's `TimeWindow.getWindowStartWithOffset`).
-fn window_starts(ts: i64, size: i64, step: i64, offset: i64) -> impl Iterator<Item = i64> {
+pub(crate) fn window_starts(
+    ts: i64,
+    size: i64,
+    step: i64,
+    offset: i64,
+) -> impl Iterator<Item = i64> {
     let last = ts - (ts - offset).rem_euclid(step);
     (0..)
         .map(move |i| last - i * step)
         .take_while(move |&start| start > ts - size)
 }
 
+/// The window operator of `spec` for one subtask; `component` is its function's, if user code.
 pub(crate) fn build(
     spec: &WindowSpec,
     ctx: &OperatorContext,
     setup: &StateSetup,
+    component: Option<&OperatorComponent>,
 ) -> Result<Box<dyn Operator>, OperatorError> {
     let (state, windows) = super::keyed_state(ctx, setup, "windows", StateKind::Map)?;
+    let function = match (spec.aggregate, component) {
+        (Some(aggregate), _) => Function::Builtin(aggregate),
+        (None, Some(component)) => {
+            // The function's instance has no keyed state or timers (the window is its
+            // state): it runs on memory state under a uid of its own.
+            let mut component = component.clone();
+            component.limits.states = 0;
+            component.limits.timers = 0;
+            let mut ctx = ctx.clone();
+            ctx.uid = format!("{}#function", ctx.uid);
+            let memory = StateSetup {
+                config: crate::state::StateConfig::default(),
+                root: setup.root.clone(),
+                clock: setup.clock.clone(),
+            };
+            Function::Guest {
+                op: Box::new(WasmOperator::new(&component, ctx, &memory)?),
+                process: spec.function == Some(FunctionKind::Process),
+            }
+        }
+        (None, None) => {
+            return Err(OperatorError::Contract(format!(
+                "window \"{}\" has a function but no component",
+                ctx.uid
+            )));
+        }
+    };
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     Ok(Box::new(WindowOperator {
         name: ctx.uid.clone(),
         state,
         windows,
+        function,
         domain: match spec.time {
             WindowTime::Event => TimeDomain::EventTime,
             WindowTime::Processing => TimeDomain::ProcessingTime,
@@ -378,6 +561,27 @@ impl WindowOperator {
         self.watermark.is_some_and(|w| end - 1 <= w)
     }
 
+    /// A new window's contents.
+    fn empty(&self) -> Contents {
+        match &self.function {
+            Function::Builtin(_) => Contents::Builtin(Acc::new()),
+            Function::Guest { process: false, .. } => Contents::Guest {
+                accs: Vec::new(),
+                added: Items::default(),
+            },
+            Function::Guest { process: true, .. } => Contents::Values(Items::default()),
+        }
+    }
+
+    /// Adds a record (its value, and that read as a number for a built-in aggregate).
+    fn add_value(contents: &mut Contents, (x, value): (f64, &[u8])) {
+        match contents {
+            Contents::Builtin(acc) => acc.add(x),
+            Contents::Guest { added, .. } => added.push(value),
+            Contents::Values(values) => values.push(value),
+        }
+    }
+
     /// Registers the timers of `win` of `key`: its firing unless it fired, its cleanup.
     fn register_timers(&mut self, win: &Win, key: &[u8]) -> Result<(), OperatorError> {
         if !self.has_fired(win.end) {
@@ -402,15 +606,15 @@ impl WindowOperator {
         Ok(())
     }
 
-    /// Adds a record of value `x` to window `[start, end)` of `key`, creating it if new; a
-    /// window that fired already fires again.
+    /// Adds a record to window `[start, end)` of `slot`'s key, creating it if new; a window
+    /// that fired already fires again (goes to `refire`).
     fn add(
         &mut self,
         windows: &mut Open,
         (start, end): (i64, i64),
-        x: f64,
-        key: &[u8],
-        out: &mut Batch,
+        value: (f64, &[u8]),
+        (slot, key): (u32, &[u8]),
+        refire: &mut Vec<(u32, i64)>,
     ) -> Result<(), OperatorError> {
         let at = match windows.iter().position(|w| w.start == start) {
             Some(at) => at,
@@ -418,41 +622,39 @@ impl WindowOperator {
                 windows.push(Win {
                     start,
                     end,
-                    acc: Acc::new(),
+                    contents: self.empty(),
                     changed: true,
                 });
                 windows.len() - 1
             }
         };
         let win = &mut windows[at];
-        win.acc.add(x);
+        Self::add_value(&mut win.contents, value);
         win.changed = true;
-        let win = *win;
+        let win = win.clone();
         if self.has_fired(end) {
-            self.emit(out, Kind::UpdateAfter, key, &win);
+            refire.push((slot, start));
         }
         self.register_timers(&win, key)
     }
 
-    /// Adds a record at `ts` of value `x` to `key`'s sessions: its own session
-    /// `[ts, ts + gap)`, merged with every session it overlaps or touches. Returns false
-    /// (changing nothing) when the merged session is late; the starts of sessions merged
-    /// away go to `dropped`.
+    /// Adds a record at `ts` to `slot`'s sessions: its own session `[ts, ts + gap)`, merged
+    /// with every session it overlaps or touches. Returns false (changing nothing) when the
+    /// merged session is late; the starts of sessions merged away go to `dropped`.
     fn add_to_session(
         &mut self,
         windows: &mut Open,
-        (ts, x): (i64, f64),
-        key: &[u8],
-        (slot, dropped): (u32, &mut Vec<(u32, i64)>),
-        out: &mut Batch,
+        (ts, value): (i64, (f64, &[u8])),
+        (slot, key): (u32, &[u8]),
+        (dropped, refire): (&mut Starts, &mut Starts),
     ) -> Result<bool, OperatorError> {
         let mut merged = Win {
             start: ts,
             end: ts.saturating_add(self.gap),
-            acc: Acc::new(),
+            contents: self.empty(),
             changed: true,
         };
-        merged.acc.add(x);
+        Self::add_value(&mut merged.contents, value);
         let (mut start, mut end) = (merged.start, merged.end);
         for w in windows.iter() {
             if w.start <= merged.end && w.end >= merged.start {
@@ -464,55 +666,80 @@ impl WindowOperator {
             return Ok(false);
         }
         let mut gone = Vec::new();
-        windows.retain(|w| {
-            let overlaps = w.start <= merged.end && w.end >= merged.start;
-            if overlaps {
-                merged.acc.merge(&w.acc);
-                gone.push(*w);
+        let mut i = 0;
+        while i < windows.len() {
+            let w = &windows[i];
+            if w.start <= merged.end && w.end >= merged.start {
+                let w = windows.remove(i);
                 if w.start != start {
                     dropped.push((slot, w.start));
                 }
+                gone.push(w);
+            } else {
+                i += 1;
             }
-            !overlaps
-        });
+        }
+        let starts: Vec<i64> = gone.iter().map(|w| w.start).collect();
         // Their timers go; those of the merged session are registered below.
         for w in &gone {
             self.delete_timers(w, key)?;
         }
+        // In start order, so that a process function sees the records in arrival order
+        // within each merged session.
+        gone.sort_by_key(|w| w.start);
+        let mut contents = self.empty();
+        for w in gone {
+            contents.merge(w.contents);
+        }
+        contents.merge(merged.contents);
+        merged.contents = contents;
         (merged.start, merged.end) = (start, end);
         dropped.retain(|&(s, st)| s != slot || st != start);
+        refire.retain(|&(s, st)| s != slot || st != start && !starts.contains(&st));
         windows.push(merged);
         // A session that grew past the watermark fires at its new end (a new window, as in
         // Flink); one that fired already and took a late record fires again now.
         if self.has_fired(end) {
-            self.emit(out, Kind::UpdateAfter, key, &merged);
+            refire.push((slot, start));
         }
         // A deleted timer may have been another session's too: register every one again.
-        for &w in windows.iter() {
+        for w in windows.clone() {
             self.register_timers(&w, key)?;
         }
         Ok(true)
     }
 
-    /// The value of `rec` for the aggregate.
+    /// The value of `rec` for a built-in aggregate (0 for the others).
     fn value(&self, value: &[u8], key: &[u8]) -> Result<f64, OperatorError> {
-        if self.spec.aggregate == Aggregate::Count {
-            return Ok(0.0);
-        }
+        let aggregate = match self.function {
+            Function::Builtin(Aggregate::Count) | Function::Guest { .. } => return Ok(0.0),
+            Function::Builtin(a) => a,
+        };
         std::str::from_utf8(value)
             .ok()
             .and_then(|s| s.trim().parse::<f64>().ok())
             .filter(|x| x.is_finite())
             .ok_or_else(|| {
                 OperatorError::Failed(format!(
-                    "window \"{}\" ({:?}) needs numbers, but the record of key {} has value {}; \
-                     emit the number as decimal text, or count instead",
+                    "window \"{}\" ({aggregate:?}) needs numbers, but the record of key {} has \
+                     value {}; emit the number as decimal text, or count instead",
                     self.name,
-                    self.spec.aggregate,
                     crate::wasm::describe_bytes(key),
                     crate::wasm::describe_bytes(value)
                 ))
             })
+    }
+
+    /// The contents of a window as stored.
+    fn decode(&self, stored: &[u8]) -> Option<Contents> {
+        Some(match &self.function {
+            Function::Builtin(_) => Contents::Builtin(Acc::decode(stored)?),
+            Function::Guest { process: false, .. } => Contents::Guest {
+                accs: vec![stored.to_vec()],
+                added: Items::default(),
+            },
+            Function::Guest { process: true, .. } => Contents::Values(Items::decode(stored)?),
+        })
     }
 
     /// Each slot's open windows, from the state.
@@ -531,11 +758,11 @@ impl WindowOperator {
                 let (start, value) = (r.bytes().map_err(bad)?, r.bytes().map_err(bad)?);
                 let corrupt = || OperatorError::Contract("a window of another layout".into());
                 let start = i64::from_le_bytes(start.try_into().map_err(|_| corrupt())?);
-                let (end, acc) = value.split_at_checked(8).ok_or_else(corrupt)?;
+                let (end, contents) = value.split_at_checked(8).ok_or_else(corrupt)?;
                 windows.push(Win {
                     start,
                     end: i64::from_le_bytes(end.try_into().map_err(|_| corrupt())?),
-                    acc: Acc::decode(acc).ok_or_else(corrupt)?,
+                    contents: self.decode(contents).ok_or_else(corrupt)?,
                     changed: false,
                 });
             }
@@ -552,11 +779,19 @@ impl WindowOperator {
         dropped: &[(u32, i64)],
     ) -> Result<(), OperatorError> {
         let mut changes = Vec::new();
-        let mut value = [0; 8 + ACC_BYTES];
+        let mut value = Vec::new();
         for (slot, windows) in open.iter().enumerate() {
             for w in windows.iter().filter(|w| w.changed) {
-                value[..8].copy_from_slice(&w.end.to_le_bytes());
-                value[8..].copy_from_slice(&w.acc.encode());
+                value.clear();
+                value.extend_from_slice(&w.end.to_le_bytes());
+                match &w.contents {
+                    Contents::Builtin(acc) => value.extend_from_slice(&acc.encode()),
+                    Contents::Guest { accs, .. } => {
+                        debug_assert!(!w.contents.needs_update(), "updated before it is stored");
+                        value.extend_from_slice(accs.first().map_or(&[][..], Vec::as_slice));
+                    }
+                    Contents::Values(values) => value.extend_from_slice(&values.bytes),
+                }
                 put_map_op(
                     &mut changes,
                     slot as u32,
@@ -572,12 +807,112 @@ impl WindowOperator {
             .map_err(|e| OperatorError::Failed(e.to_string()))
     }
 
-    fn emit(&self, out: &mut Batch, kind: Kind, key: &[u8], w: &Win) {
-        out.push_with(kind, Some(key), Some(w.max_timestamp()), |b| {
-            use std::io::Write;
-            let _ = write!(b, "{},{},", w.start, w.end);
-            w.acc.write_result(self.spec.aggregate, b);
-        });
+    /// Calls the guest's function with `calls` (a batch of window calls) and returns what
+    /// it emitted; an aggregate's answers are checked to be one per call.
+    fn call_guest(&mut self, calls: &Batch, answers: bool) -> Result<Batch, OperatorError> {
+        let Function::Guest { op, .. } = &mut self.function else {
+            unreachable!("only guest functions are called");
+        };
+        let mut out = Batch::default();
+        op.process(calls, &mut out)?;
+        for (name, batch) in op.take_side_outputs() {
+            self.side.push((name, batch));
+        }
+        if answers && out.len() != calls.len() {
+            return Err(OperatorError::Contract(format!(
+                "window \"{}\": its function answered {} of {} window calls with one record \
+                 each; is the component a window function of the kind of `function` (export \
+                 weir_sdk::window::Aggregate or ProcessWindow)?",
+                self.name,
+                out.len(),
+                calls.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Folds what batch added into the guest aggregate's windows (one call for all of them).
+    fn update_guest(&mut self, slots: &Slots, open: &mut [Open]) -> Result<(), OperatorError> {
+        let mut calls = Batch::default();
+        for (slot, windows) in open.iter().enumerate() {
+            for w in windows.iter().filter(|w| w.contents.needs_update()) {
+                let Contents::Guest { accs, added } = &w.contents else {
+                    unreachable!("only guest aggregates need updates");
+                };
+                let accs: Vec<&[u8]> = accs.iter().map(Vec::as_slice).collect();
+                let key = slots.key(slot);
+                calls.push_with(Kind::Insert, Some(key), Some(w.max_timestamp()), |b| {
+                    put_update(b, w.window(), &accs, added.iter())
+                });
+            }
+        }
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let answers = self.call_guest(&calls, true)?;
+        let mut answers = answers.iter();
+        for windows in open.iter_mut() {
+            for w in windows.iter_mut().filter(|w| w.contents.needs_update()) {
+                let acc = answers
+                    .next()
+                    .expect("as many answers as calls")
+                    .value
+                    .to_vec();
+                w.contents = Contents::Guest {
+                    accs: vec![acc],
+                    added: Items::default(),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the results of `windows` (key and window) as records of `kind`.
+    fn emit_results(
+        &mut self,
+        windows: &[(&[u8], &Win)],
+        kind: Kind,
+        out: &mut Batch,
+    ) -> Result<(), OperatorError> {
+        let process = match &self.function {
+            Function::Builtin(aggregate) => {
+                for (key, w) in windows {
+                    let Contents::Builtin(acc) = &w.contents else {
+                        unreachable!("a built-in's window")
+                    };
+                    emit(out, kind, key, w, |b| acc.write_result(*aggregate, b));
+                }
+                return Ok(());
+            }
+            Function::Guest { process, .. } => *process,
+        };
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let mut calls = Batch::default();
+        for (key, w) in windows {
+            calls.push_with(
+                Kind::Insert,
+                Some(key),
+                Some(w.max_timestamp()),
+                |b| match &w.contents {
+                    Contents::Guest { accs, .. } => {
+                        put_result(b, w.window(), accs.first().map_or(&[][..], Vec::as_slice))
+                    }
+                    Contents::Values(values) => put_process(b, w.window(), values.n, &values.bytes),
+                    Contents::Builtin(_) => unreachable!("a guest's window"),
+                },
+            );
+        }
+        let answers = self.call_guest(&calls, !process)?;
+        if process {
+            out.append(&answers);
+            return Ok(());
+        }
+        for ((key, w), result) in windows.iter().zip(answers.iter()) {
+            emit(out, kind, key, w, |b| b.extend_from_slice(result.value));
+        }
+        Ok(())
     }
 
     /// Fires and drops the windows whose timers are due at `upto`.
@@ -604,17 +939,19 @@ impl WindowOperator {
             }
             let mut open = self.load(&slots)?;
             let mut dropped = Vec::new();
+            let mut firing = Vec::new();
             for (t, key) in &due {
                 let slot = index[&key[..]];
                 for w in &open[slot as usize] {
                     if w.max_timestamp() == *t {
-                        self.emit(out, Kind::Insert, key, w);
+                        firing.push((&key[..], w));
                     }
                     if w.max_timestamp().saturating_add(self.lateness) == *t {
                         dropped.push((slot, w.start));
                     }
                 }
             }
+            self.emit_results(&firing, Kind::Insert, out)?;
             for &(slot, start) in &dropped {
                 open[slot as usize].retain(|w| w.start != start);
             }
@@ -623,7 +960,24 @@ impl WindowOperator {
     }
 }
 
+/// Appends the result of window `w` of `key`: `<start>,<end>,<result>` with its last
+/// millisecond as timestamp.
+fn emit(out: &mut Batch, kind: Kind, key: &[u8], w: &Win, result: impl FnOnce(&mut Vec<u8>)) {
+    out.push_with(kind, Some(key), Some(w.max_timestamp()), |b| {
+        use std::io::Write;
+        let _ = write!(b, "{},{},", w.start, w.end);
+        result(b);
+    });
+}
+
 impl Operator for WindowOperator {
+    fn open(&mut self) -> Result<(), OperatorError> {
+        match &mut self.function {
+            Function::Guest { op, .. } => op.open(),
+            Function::Builtin(_) => Ok(()),
+        }
+    }
+
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
         let mut slots = Slots::default();
         let mut index: FastMap<&[u8], u32> =
@@ -643,6 +997,7 @@ impl Operator for WindowOperator {
         let mut open = self.load(&slots)?;
         let mut late = Batch::default();
         let mut dropped = Vec::new();
+        let mut refire = Vec::new();
         let now = self.clock.now_ms();
         for rec in input.iter() {
             let key = rec.key.unwrap_or_default();
@@ -658,18 +1013,23 @@ impl Operator for WindowOperator {
                     crate::wasm::describe_bytes(key)
                 ))
             })?;
-            let x = self.value(rec.value, key)?;
+            let value = (self.value(rec.value, key)?, rec.value);
             let slot = index[key];
             let windows = &mut open[slot as usize];
             let counted = if self.spec.kind == WindowKind::Session {
-                self.add_to_session(windows, (ts, x), key, (slot, &mut dropped), out)?
+                self.add_to_session(
+                    windows,
+                    (ts, value),
+                    (slot, key),
+                    (&mut dropped, &mut refire),
+                )?
             } else {
                 let mut counted = false;
                 for start in window_starts(ts, self.size, self.step, self.offset) {
                     let end = start.saturating_add(self.size);
                     if !self.is_late(end) {
                         counted = true;
-                        self.add(windows, (start, end), x, key, out)?;
+                        self.add(windows, (start, end), value, (slot, key), &mut refire)?;
                     }
                 }
                 counted
@@ -678,6 +1038,17 @@ impl Operator for WindowOperator {
                 late.push(&rec);
             }
         }
+        self.update_guest(&slots, &mut open)?;
+        // Windows that fired already and took late records fire again, once each.
+        refire.sort_unstable();
+        refire.dedup();
+        let again: Vec<(&[u8], &Win)> = (refire.iter())
+            .filter_map(|&(slot, start)| {
+                let w = open[slot as usize].iter().find(|w| w.start == start)?;
+                Some((slots.key(slot as usize), w))
+            })
+            .collect();
+        self.emit_results(&again, Kind::UpdateAfter, out)?;
         self.store(&slots, &open, &dropped)?;
         if !late.is_empty() {
             self.side.push((self.spec.late.clone(), late));
@@ -687,6 +1058,10 @@ impl Operator for WindowOperator {
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
         self.state.set_watermark(watermark);
+        if let Function::Guest { op, .. } = &mut self.function {
+            // It has no timers: this tells it the watermark.
+            op.on_watermark(watermark, &mut Batch::default())?;
+        }
         if self.domain != TimeDomain::EventTime {
             return Ok(());
         }
@@ -707,11 +1082,14 @@ impl Operator for WindowOperator {
     }
 
     fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
-        if self.domain != TimeDomain::EventTime {
-            return Ok(());
+        if self.domain == TimeDomain::EventTime {
+            self.watermark = Some(i64::MAX);
+            self.fire(i64::MAX, out)?;
         }
-        self.watermark = Some(i64::MAX);
-        self.fire(i64::MAX, out)
+        match &mut self.function {
+            Function::Guest { op, .. } => op.close(out),
+            Function::Builtin(_) => Ok(()),
+        }
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
@@ -732,6 +1110,20 @@ impl Operator for WindowOperator {
             .map_err(|e| OperatorError::Contract(e.to_string()))
     }
 
+    fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {
+        match &mut self.function {
+            Function::Guest { op, .. } => op.snapshot_operator_state(),
+            Function::Builtin(_) => None,
+        }
+    }
+
+    fn restore_operator_state(&mut self, snapshot: &[u8]) -> Result<(), OperatorError> {
+        match &mut self.function {
+            Function::Guest { op, .. } => op.restore_operator_state(snapshot),
+            Function::Builtin(_) => Ok(()),
+        }
+    }
+
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         std::mem::take(&mut self.side)
     }
@@ -749,7 +1141,9 @@ mod tests {
             gap: None,
             offset: Duration::from_millis(offset),
             allowed_lateness: Duration::ZERO,
-            aggregate: Aggregate::Count,
+            aggregate: Some(Aggregate::Count),
+            function: None,
+            code: None,
             late: "late".into(),
             time: WindowTime::Event,
         }
@@ -766,7 +1160,7 @@ mod tests {
             root: dir.path().to_path_buf(),
             clock: clock.clone(),
         };
-        let mut op = build(&spec, &super::super::test_context(), &setup).unwrap();
+        let mut op = build(&spec, &super::super::test_context(), &setup, None).unwrap();
         let batch = |keys: &[&str]| {
             let mut b = Batch::default();
             for k in keys {
@@ -823,7 +1217,7 @@ mod tests {
             root: dir2.path().to_path_buf(),
             ..setup
         };
-        let mut restored = build(&spec, &super::super::test_context(), &setup2).unwrap();
+        let mut restored = build(&spec, &super::super::test_context(), &setup2, None).unwrap();
         restored.restore(&snapshot.bytes, dir2.path()).unwrap();
         assert_eq!(restored.next_processing_time(), Some(1_001_999));
         let mut fired = Batch::default();
@@ -901,7 +1295,7 @@ mod tests {
         spec.size = None;
         spec.gap = Some(Duration::from_millis(100));
         spec.allowed_lateness = Duration::from_millis(lateness);
-        spec.aggregate = Aggregate::Sum;
+        spec.aggregate = Some(Aggregate::Sum);
         let ctx = super::super::test_context();
         let dir = tempfile::tempdir().unwrap();
         let setup = StateSetup {
@@ -909,7 +1303,7 @@ mod tests {
             root: dir.path().to_path_buf(),
             clock: crate::clock::Clock::system(),
         };
-        let mut op = build(&spec, &ctx, &setup).unwrap();
+        let mut op = build(&spec, &ctx, &setup, None).unwrap();
         let mut out = Batch::default();
         for &(what, t) in steps {
             match what {

@@ -27,7 +27,8 @@ use crate::job::spec::{EdgeKind, OperatorCode, VertexKind};
 pub(super) const TICK: Duration = Duration::from_millis(20);
 
 /// A task's input: a channel's receiving end and its debloating budget.
-type Input = (Receiver<Message>, Budget);
+/// A channel into a task, its debloating budget and which input of the chain's head it feeds.
+type Input = (Receiver<Message>, Budget, u8);
 
 /// What the tasks and the writer tell the supervisor.
 pub(super) enum Event {
@@ -101,7 +102,7 @@ pub(super) fn spawn(
                 let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
                 let budget = debloat::new_budget();
                 senders.push((tx, Arc::clone(&budget)));
-                inputs[conn.to_chain][d as usize].push((rx, budget));
+                inputs[conn.to_chain][d as usize].push((rx, budget, conn.input));
             }
             targets[conn.from_chain][u as usize].push(Target::new(
                 spec.vertices[chains[conn.to_chain].head()].name.clone(),
@@ -158,13 +159,21 @@ pub(super) fn spawn(
             if matches!(spec.vertices[chain.head()].kind, VertexKind::Source(_)) {
                 attempt.sources.push(task);
             }
-            let (receivers, budgets) = inputs[c].pop().unwrap_or_default().into_iter().unzip();
+            let mut receivers = Vec::new();
+            let mut budgets = Vec::new();
+            let mut input_of = Vec::new();
+            for (rx, budget, input) in inputs[c].pop().unwrap_or_default() {
+                receivers.push(rx);
+                budgets.push(budget);
+                input_of.push(input);
+            }
             let setup = TaskSetup {
                 spec: Arc::clone(spec),
                 task,
                 chain: chain.vertices.clone(),
                 inputs: receivers,
                 budgets,
+                input_of,
                 targets: targets[c].pop().unwrap_or_default(),
                 components: chain
                     .vertices

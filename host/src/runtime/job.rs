@@ -13,6 +13,7 @@ use crate::checkpoint::storage::CheckpointStore;
 use crate::clock::Clock;
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, Vertex, VertexKind};
+use crate::native::window::WindowSpec;
 use crate::state::BackendKind;
 use crate::wasm::{OperatorComponent, WasmEngine};
 
@@ -22,18 +23,20 @@ pub(crate) fn load_component(
     vertex: &Vertex,
     engine: &WasmEngine,
 ) -> Result<Option<OperatorComponent>, JobError> {
-    let VertexKind::Operator {
-        uid,
-        code:
-            OperatorCode::Wasm {
-                path,
-                limits,
-                grants,
-            },
-        ..
-    } = &vertex.kind
-    else {
+    let VertexKind::Operator { uid, code, .. } = &vertex.kind else {
         return Ok(None);
+    };
+    let (path, limits, grants) = match code {
+        OperatorCode::Wasm {
+            path,
+            limits,
+            grants,
+        } => (path, limits, grants),
+        // A window whose function is user code.
+        OperatorCode::Window(WindowSpec {
+            code: Some(code), ..
+        }) => (&code.path, &code.limits, &code.grants),
+        _ => return Ok(None),
     };
     let component = engine
         .load(path, limits)

@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::Cause;
+use super::task::SECOND_INPUT;
 use crate::batch::Batch;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::storage::{self, Metadata, SubtaskState};
@@ -123,7 +124,8 @@ impl Restored {
     }
 
     /// The records in flight to vertex `v` of `spec` that an unaligned checkpoint stored, for
-    /// subtask `s`, in batches to replay before the subtask reads its inputs. At the
+    /// subtask `s`, in batches to replay before the subtask reads its inputs, each with the
+    /// operator input it goes to. At the
     /// parallelism of the checkpoint each subtask gets back what it recorded; at another, a
     /// record with a key goes to the subtask that owns its key group (where a keyed operator
     /// needs it), one without to subtask `old subtask % parallelism`.
@@ -132,7 +134,7 @@ impl Restored {
         spec: &JobSpec,
         v: usize,
         s: u32,
-    ) -> Result<Vec<Batch>, CheckpointError> {
+    ) -> Result<Vec<(u8, Batch)>, CheckpointError> {
         let vertex = &spec.vertices[v];
         let meta = match &vertex.kind {
             VertexKind::Operator { uid, .. } => self.operator(uid),
@@ -144,14 +146,14 @@ impl Restored {
         let p = vertex.parallelism;
         let rescaled = meta.parallelism != p;
         let groups = key_group_range(spec.max_parallelism, p, s);
-        let mut batches = vec![Batch::default()];
+        let mut batches = vec![(0, Batch::default())];
         for f in &meta.in_flight {
             if !rescaled && f.subtask != s {
                 continue;
             }
             let bytes = storage::read_state(&self.dir, &f.file)?;
             for rec in weir_wire::OutputReader::new(&bytes) {
-                let (_, rec) = rec.map_err(|e| CheckpointError::Corrupt {
+                let (to, rec) = rec.map_err(|e| CheckpointError::Corrupt {
                     path: self.dir.join(&f.file.file),
                     reason: format!("its records in flight do not decode: {e}"),
                 })?;
@@ -163,14 +165,15 @@ impl Restored {
                 if !mine {
                     continue;
                 }
-                let last = batches.last_mut().expect("one batch at least");
-                last.push(&rec);
-                if last.is_full() {
-                    batches.push(Batch::default());
+                let input = u8::from(to == Some(SECOND_INPUT.as_bytes()));
+                let (last_input, last) = batches.last_mut().expect("one batch at least");
+                if *last_input != input || last.is_full() {
+                    batches.push((input, Batch::default()));
                 }
+                batches.last_mut().expect("pushed").1.push(&rec);
             }
         }
-        batches.retain(|b| !b.is_empty());
+        batches.retain(|(_, b)| !b.is_empty());
         Ok(batches)
     }
 
@@ -383,7 +386,8 @@ mod tests {
     }
 
     /// Records in flight to the count operator at parallelism 2: subtask 0 recorded keyed
-    /// records `k0..k99`, subtask 1 records without a key.
+    /// records `k0..k99` (those of odd `i` to the operator's second input), subtask 1 records
+    /// without a key.
     fn in_flight_checkpoint(dir: &Path) -> Restored {
         let taken = spec("j", 2, 2);
         let mut meta = meta_of(&taken, false);
@@ -393,7 +397,7 @@ mod tests {
             for i in 0..100 {
                 let key = format!("k{i}");
                 records.push(
-                    None,
+                    (subtask == 0 && i % 2 == 1).then_some(SECOND_INPUT),
                     &weir_wire::RecordRef {
                         kind: weir_wire::Kind::Insert,
                         key: (subtask == 0).then_some(key.as_bytes()),
@@ -417,10 +421,10 @@ mod tests {
         }
     }
 
-    fn values(batches: &[Batch]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    fn values(batches: &[(u8, Batch)]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
         batches
             .iter()
-            .flat_map(|b| b.iter())
+            .flat_map(|(_, b)| b.iter())
             .map(|r| (r.key.map(<[u8]>::to_vec), r.value.to_vec()))
             .collect()
     }
@@ -430,9 +434,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let restored = in_flight_checkpoint(dir.path());
         let same = spec("j", 2, 2);
-        let own = values(&restored.in_flight(&same, 1, 0).unwrap());
+        let batches = restored.in_flight(&same, 1, 0).unwrap();
+        let own = values(&batches);
         assert_eq!(own.len(), 100, "subtask 0 gets what it recorded, in order");
         assert_eq!(own[7], (Some(b"k7".to_vec()), b"k7".to_vec()));
+        let inputs: Vec<u8> = (batches.iter())
+            .flat_map(|(input, b)| b.iter().map(|_| *input))
+            .collect();
+        let expected: Vec<u8> = (0..100).map(|i| (i % 2) as u8).collect();
+        assert_eq!(
+            inputs, expected,
+            "each record goes back to the input it came to"
+        );
         assert!(
             values(&restored.in_flight(&same, 1, 1).unwrap())
                 .iter()

@@ -50,6 +50,9 @@ use crate::watermark::{Generator, Valve, Watermark};
 /// The most batches an unaligned checkpoint reads ahead of an input: a full channel, and as
 /// much again for what its sender sends before its barrier.
 const READ_AHEAD: usize = 2 * CHANNEL_CAPACITY;
+/// In the records in flight of an unaligned checkpoint (output encoding), the side-output
+/// name of those that went to the operator's second input; the others have none.
+pub(crate) const SECOND_INPUT: &str = "second_input";
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
 const MAX_IDLE: Duration = Duration::from_millis(100);
 
@@ -60,6 +63,9 @@ pub(crate) struct TaskSetup {
     pub inputs: Vec<Receiver<Message>>,
     /// The debloating budget of each input's channel.
     pub budgets: Vec<Budget>,
+    /// Which input of the chain's head operator each channel feeds: 0 its `input`, 1 its
+    /// `second_input`.
+    pub input_of: Vec<u8>,
     pub targets: Vec<Target>,
     pub components: HashMap<usize, OperatorComponent>,
     pub metrics: Arc<Metrics>,
@@ -352,7 +358,8 @@ pub(super) fn new_operator(
     let ctx = operator_context(spec, v, s, cancelled);
     match code {
         OperatorCode::Native(name) => native::build(name, &ctx, &state),
-        OperatorCode::Window(window) => native::window::build(window, &ctx, &state),
+        OperatorCode::Window(window) => native::window::build(window, &ctx, &state, component),
+        OperatorCode::Join(join) => native::join::build(join, &ctx, &state),
         OperatorCode::Wasm { .. } => {
             let component = component.expect("Job::new loads every wasm operator");
             WasmOperator::new(component, ctx, &state).map(|o| Box::new(o) as Box<dyn Operator>)
@@ -544,8 +551,9 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
         // Records read ahead go before anything their input delivers after them.
         if let Some(i) = (0..inputs.len()).find(|&i| !reader.queued[i].is_empty()) {
             match reader.queued[i].pop_front().expect("not empty") {
-                Queued::Data(batch) => chain.push(0, &batch)?,
+                Queued::Data(batch) => chain.push_input(setup.input_of[i], &batch)?,
                 Queued::Watermark(w) => reader.watermark(chain, i, w)?,
+                Queued::End => reader.end_watermark(chain, i)?,
             }
             reader.flush_if_idle(chain)?;
             continue;
@@ -608,6 +616,9 @@ fn run_inputs(setup: &TaskSetup, chain: &mut Chain) -> Result<Option<u64>, Stop>
 enum Queued {
     Data(Batch),
     Watermark(Watermark),
+    /// The input ended after the records queued before it: only then may the watermark
+    /// leave it out (before, its queued records would be late).
+    End,
 }
 
 /// The input side of a task that reads channels: barrier alignment, the records read ahead
@@ -651,11 +662,12 @@ impl Inputs<'_> {
                 if let Some(d) = &mut self.debloater {
                     d.took(i, batch.len());
                 }
+                let input = self.setup.input_of[i];
                 if self.aligner.is_recording(i) {
-                    chain.record(&batch);
+                    chain.record(input, &batch);
                     self.queued[i].push_back(Queued::Data(batch));
                 } else {
-                    chain.push(0, &batch)?;
+                    chain.push_input(input, &batch)?;
                     self.flush_if_idle(chain)?;
                 }
                 return Ok(None);
@@ -678,13 +690,24 @@ impl Inputs<'_> {
             }
             Message::End => {
                 self.ended[i] = true;
-                for w in self.valve.on_end(i) {
-                    chain.watermark(0, w)?;
+                if self.queued[i].is_empty() {
+                    self.end_watermark(chain, i)?;
+                } else {
+                    self.queued[i].push_back(Queued::End);
                 }
+                // For the checkpoint in progress, the end counts at once, as a barrier.
                 self.aligner.on_end(i, self.origin.elapsed())
             }
         };
         self.progress(chain, progress)
+    }
+
+    /// Input `i` ended: the task's watermark leaves it out from now on.
+    fn end_watermark(&mut self, chain: &mut Chain, i: usize) -> Result<(), Stop> {
+        for w in self.valve.on_end(i) {
+            chain.watermark(0, w)?;
+        }
+        Ok(())
     }
 
     /// Input `i` said `w`: what it changes of the task's watermark goes through the chain.
@@ -751,9 +774,11 @@ impl Inputs<'_> {
                 chain.start_recording(barrier)?;
                 // Batches read ahead for an earlier checkpoint and not processed yet are
                 // input the snapshot does not reflect: records in flight of this one too.
-                for queued in self.queued.iter().flatten() {
-                    if let Queued::Data(batch) = queued {
-                        chain.record(batch);
+                for (i, queued) in self.queued.iter().enumerate() {
+                    for queued in queued {
+                        if let Queued::Data(batch) = queued {
+                            chain.record(self.setup.input_of[i], batch);
+                        }
                     }
                 }
             } else {
@@ -818,12 +843,13 @@ impl Chain {
         Ok(())
     }
 
-    /// Adds `batch`, which came in after the snapshot and before its input's barrier, to the
-    /// records in flight of the unaligned checkpoint in progress.
-    fn record(&mut self, batch: &Batch) {
+    /// Adds `batch`, which came in to operator input `input` after the snapshot and before
+    /// its channel's barrier, to the records in flight of the unaligned checkpoint in progress.
+    fn record(&mut self, input: u8, batch: &Batch) {
         if let Some((_, records)) = &mut self.recording {
+            let to = (input == 1).then_some(SECOND_INPUT);
             for rec in batch.iter() {
-                records.push(None, &rec);
+                records.push(to, &rec);
             }
         }
     }
@@ -859,7 +885,7 @@ impl Chain {
             let batches = restored
                 .in_flight(&self.spec, v, self.subtask)
                 .map_err(|e| permanent(self.fail(i, "cannot restore its records in flight", e)))?;
-            let records: usize = batches.iter().map(Batch::len).sum();
+            let records: usize = batches.iter().map(|(_, b)| b.len()).sum();
             if records > 0 {
                 tracing::info!(
                     subtask = self.subtask,
@@ -868,8 +894,8 @@ impl Chain {
                     restored.id()
                 );
             }
-            for batch in &batches {
-                self.push(i, batch)?;
+            for (input, batch) in &batches {
+                self.push_from(i, *input, batch)?;
             }
         }
         Ok(())
@@ -1183,6 +1209,16 @@ impl Chain {
 
     /// Pushes `batch` into stage `i` and everything after it.
     fn push(&mut self, i: usize, batch: &Batch) -> Result<(), Stop> {
+        self.push_from(i, 0, batch)
+    }
+
+    /// Pushes `batch`, which a channel delivered to the head's input `input`, into the chain.
+    fn push_input(&mut self, input: u8, batch: &Batch) -> Result<(), Stop> {
+        self.push_from(0, input, batch)
+    }
+
+    /// Pushes `batch` into input `input` of stage `i` and everything after it.
+    fn push_from(&mut self, i: usize, input: u8, batch: &Batch) -> Result<(), Stop> {
         if i == self.stages.len() {
             return self.send(None, batch).map(|_| ());
         }
@@ -1203,7 +1239,7 @@ impl Chain {
                     plan.paused(pause);
                 }
                 let mut out = std::mem::take(&mut self.bufs[i]);
-                if let Err(e) = op.process(batch, &mut out) {
+                if let Err(e) = op.process_input(input, batch, &mut out) {
                     return Err(self.operator_failed(i, e));
                 }
                 self.emitted(i, out)

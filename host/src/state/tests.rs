@@ -108,7 +108,7 @@ fn read(s: &mut KeyedState, id: StateId, key: &str) -> String {
         }
         StateKind::Map => {
             // A large map is read with `map_entries`, as a guest reads it.
-            let start = r.clone();
+            let start = r;
             let large = matches!(read_map_load(&mut r).unwrap(), MapLoad::Large(n) if n > 0);
             let mut whole = Vec::new();
             let mut r = if large {

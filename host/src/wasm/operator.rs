@@ -266,10 +266,20 @@ impl Operator for WasmOperator {
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        self.process_input(0, input, out)
+    }
+
+    fn process_input(
+        &mut self,
+        which: u8,
+        input: &Batch,
+        out: &mut Batch,
+    ) -> Result<(), OperatorError> {
         // Deduplicate the batch's keys into slots; the guest sees each key once.
         self.begin(Hook::Process);
         let data = self.store.data_mut();
         let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
+        writer.from_input(which);
         let mut slots: FastMap<&[u8], u32> =
             FastMap::with_capacity_and_hasher(input.len(), Default::default());
         for rec in input.iter() {

@@ -1,0 +1,533 @@
+//! Joins in the host: an operator with two keyed inputs, `input` (the left side) and
+//! `second_input` (the right side), that pairs records of the same key by event time, as
+//! Flink's `intervalJoin(...).between(lower, upper)` and `join(...).window(...)`.
+//!
+//! - **Interval join**: a left record at `a` and a right one at `b` pair when
+//!   `a + lower <= b <= a + upper`. Each side's records wait in a map state (timestamp →
+//!   values) until the watermark passes the last time a record of the other side could still
+//!   pair with them (`a + upper` for a left record, `b - lower` for a right one), where an
+//!   event-time timer drops them. A pair is emitted as soon as its second record arrives,
+//!   with the later of the two timestamps.
+//! - **Window join** (tumbling or sliding windows): records of both sides wait in their
+//!   window (a map state: window start → values), and when the watermark passes the window's
+//!   end every left record is paired with every right one, with the window's last
+//!   millisecond as timestamp; then the window's records are dropped.
+//!
+//! A pair's value is `<left value>,<right value>` (window joins: `<start>,<end>,<left
+//! value>,<right value>`) with the records' key. A record at or before the watermark when
+//! it arrives is late (for a window join: when every window it falls into has fired): it
+//! pairs with nothing and goes to the side output `late`, where it is counted if nothing reads
+//! it. The records waiting and their timers live in the job's state backend, so RocksDB,
+//! checkpoints, restores and rescaling work as for any operator.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use weir_wire::{Kind, MapLoad, MapOp, Reader, TimeDomain, put_bytes, put_map_op, read_map_load};
+
+use super::window::window_starts;
+use crate::batch::Batch;
+use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
+use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
+
+/// `join = { ... }` of an operator with `input` and `second_input`, both keyed.
+///
+/// ```toml
+/// join = { type = "interval", lower = "-5m", upper = "15m" }   # b - a in [-5m, 15m]
+/// join = { type = "tumbling", size = "1m" }
+/// join = { type = "sliding", size = "10m", slide = "1m", late = "too_late" }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSpec {
+    /// `interval`, `tumbling` or `sliding`.
+    #[serde(rename = "type")]
+    pub kind: JoinKind,
+    /// Interval joins: the least `b - a` of a pair (a signed duration, `"-15m"`), in ms.
+    #[serde(default, deserialize_with = "signed_ms")]
+    pub lower: Option<i64>,
+    /// Interval joins: the greatest `b - a` of a pair, in ms.
+    #[serde(default, deserialize_with = "signed_ms")]
+    pub upper: Option<i64>,
+    /// Window joins: the length of a window.
+    #[serde(default, with = "humantime_serde")]
+    pub size: Option<Duration>,
+    /// Sliding window joins: how far apart windows start.
+    #[serde(default, with = "humantime_serde")]
+    pub slide: Option<Duration>,
+    /// Window joins: shifts the windows' starts from multiples of the size (or slide).
+    #[serde(default, with = "humantime_serde")]
+    pub offset: Duration,
+    /// The side output that gets late records of either side (default `late`).
+    #[serde(default = "default_late")]
+    pub late: String,
+}
+
+/// How a join pairs records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinKind {
+    /// Pairs whose timestamps are within `[lower, upper]` of each other.
+    Interval,
+    /// Pairs in the same tumbling window.
+    Tumbling,
+    /// Pairs in the same sliding window (a pair in several windows is emitted for each).
+    Sliding,
+}
+
+fn default_late() -> String {
+    "late".into()
+}
+
+/// A duration with an optional sign, `"-15m"`, in milliseconds.
+fn signed_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let text = String::deserialize(d)?;
+    let (negative, magnitude) = match text.trim().strip_prefix('-') {
+        Some(rest) => (true, rest.trim()),
+        None => (false, text.trim()),
+    };
+    let ms = humantime::parse_duration(magnitude)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .ok_or_else(|| {
+            D::Error::custom(format!(
+                "\"{text}\" is not a duration; write one such as \"-15m\", \"0s\" or \"30s\""
+            ))
+        })?;
+    Ok(Some(if negative { -ms } else { ms }))
+}
+
+impl JoinSpec {
+    /// Checks the settings; the error names the one at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        let unused = |what: &str, set: bool| {
+            if set {
+                Err(format!(
+                    "{what} does not apply to type = \"{}\"; remove it",
+                    self.kind.name()
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match self.kind {
+            JoinKind::Interval => {
+                unused("size", self.size.is_some())?;
+                unused("slide", self.slide.is_some())?;
+                unused("offset", !self.offset.is_zero())?;
+                let (Some(lower), Some(upper)) = (self.lower, self.upper) else {
+                    return Err(
+                        "an interval join needs lower = \"...\" and upper = \"...\": \
+                         a right record at b pairs with a left one at a when \
+                         a + lower <= b <= a + upper (e.g. lower = \"-5m\", upper = \"15m\")"
+                            .into(),
+                    );
+                };
+                if lower > upper {
+                    return Err(format!(
+                        "lower ({lower} ms) is above upper ({upper} ms): no pair would match"
+                    ));
+                }
+            }
+            JoinKind::Tumbling | JoinKind::Sliding => {
+                unused("lower", self.lower.is_some())?;
+                unused("upper", self.upper.is_some())?;
+                // The same rules as a window of the same layout.
+                super::window::WindowSpec {
+                    kind: match self.kind {
+                        JoinKind::Tumbling => super::window::WindowKind::Tumbling,
+                        _ => super::window::WindowKind::Sliding,
+                    },
+                    size: self.size,
+                    slide: self.slide,
+                    gap: None,
+                    offset: self.offset,
+                    allowed_lateness: Duration::ZERO,
+                    aggregate: Some(super::window::Aggregate::Count),
+                    function: None,
+                    code: None,
+                    late: self.late.clone(),
+                    time: super::window::WindowTime::Event,
+                }
+                .validate()?;
+            }
+        }
+        if self.late.is_empty() {
+            return Err("late must name a side output".into());
+        }
+        Ok(())
+    }
+}
+
+impl JoinKind {
+    fn name(self) -> &'static str {
+        match self {
+            JoinKind::Interval => "interval",
+            JoinKind::Tumbling => "tumbling",
+            JoinKind::Sliding => "sliding",
+        }
+    }
+}
+
+/// A map key of the join's states: a time (a record's timestamp, a window's start) whose
+/// bytes sort as the numbers do.
+fn time_key(t: i64) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn key_time(b: &[u8]) -> Option<i64> {
+    Some((u64::from_be_bytes(b.try_into().ok()?) ^ (1 << 63)) as i64)
+}
+
+/// The values of one map entry: `bytes` one after another.
+fn values(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut r = Reader::new(list, "join state");
+    std::iter::from_fn(move || (!r.is_empty()).then(|| r.bytes().ok()).flatten())
+}
+
+/// One key's entries of one side, by time, borrowed from a load.
+type Entries<'b> = Vec<(i64, &'b [u8])>;
+
+/// The join operator of one subtask.
+pub(crate) struct JoinOperator {
+    spec: JoinSpec,
+    name: String,
+    state: KeyedState,
+    /// Each side's waiting records, by time (interval: timestamp; window: window start).
+    sides: [StateId; 2],
+    watermark: Option<i64>,
+    lower: i64,
+    upper: i64,
+    size: i64,
+    step: i64,
+    offset: i64,
+    side: Vec<(String, Batch)>,
+}
+
+pub(crate) fn build(
+    spec: &JoinSpec,
+    ctx: &OperatorContext,
+    setup: &StateSetup,
+) -> Result<Box<dyn Operator>, OperatorError> {
+    let (mut state, left) = super::keyed_state(ctx, setup, "left", StateKind::Map)?;
+    let right = state
+        .declare("right", StateKind::Map, None)
+        .map_err(|e| OperatorError::Contract(e.to_string()))?;
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    Ok(Box::new(JoinOperator {
+        name: ctx.uid.clone(),
+        state,
+        sides: [left, right],
+        watermark: None,
+        lower: spec.lower.unwrap_or(0),
+        upper: spec.upper.unwrap_or(0),
+        size: spec.size.map_or(0, ms),
+        step: spec.slide.or(spec.size).map_or(0, ms),
+        offset: ms(spec.offset),
+        side: Vec::new(),
+        spec: spec.clone(),
+    }))
+}
+
+fn failed(e: crate::state::StateError) -> OperatorError {
+    OperatorError::Failed(e.to_string())
+}
+
+impl JoinOperator {
+    fn is_late(&self, t: i64) -> bool {
+        self.watermark.is_some_and(|w| t <= w)
+    }
+
+    /// Every slot's entries of side `s`, by time, borrowed from `buf`.
+    fn load<'b>(
+        &mut self,
+        s: usize,
+        slots: &Slots,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<Vec<Entries<'b>>, OperatorError> {
+        self.state
+            .load(self.sides[s], slots, usize::MAX, buf)
+            .map_err(failed)?;
+        let bad = |e: weir_wire::DecodeError| OperatorError::Contract(e.to_string());
+        let mut r = Reader::new(buf, "join state");
+        let mut all = Vec::with_capacity(slots.len());
+        for _ in 0..slots.len() {
+            let MapLoad::Whole(n) = read_map_load(&mut r).map_err(bad)? else {
+                return Err(OperatorError::Contract("a map sent in parts".into()));
+            };
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (k, v) = (r.bytes().map_err(bad)?, r.bytes().map_err(bad)?);
+                let t = key_time(k).ok_or_else(|| {
+                    OperatorError::Contract("a join entry of another layout".into())
+                })?;
+                entries.push((t, v));
+            }
+            entries.sort_unstable_by_key(|&(t, _)| t);
+            all.push(entries);
+        }
+        Ok(all)
+    }
+
+    /// The waiting values of side `s` at time `t` of `slot`'s key, as the batch left them.
+    fn entry<'p>(
+        &mut self,
+        pending: &'p mut FastMap<(u32, i64), Vec<u8>>,
+        s: usize,
+        slots: &Slots,
+        (slot, t): (u32, i64),
+    ) -> Result<&'p mut Vec<u8>, OperatorError> {
+        Ok(match pending.entry((slot, t)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                (self.state)
+                    .map_get(self.sides[s], slots, slot, &time_key(t))
+                    .map_err(failed)?
+                    .unwrap_or_default(),
+            ),
+        })
+    }
+
+    fn emit_pair(
+        &self,
+        out: &mut Batch,
+        key: &[u8],
+        ts: i64,
+        window: Option<(i64, i64)>,
+        left: &[u8],
+        right: &[u8],
+    ) {
+        out.push_with(Kind::Insert, Some(key), Some(ts), |b| {
+            if let Some((start, end)) = window {
+                use std::io::Write;
+                let _ = write!(b, "{start},{end},");
+            }
+            b.extend_from_slice(left);
+            b.push(b',');
+            b.extend_from_slice(right);
+        });
+    }
+
+    /// Pops the timers due at `upto`, at most a batch's worth, into `slots`.
+    fn due(&mut self, upto: i64, slots: &mut Slots) -> Result<Vec<(i64, u32)>, OperatorError> {
+        let mut due = Vec::new();
+        let mut index: FastMap<crate::state::Key, u32> = FastMap::default();
+        while due.len() < crate::batch::BATCH_RECORDS
+            && let Some((t, key)) = (self.state)
+                .pop_timer(TimeDomain::EventTime, upto)
+                .map_err(OperatorError::timers)?
+        {
+            let slot = match index.get(&key) {
+                Some(&slot) => slot,
+                None => {
+                    let slot = slots.push(&key, self.state.key_group(&key));
+                    index.insert(key, slot);
+                    slot
+                }
+            };
+            due.push((t, slot));
+        }
+        Ok(due)
+    }
+
+    /// Fires the timers due at `upto`: drops the records no later record can pair with, and
+    /// (window joins) emits the pairs of the windows that end.
+    fn fire(&mut self, upto: i64, out: &mut Batch) -> Result<(), OperatorError> {
+        loop {
+            let mut slots = Slots::default();
+            let due = self.due(upto, &mut slots)?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            let mut removed: [Vec<u8>; 2] = Default::default();
+            for &(t, slot) in &due {
+                if self.spec.kind == JoinKind::Interval {
+                    // Left records at t - upper and right ones at t + lower are done.
+                    let times = [t.saturating_sub(self.upper), t.saturating_add(self.lower)];
+                    for (s, time) in times.into_iter().enumerate() {
+                        put_map_op(&mut removed[s], slot, MapOp::Remove(&time_key(time)));
+                    }
+                    continue;
+                }
+                let start = t + 1 - self.size;
+                let mut lists: [Vec<u8>; 2] = Default::default();
+                for (s, list) in lists.iter_mut().enumerate() {
+                    let k = time_key(start);
+                    if let Some(v) = (self.state)
+                        .map_get(self.sides[s], &slots, slot, &k)
+                        .map_err(failed)?
+                    {
+                        *list = v;
+                        put_map_op(&mut removed[s], slot, MapOp::Remove(&k));
+                    }
+                }
+                let key = slots.key(slot as usize);
+                for l in values(&lists[0]) {
+                    for r in values(&lists[1]) {
+                        self.emit_pair(out, key, t, Some((start, t + 1)), l, r);
+                    }
+                }
+            }
+            for (s, changes) in removed.iter().enumerate() {
+                if !changes.is_empty() {
+                    (self.state)
+                        .store(self.sides[s], &slots, changes, u64::MAX)
+                        .map_err(failed)?;
+                }
+            }
+        }
+    }
+}
+
+impl Operator for JoinOperator {
+    fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
+        self.process_input(0, input, out)
+    }
+
+    fn process_input(
+        &mut self,
+        which: u8,
+        input: &Batch,
+        out: &mut Batch,
+    ) -> Result<(), OperatorError> {
+        let s = usize::from(which.min(1));
+        let mut slots = Slots::default();
+        let mut index: FastMap<&[u8], u32> =
+            FastMap::with_capacity_and_hasher(input.len(), Default::default());
+        for rec in input.iter() {
+            let key = rec.key.ok_or_else(|| {
+                OperatorError::Contract(format!(
+                    "join \"{}\" got a record without a key; key its inputs (edge = \"key_by\")",
+                    self.name
+                ))
+            })?;
+            let state = &self.state;
+            index
+                .entry(key)
+                .or_insert_with(|| slots.push(key, state.key_group(key)));
+        }
+        // An interval join pairs with the other side's records as they are.
+        let mut buf = Vec::new();
+        let others = match self.spec.kind {
+            JoinKind::Interval => self.load(1 - s, &slots, &mut buf)?,
+            _ => Vec::new(),
+        };
+        let mut pending: FastMap<(u32, i64), Vec<u8>> = FastMap::default();
+        let mut late = Batch::default();
+        for rec in input.iter() {
+            let key = rec.key.unwrap_or_default();
+            let ts = rec.timestamp.ok_or_else(|| {
+                OperatorError::Failed(format!(
+                    "join \"{}\" got a record without event time (key {}); give records a \
+                     timestamp at the source (event_time) or in an operator before the join",
+                    self.name,
+                    crate::wasm::describe_bytes(key)
+                ))
+            })?;
+            let slot = index[key];
+            let mut kept = false;
+            if self.spec.kind == JoinKind::Interval {
+                if self.is_late(ts) {
+                    late.push(&rec);
+                    continue;
+                }
+                // A left record pairs with right ones in [a + lower, a + upper]; a right one
+                // with left ones in [b - upper, b - lower].
+                let (from, to) = match s {
+                    0 => (ts.saturating_add(self.lower), ts.saturating_add(self.upper)),
+                    _ => (ts.saturating_sub(self.upper), ts.saturating_sub(self.lower)),
+                };
+                let other = &others[slot as usize];
+                let first = other.partition_point(|&(t, _)| t < from);
+                for &(t, list) in other[first..].iter().take_while(|&&(t, _)| t <= to) {
+                    for v in values(list) {
+                        let (l, r) = if s == 0 {
+                            (rec.value, v)
+                        } else {
+                            (v, rec.value)
+                        };
+                        self.emit_pair(out, key, ts.max(t), None, l, r);
+                    }
+                }
+                // It waits for the other side's records until the watermark passes the last
+                // time one could pair with it.
+                let until = match s {
+                    0 => ts.saturating_add(self.upper),
+                    _ => ts.saturating_sub(self.lower),
+                };
+                if !self.is_late(until) {
+                    put_bytes(self.entry(&mut pending, s, &slots, (slot, ts))?, rec.value);
+                    (self.state)
+                        .register_timer(TimeDomain::EventTime, until, key)
+                        .map_err(OperatorError::timers)?;
+                }
+                continue;
+            }
+            for start in window_starts(ts, self.size, self.step, self.offset) {
+                let last = start.saturating_add(self.size) - 1;
+                if self.is_late(last) {
+                    continue;
+                }
+                kept = true;
+                put_bytes(
+                    self.entry(&mut pending, s, &slots, (slot, start))?,
+                    rec.value,
+                );
+                (self.state)
+                    .register_timer(TimeDomain::EventTime, last, key)
+                    .map_err(OperatorError::timers)?;
+            }
+            if !kept {
+                late.push(&rec);
+            }
+        }
+        let mut changes = Vec::new();
+        for ((slot, t), list) in &pending {
+            put_map_op(&mut changes, *slot, MapOp::Put(&time_key(*t), list));
+        }
+        if !changes.is_empty() {
+            (self.state)
+                .store(self.sides[s], &slots, &changes, u64::MAX)
+                .map_err(failed)?;
+        }
+        if !late.is_empty() {
+            self.side.push((self.spec.late.clone(), late));
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
+        self.state.set_watermark(watermark);
+        self.watermark = Some(watermark);
+        self.fire(watermark, out)
+    }
+
+    fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+        self.watermark = Some(i64::MAX);
+        self.fire(i64::MAX, out)
+    }
+
+    fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
+        snapshot.shared = self
+            .state
+            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
+            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
+        Ok(())
+    }
+
+    fn notify_complete(&mut self, n: u64) {
+        self.state.notify_complete(n);
+    }
+
+    fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
+        self.state
+            .restore_file(snapshot, shared)
+            .map_err(|e| OperatorError::Contract(e.to_string()))
+    }
+
+    fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
+        std::mem::take(&mut self.side)
+    }
+}

@@ -1,0 +1,28 @@
+//! Test guest: a process-window function. A fired window of key `k` becomes the record
+//! `k`, `<start>,<end>,<count>:<sum>` of its records' values (decimal integers), as the
+//! `window-aggregate` guest's results read.
+
+use weir_sdk::prelude::*;
+use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
+
+#[derive(Default)]
+struct CountSum;
+
+impl ProcessWindowFunction for CountSum {
+    fn process(
+        &mut self,
+        ctx: &mut Context,
+        key: &[u8],
+        window: Window,
+        values: &[&[u8]],
+    ) -> Result<()> {
+        let mut sum = 0u64;
+        for v in values {
+            sum += std::str::from_utf8(v)?.trim().parse::<u64>()?;
+        }
+        let (start, end, n) = (window.start, window.end, values.len());
+        ctx.emit_display(Some(key), format_args!("{start},{end},{n}:{sum}"))
+    }
+}
+
+weir_sdk::export!(ProcessWindow<CountSum>);
