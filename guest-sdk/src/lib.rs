@@ -47,6 +47,14 @@
 //! assert_eq!((out[0].key_str(), out[0].value_str()), (Some("to"), "2"));
 //! ```
 //!
+//! # Two inputs, and window functions
+//!
+//! An operator with a `second_input` in its job spec (Flink's `connect`) gets the records of
+//! both streams in [`Operator::process`]; [`Record::input`] says which (0 or 1), and both
+//! share the key's state and timers. A window of the host can run user code for its result:
+//! an [`window::AggregateFunction`] or a [`window::ProcessWindowFunction`], exported with
+//! `weir_sdk::export!(weir_sdk::window::Aggregate<MyFunction>)`.
+//!
 //! # What crosses the boundary, and when
 //!
 //! Calls between the host and a component cost far more than an operator's work per record

@@ -169,7 +169,11 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// The value of `option`, one of `allowed`.
-fn one_of(value: Option<&String>, option: &str, allowed: &[&'static str]) -> Result<&'static str> {
+pub(crate) fn one_of(
+    value: Option<&String>,
+    option: &str,
+    allowed: &[&'static str],
+) -> Result<&'static str> {
     value
         .and_then(|v| allowed.iter().find(|a| **a == v.as_str()).copied())
         .with_context(|| format!("{option} takes one of {}", allowed.join(", ")))
@@ -285,7 +289,7 @@ fn durations(m: &Measured) -> String {
 }
 
 /// GNU time measures CPU and peak RSS; installed with apt where it is missing.
-fn ensure_gnu_time() -> Result<()> {
+pub(crate) fn ensure_gnu_time() -> Result<()> {
     if Path::new("/usr/bin/time").is_file() {
         return Ok(());
     }
@@ -295,18 +299,18 @@ fn ensure_gnu_time() -> Result<()> {
 }
 
 #[derive(Debug, Clone)]
-struct Measured {
-    seconds: f64,
-    cpu_seconds: f64,
-    peak_rss_kb: u64,
+pub(crate) struct Measured {
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub peak_rss_kb: u64,
     /// The durations of the completed checkpoints.
-    checkpoint_ms: Vec<u64>,
+    pub checkpoint_ms: Vec<u64>,
     /// The longest synchronous part of any of them (weir's history has it).
-    sync_ms: Option<u64>,
+    pub sync_ms: Option<u64>,
 }
 
 /// Runs `spec` under GNU time: the job's duration, the process's CPU time and peak RSS.
-fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
+pub(crate) fn measure(weir: &Path, spec: &Path, dir: &Path) -> Result<Measured> {
     let times = dir.join("time.txt");
     let mut command = Command::new("/usr/bin/time");
     command.args(["-f", "%U %S %M", "-o"]).arg(&times).arg(weir);
@@ -351,7 +355,7 @@ fn checkpoint_history(dir: &Path) -> Result<(Vec<u64>, Option<u64>)> {
 
 /// Builds the Flink jobs of `bench/flink` (fetching Flink's jars into `work` once); their
 /// classpath.
-fn flink_classpath(work: &Path) -> Result<String> {
+pub(crate) fn flink_classpath(work: &Path) -> Result<String> {
     let out = Command::new(crate::repo().join("bench").join("flink").join("build.sh"))
         .arg(work)
         .output()
@@ -444,7 +448,7 @@ fn measure_flink(
 }
 
 /// The CPU seconds and peak RSS (KB) GNU time wrote to `path`.
-fn gnu_time(path: &Path) -> Result<(f64, u64)> {
+pub(crate) fn gnu_time(path: &Path) -> Result<(f64, u64)> {
     let text = std::fs::read_to_string(path)?;
     let fields: Vec<&str> = text
         .lines()
@@ -459,7 +463,7 @@ fn gnu_time(path: &Path) -> Result<(f64, u64)> {
 }
 
 /// The committed lines of the file sink in `dir`, sorted.
-fn committed(dir: &Path) -> Result<Vec<String>> {
+pub(crate) fn committed(dir: &Path) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for entry in
         std::fs::read_dir(dir).with_context(|| format!("no output in {}", dir.display()))?

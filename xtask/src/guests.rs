@@ -24,6 +24,8 @@ pub const PACKAGES: &[&str] = &[
     "bench-scorer-parse",
     "bench-scorer-score",
     "bench-topn",
+    "bench-events-parse",
+    "bench-window-count",
     "weir-test-state-probe",
     "weir-test-poison",
     "weir-test-other-world",

@@ -28,6 +28,7 @@ mod bench_operators;
 mod bench_postgres;
 mod bench_serve;
 mod bench_state;
+mod bench_windows;
 mod callgrind;
 mod demo;
 mod guests;
@@ -73,6 +74,11 @@ commands:
                               on memory and RocksDB, with and without checkpoints:
                               records/s, CPU, peak RSS, output checked (default
                               3000000 records, 3 runs)
+  bench-windows [--events N] [--state memory|rocksdb] [--no-flink]
+                              keyed tumbling and sliding window counts, built in and
+                              as a WebAssembly aggregate, memory and RocksDB, beside
+                              Flink 2.3: events/s, CPU, peak RSS, output checked
+                              (default 50000000 events)
   bench-upgrade [--keys K] [--swaps N] [--backend memory|rocksdb]
                               hot deploy: pause per subtask over N swaps (default
                               100) at K keys (default 1M), throughput around a
@@ -108,6 +114,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-state" => bench_state::run(rest),
         "bench-serve" => bench_serve::run(rest),
         "bench-operators" => bench_operators::run(rest),
+        "bench-windows" => bench_windows::run(rest),
         "bench-upgrade" => bench_serve::run_upgrade(rest),
         "openapi" => no_args(rest).and_then(|()| api::openapi()),
         "fuzz-api" => api::fuzz(rest),

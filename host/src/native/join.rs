@@ -27,6 +27,7 @@ use serde::{Deserialize, Deserializer};
 use weir_wire::{Kind, MapLoad, MapOp, Reader, TimeDomain, put_bytes, put_map_op, read_map_load};
 
 use super::window::window_starts;
+use super::{keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
@@ -271,23 +272,31 @@ impl JoinOperator {
         Ok(all)
     }
 
-    /// The waiting values of side `s` at time `t` of `slot`'s key, as the batch left them.
-    fn entry<'p>(
+    /// Adds `value` to the waiting values of side `s` at time `t` of `slot`'s key, as the
+    /// batch left them; a new entry gets its timer at `timer`.
+    fn wait(
         &mut self,
-        pending: &'p mut FastMap<(u32, i64), Vec<u8>>,
-        s: usize,
-        slots: &Slots,
+        pending: &mut FastMap<(u32, i64), Vec<u8>>,
+        (s, slots): (usize, &Slots),
         (slot, t): (u32, i64),
-    ) -> Result<&'p mut Vec<u8>, OperatorError> {
-        Ok(match pending.entry((slot, t)) {
+        (value, timer): (&[u8], i64),
+    ) -> Result<(), OperatorError> {
+        let values = match pending.entry((slot, t)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                (self.state)
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let stored = (self.state)
                     .map_get(self.sides[s], slots, slot, &time_key(t))
-                    .map_err(failed)?
-                    .unwrap_or_default(),
-            ),
-        })
+                    .map_err(failed)?;
+                if stored.is_none() {
+                    (self.state)
+                        .register_timer(TimeDomain::EventTime, timer, slots.key(slot as usize))
+                        .map_err(OperatorError::timers)?;
+                }
+                e.insert(stored.unwrap_or_default())
+            }
+        };
+        put_bytes(values, value);
+        Ok(())
     }
 
     fn emit_pair(
@@ -393,21 +402,7 @@ impl Operator for JoinOperator {
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let s = usize::from(which.min(1));
-        let mut slots = Slots::default();
-        let mut index: FastMap<&[u8], u32> =
-            FastMap::with_capacity_and_hasher(input.len(), Default::default());
-        for rec in input.iter() {
-            let key = rec.key.ok_or_else(|| {
-                OperatorError::Contract(format!(
-                    "join \"{}\" got a record without a key; key its inputs (edge = \"key_by\")",
-                    self.name
-                ))
-            })?;
-            let state = &self.state;
-            index
-                .entry(key)
-                .or_insert_with(|| slots.push(key, state.key_group(key)));
-        }
+        let (slots, index) = keyed_slots(&self.state, input, ("join", &self.name))?;
         // An interval join pairs with the other side's records as they are.
         let mut buf = Vec::new();
         let others = match self.spec.kind {
@@ -458,10 +453,7 @@ impl Operator for JoinOperator {
                     _ => ts.saturating_sub(self.lower),
                 };
                 if !self.is_late(until) {
-                    put_bytes(self.entry(&mut pending, s, &slots, (slot, ts))?, rec.value);
-                    (self.state)
-                        .register_timer(TimeDomain::EventTime, until, key)
-                        .map_err(OperatorError::timers)?;
+                    self.wait(&mut pending, (s, &slots), (slot, ts), (rec.value, until))?;
                 }
                 continue;
             }
@@ -471,13 +463,7 @@ impl Operator for JoinOperator {
                     continue;
                 }
                 kept = true;
-                put_bytes(
-                    self.entry(&mut pending, s, &slots, (slot, start))?,
-                    rec.value,
-                );
-                (self.state)
-                    .register_timer(TimeDomain::EventTime, last, key)
-                    .map_err(OperatorError::timers)?;
+                self.wait(&mut pending, (s, &slots), (slot, start), (rec.value, last))?;
             }
             if !kept {
                 late.push(&rec);
@@ -510,11 +496,7 @@ impl Operator for JoinOperator {
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
-        snapshot.shared = self
-            .state
-            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
-        Ok(())
+        snapshot_state(&mut self.state, n, snapshot)
     }
 
     fn notify_complete(&mut self, n: u64) {
@@ -522,9 +504,7 @@ impl Operator for JoinOperator {
     }
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        self.state
-            .restore_file(snapshot, shared)
-            .map_err(|e| OperatorError::Contract(e.to_string()))
+        restore_state(&mut self.state, snapshot, shared)
     }
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {

@@ -87,6 +87,52 @@ fn keyed_state(
     Ok((state, id))
 }
 
+/// The distinct keys of `input` as slots, with each key's slot; a record without a key is
+/// an error naming the operator (`what` `name`) and the fix.
+fn keyed_slots<'b>(
+    state: &KeyedState,
+    input: &'b Batch,
+    (what, name): (&str, &str),
+) -> Result<(Slots, FastMap<&'b [u8], u32>), OperatorError> {
+    let mut slots = Slots::default();
+    let mut index: FastMap<&[u8], u32> =
+        FastMap::with_capacity_and_hasher(input.len(), Default::default());
+    for rec in input.iter() {
+        let key = rec.key.ok_or_else(|| {
+            OperatorError::Contract(format!(
+                "{what} \"{name}\" got a record without a key; key its input (edge = \"key_by\")"
+            ))
+        })?;
+        index
+            .entry(key)
+            .or_insert_with(|| slots.push(key, state.key_group(key)));
+    }
+    Ok((slots, index))
+}
+
+/// Checkpoint `n` of a native operator's keyed state into `snapshot`.
+fn snapshot_state(
+    state: &mut KeyedState,
+    n: u64,
+    snapshot: &mut Snapshot,
+) -> Result<(), OperatorError> {
+    snapshot.shared = state
+        .checkpoint(n, snapshot.format, &mut snapshot.bytes)
+        .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
+    Ok(())
+}
+
+/// Restores a native operator's keyed state from a checkpoint's `snapshot`.
+fn restore_state(
+    state: &mut KeyedState,
+    snapshot: &[u8],
+    shared: &Path,
+) -> Result<(), OperatorError> {
+    state
+        .restore_file(snapshot, shared)
+        .map_err(|e| OperatorError::Contract(e.to_string()))
+}
+
 /// Splits each line on ASCII whitespace; emits every word with key = value = the word.
 struct SplitWords;
 
@@ -115,11 +161,7 @@ struct CountWords {
 
 impl Operator for CountWords {
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
-        snapshot.shared = self
-            .state
-            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
-        Ok(())
+        snapshot_state(&mut self.state, n, snapshot)
     }
 
     fn notify_complete(&mut self, n: u64) {
@@ -127,9 +169,7 @@ impl Operator for CountWords {
     }
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        self.state
-            .restore_file(snapshot, shared)
-            .map_err(|e| OperatorError::Contract(e.to_string()))
+        restore_state(&mut self.state, snapshot, shared)
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {

@@ -29,6 +29,7 @@ use weir_wire::{
     put_update,
 };
 
+use super::{keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
@@ -582,14 +583,15 @@ impl WindowOperator {
         }
     }
 
-    /// Registers the timers of `win` of `key`: its firing unless it fired, its cleanup.
-    fn register_timers(&mut self, win: &Win, key: &[u8]) -> Result<(), OperatorError> {
-        if !self.has_fired(win.end) {
+    /// Registers the timers of `key`'s window ending (exclusively) at `end`: its firing
+    /// unless it fired, its cleanup.
+    fn register_timers(&mut self, end: i64, key: &[u8]) -> Result<(), OperatorError> {
+        if !self.has_fired(end) {
             (self.state)
-                .register_timer(self.domain, win.max_timestamp(), key)
+                .register_timer(self.domain, end - 1, key)
                 .map_err(OperatorError::timers)?;
         }
-        let cleanup = win.max_timestamp().saturating_add(self.lateness);
+        let cleanup = (end - 1).saturating_add(self.lateness);
         (self.state)
             .register_timer(self.domain, cleanup, key)
             .map_err(OperatorError::timers)
@@ -619,6 +621,8 @@ impl WindowOperator {
         let at = match windows.iter().position(|w| w.start == start) {
             Some(at) => at,
             None => {
+                // A new window: its timers (those of a window in the state are registered).
+                self.register_timers(end, key)?;
                 windows.push(Win {
                     start,
                     end,
@@ -631,11 +635,10 @@ impl WindowOperator {
         let win = &mut windows[at];
         Self::add_value(&mut win.contents, value);
         win.changed = true;
-        let win = win.clone();
         if self.has_fired(end) {
             refire.push((slot, start));
         }
-        self.register_timers(&win, key)
+        Ok(())
     }
 
     /// Adds a record at `ts` to `slot`'s sessions: its own session `[ts, ts + gap)`, merged
@@ -686,8 +689,11 @@ impl WindowOperator {
         }
         // In start order, so that a process function sees the records in arrival order
         // within each merged session.
+        // The earliest session's contents take the others' (most often: one session and
+        // the new record), so that a session's values are not copied per record.
         gone.sort_by_key(|w| w.start);
-        let mut contents = self.empty();
+        let mut gone = gone.into_iter();
+        let mut contents = gone.next().map_or_else(|| self.empty(), |w| w.contents);
         for w in gone {
             contents.merge(w.contents);
         }
@@ -703,8 +709,9 @@ impl WindowOperator {
             refire.push((slot, start));
         }
         // A deleted timer may have been another session's too: register every one again.
-        for w in windows.clone() {
-            self.register_timers(&w, key)?;
+        let ends: Vec<i64> = windows.iter().map(|w| w.end).collect();
+        for end in ends {
+            self.register_timers(end, key)?;
         }
         Ok(true)
     }
@@ -979,21 +986,7 @@ impl Operator for WindowOperator {
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
-        let mut slots = Slots::default();
-        let mut index: FastMap<&[u8], u32> =
-            FastMap::with_capacity_and_hasher(input.len(), Default::default());
-        for rec in input.iter() {
-            let key = rec.key.ok_or_else(|| {
-                OperatorError::Contract(format!(
-                    "window \"{}\" got a record without a key; key its input (edge = \"key_by\")",
-                    self.name
-                ))
-            })?;
-            let state = &self.state;
-            index
-                .entry(key)
-                .or_insert_with(|| slots.push(key, state.key_group(key)));
-        }
+        let (slots, index) = keyed_slots(&self.state, input, ("window", &self.name))?;
         let mut open = self.load(&slots)?;
         let mut late = Batch::default();
         let mut dropped = Vec::new();
@@ -1093,11 +1086,7 @@ impl Operator for WindowOperator {
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
-        snapshot.shared = self
-            .state
-            .checkpoint(n, snapshot.format, &mut snapshot.bytes)
-            .map_err(|e| OperatorError::Failed(format!("snapshot of its state failed: {e}")))?;
-        Ok(())
+        snapshot_state(&mut self.state, n, snapshot)
     }
 
     fn notify_complete(&mut self, n: u64) {
@@ -1105,9 +1094,7 @@ impl Operator for WindowOperator {
     }
 
     fn restore(&mut self, snapshot: &[u8], shared: &Path) -> Result<(), OperatorError> {
-        self.state
-            .restore_file(snapshot, shared)
-            .map_err(|e| OperatorError::Contract(e.to_string()))
+        restore_state(&mut self.state, snapshot, shared)
     }
 
     fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {

@@ -1,0 +1,335 @@
+//! `cargo xtask bench-windows`: a keyed tumbling-window count and a sliding-window (hop)
+//! count over generated `key,timestamp` events at parallelism 2: weir's built-in count and
+//! the same count as a WebAssembly aggregate function, on memory and RocksDB state, beside
+//! Flink 2.3 running the same windows on the same input (`bench/flink/src/WindowJob.java`).
+//! Every output is checked against counts computed here.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::bench::{number, prepare, toml_str};
+use crate::bench_operators::{
+    Measured, committed, ensure_gnu_time, flink_classpath, gnu_time, measure, one_of,
+};
+use crate::guests;
+
+/// Distinct keys.
+const KEYS: u64 = 10_000;
+/// Events per millisecond of event time.
+const PER_MS: u64 = 10;
+/// How much earlier than its place an event's time may be (ms); the watermark trails by it.
+const DISORDER_MS: u64 = 1_000;
+/// The tumbling windows' size, the sliding windows' size and slide (ms).
+const TUMBLING_MS: i64 = 60_000;
+const SLIDE_MS: i64 = 10_000;
+
+/// A window layout.
+#[derive(Clone, Copy)]
+struct Layout {
+    name: &'static str,
+    size: i64,
+    step: i64,
+}
+
+const LAYOUTS: [Layout; 2] = [
+    Layout {
+        name: "tumbling",
+        size: TUMBLING_MS,
+        step: TUMBLING_MS,
+    },
+    Layout {
+        name: "sliding",
+        size: TUMBLING_MS,
+        step: SLIDE_MS,
+    },
+];
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut events = 50_000_000;
+    let mut flink = true;
+    let mut backends = vec!["memory", "rocksdb"];
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--events" => events = number(&mut args, "--events")?,
+            "--no-flink" => flink = false,
+            "--state" => backends = vec![one_of(args.next(), "--state", &["memory", "rocksdb"])?],
+            other => bail!(
+                "unknown option `{other}`; use --events N, --state memory|rocksdb, --no-flink"
+            ),
+        }
+    }
+    ensure_gnu_time()?;
+    let (weir, dir) = prepare("bench-windows")?;
+    let flink = match flink {
+        true if Command::new("java").arg("-version").output().is_ok() => {
+            Some(flink_classpath(&dir.join("flink"))?)
+        }
+        true => {
+            println!("no `java`: Flink is left out (install Java 17 to compare)");
+            None
+        }
+        false => None,
+    };
+    let input = dir.join(format!("events-{events}"));
+    generate(&input, events)?;
+
+    let mut rows = Vec::new();
+    for layout in LAYOUTS {
+        let expected = expected(events, layout);
+        for &backend in &backends {
+            let mut systems = vec!["weir built-in", "weir wasm"];
+            systems.extend(flink.as_ref().map(|_| "flink"));
+            for system in systems {
+                let out = dir.join("out");
+                for d in [&out, &dir.join("state"), &dir.join("flink-state")] {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+                let m = match (system, &flink) {
+                    ("flink", Some(classpath)) => {
+                        measure_flink(classpath, layout, backend, &input, &dir)?
+                    }
+                    _ => {
+                        let spec = dir.join("windows.toml");
+                        let wasm = system == "weir wasm";
+                        std::fs::write(&spec, job_spec(layout, wasm, backend, &input, &dir))?;
+                        measure(&weir, &spec, &dir)?
+                    }
+                };
+                let lines = committed(&out)?;
+                if lines != expected {
+                    let missing = expected.iter().filter(|l| lines.binary_search(l).is_err());
+                    bail!(
+                        "{system} {} on {backend}: {} results, {} expected; missing e.g. {:?}",
+                        layout.name,
+                        lines.len(),
+                        expected.len(),
+                        missing.take(3).collect::<Vec<_>>()
+                    );
+                }
+                println!(
+                    "{system:<13} {:<8} {backend:<7} {:.2} s, {:.2} M events/s, {} results checked",
+                    layout.name,
+                    m.seconds,
+                    events as f64 / m.seconds / 1e6,
+                    lines.len()
+                );
+                rows.push((system, layout.name, backend, m));
+            }
+        }
+    }
+    println!();
+    println!(
+        "{events} events over {KEYS} keys, out of order by up to {DISORDER_MS} ms, parallelism 2; \
+         tumbling {TUMBLING_MS} ms, sliding {TUMBLING_MS} ms every {SLIDE_MS} ms; one run each"
+    );
+    println!(
+        "  {:<14} {:<9} {:<8} {:>12} {:>8} {:>9}",
+        "system", "window", "state", "events/s", "CPU s", "peak RSS"
+    );
+    for (system, layout, backend, m) in rows {
+        println!(
+            "  {system:<14} {layout:<9} {backend:<8} {:>10.2} M {:>8.1} {:>6.0} MB",
+            events as f64 / m.seconds / 1e6,
+            m.cpu_seconds,
+            m.peak_rss_kb as f64 / 1024.0,
+        );
+    }
+    Ok(())
+}
+
+/// splitmix64, as the other benchmarks' generators.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// Event `i`: its key and time, `PER_MS` events per millisecond, each up to `DISORDER_MS`
+/// earlier than its place.
+fn event(rng: &mut Rng, i: u64) -> (u64, i64) {
+    let key = rng.below(KEYS);
+    let ts = (i / PER_MS) as i64 - rng.below(DISORDER_MS + 1) as i64;
+    (key, ts)
+}
+
+/// Writes `events` events into `dir/part-0.txt` and `part-1.txt` (unless there already),
+/// alternating, as `k<key>,<timestamp>` lines.
+fn generate(dir: &Path, events: u64) -> Result<()> {
+    if dir.join("part-1.txt").exists() {
+        return Ok(());
+    }
+    println!("generating {events} events into {}", dir.display());
+    std::fs::create_dir_all(dir)?;
+    let partial = |i: usize| dir.join(format!(".part-{i}.txt.partial"));
+    let mut files = Vec::new();
+    for i in 0..2 {
+        files.push(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(partial(i))?,
+        ));
+    }
+    let mut rng = Rng(11);
+    let mut line = String::new();
+    for i in 0..events {
+        let (key, ts) = event(&mut rng, i);
+        line.clear();
+        let _ = writeln!(line, "k{key},{ts}");
+        files[(i % 2) as usize].write_all(line.as_bytes())?;
+    }
+    for (i, mut f) in files.into_iter().enumerate() {
+        f.flush()?;
+        std::fs::rename(partial(i), dir.join(format!("part-{i}.txt")))?;
+    }
+    Ok(())
+}
+
+/// The window counts the jobs must output for the generated events, sorted:
+/// `k<key>\t<start>,<end>,<count>`.
+fn expected(events: u64, layout: Layout) -> Vec<String> {
+    let mut counts: HashMap<(u64, i64), u64> = HashMap::new();
+    let mut rng = Rng(11);
+    for i in 0..events {
+        let (key, ts) = event(&mut rng, i);
+        let mut start = ts - ts.rem_euclid(layout.step);
+        while start > ts - layout.size {
+            *counts.entry((key, start)).or_insert(0) += 1;
+            start -= layout.step;
+        }
+    }
+    let mut lines: Vec<String> = (counts.into_iter())
+        .map(|((key, start), n)| format!("k{key}\t{start},{},{n}", start + layout.size))
+        .collect();
+    lines.sort_unstable();
+    lines
+}
+
+fn job_spec(layout: Layout, wasm: bool, backend: &str, input: &Path, dir: &Path) -> String {
+    let operators = guests::operators_dir();
+    let component = |name: &str| toml_str(&operators.join(format!("{name}.wasm")));
+    let shape = match layout.name {
+        "tumbling" => format!("type = \"tumbling\", size = \"{}ms\"", layout.size),
+        _ => format!(
+            "type = \"sliding\", size = \"{}ms\", slide = \"{}ms\"",
+            layout.size, layout.step
+        ),
+    };
+    let window = match wasm {
+        true => format!(
+            "wasm = {}\nwindow = {{ {shape}, function = \"aggregate\" }}",
+            component("bench_window_count")
+        ),
+        false => format!("window = {{ {shape}, aggregate = \"count\" }}"),
+    };
+    format!(
+        r#"[job]
+name = "bench-windows"
+parallelism = 2
+
+[state]
+backend = "{backend}"
+dir = {state}
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "parse"
+uid = "parse"
+wasm = {parse}
+input = "lines"
+watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+input = "parse"
+edge = "key_by"
+{window}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+path = {out}
+format = "key_value"
+
+[[sink]]
+name = "malformed"
+type = "discard"
+input = "parse.malformed"
+"#,
+        state = toml_str(&dir.join("state")),
+        input = toml_str(input),
+        parse = component("bench_events_parse"),
+        out = toml_str(&dir.join("out")),
+    )
+}
+
+/// Runs Flink's `WindowJob` under GNU time, its output into `dir/out`.
+fn measure_flink(
+    classpath: &str,
+    layout: Layout,
+    backend: &str,
+    input: &Path,
+    dir: &Path,
+) -> Result<Measured> {
+    let times = dir.join("time.txt");
+    let mut window = format!("{}:{}", layout.name, layout.size);
+    if layout.name == "sliding" {
+        let _ = write!(window, ":{}", layout.step);
+    }
+    let mut command = Command::new("/usr/bin/time");
+    command
+        .args(["-f", "%U %S %M", "-o"])
+        .arg(&times)
+        .args(["java", "-Xmx4g", "-cp", classpath, "WindowJob", "--window"])
+        .arg(&window)
+        .args(["--delay", &DISORDER_MS.to_string(), "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(dir.join("out"))
+        .args(["--parallelism", "2", "--backend"])
+        .arg(if backend == "memory" {
+            "heap"
+        } else {
+            "rocksdb"
+        })
+        .arg("--state-dir")
+        .arg(dir.join("flink-state"));
+    let out = command.output().context("cannot start java")?;
+    if !out.status.success() {
+        bail!(
+            "Flink WindowJob failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seconds = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("net_runtime_seconds="))
+        .and_then(|s| s.trim().parse().ok())
+        .context("Flink's job printed no net_runtime_seconds")?;
+    let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
+    Ok(Measured {
+        seconds,
+        cpu_seconds,
+        peak_rss_kb,
+        checkpoint_ms: Vec::new(),
+        sync_ms: None,
+    })
+}
