@@ -384,7 +384,6 @@ fn measure_flink(
     input: &Path,
     dir: &Path,
 ) -> Result<Measured> {
-    let times = dir.join("time.txt");
     let state = dir.join("flink-state");
     let _ = std::fs::remove_dir_all(&state);
     let class = if run.job == "scorer" {
@@ -392,29 +391,43 @@ fn measure_flink(
     } else {
         "TopNJob"
     };
-    let mut command = Command::new("/usr/bin/time");
-    command
-        .args(["-f", "%U %S %M", "-o"])
-        .arg(&times)
-        .args(["java", "-Xmx2g", "-cp", classpath, class, "--input"])
-        .arg(input)
-        .arg("--output")
-        .arg(dir.join("out"))
-        .args(["--parallelism", "2", "--backend"])
-        .arg(if run.backend == "memory" {
+    let mut args: Vec<std::ffi::OsString> = vec!["--input".into(), input.into()];
+    args.extend(["--output".into(), dir.join("out").into()]);
+    args.extend(["--parallelism", "2", "--backend"].map(Into::into));
+    args.push(
+        if run.backend == "memory" {
             "heap"
         } else {
             "rocksdb"
-        })
-        .arg("--state-dir")
-        .arg(&state);
+        }
+        .into(),
+    );
+    args.extend(["--state-dir".into(), state.into()]);
     if run.checkpoints != Checkpoints::Off {
-        command.args(["--checkpoint-ms", "1000"]);
+        args.extend(["--checkpoint-ms", "1000"].map(Into::into));
     }
     if run.checkpoints == Checkpoints::Unaligned {
-        command.args(["--unaligned", "true"]);
+        args.extend(["--unaligned", "true"].map(Into::into));
     }
-    let out = command.output().context("cannot start java")?;
+    run_flink(classpath, ("-Xmx2g", class), &args, dir)
+}
+
+/// Runs Flink job `class` of `bench/flink` with `args` in a JVM of `heap` (`-Xmx..`) under
+/// GNU time: its net runtime, the JVM's CPU time and peak RSS, the checkpoints it completed.
+pub(crate) fn run_flink(
+    classpath: &str,
+    (heap, class): (&str, &str),
+    args: &[std::ffi::OsString],
+    dir: &Path,
+) -> Result<Measured> {
+    let times = dir.join("time.txt");
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%U %S %M", "-o"])
+        .arg(&times)
+        .args(["java", heap, "-cp", classpath, class])
+        .args(args)
+        .output()
+        .context("cannot start java")?;
     if !out.status.success() {
         bail!(
             "Flink {class} failed ({}):\n{}",
@@ -448,7 +461,7 @@ fn measure_flink(
 }
 
 /// The CPU seconds and peak RSS (KB) GNU time wrote to `path`.
-pub(crate) fn gnu_time(path: &Path) -> Result<(f64, u64)> {
+fn gnu_time(path: &Path) -> Result<(f64, u64)> {
     let text = std::fs::read_to_string(path)?;
     let fields: Vec<&str> = text
         .lines()

@@ -10,11 +10,11 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::bench::{number, prepare, toml_str};
 use crate::bench_operators::{
-    Measured, committed, ensure_gnu_time, flink_classpath, gnu_time, measure, one_of,
+    Measured, committed, ensure_gnu_time, flink_classpath, measure, one_of, run_flink,
 };
 use crate::guests;
 
@@ -287,49 +287,23 @@ fn measure_flink(
     input: &Path,
     dir: &Path,
 ) -> Result<Measured> {
-    let times = dir.join("time.txt");
     let mut window = format!("{}:{}", layout.name, layout.size);
     if layout.name == "sliding" {
         let _ = write!(window, ":{}", layout.step);
     }
-    let mut command = Command::new("/usr/bin/time");
-    command
-        .args(["-f", "%U %S %M", "-o"])
-        .arg(&times)
-        .args(["java", "-Xmx4g", "-cp", classpath, "WindowJob", "--window"])
-        .arg(&window)
-        .args(["--delay", &DISORDER_MS.to_string(), "--input"])
-        .arg(input)
-        .arg("--output")
-        .arg(dir.join("out"))
-        .args(["--parallelism", "2", "--backend"])
-        .arg(if backend == "memory" {
+    let mut args: Vec<std::ffi::OsString> = vec!["--window".into(), window.into()];
+    args.extend(["--delay".into(), DISORDER_MS.to_string().into()]);
+    args.extend(["--input".into(), input.into()]);
+    args.extend(["--output".into(), dir.join("out").into()]);
+    args.extend(["--parallelism", "2", "--backend"].map(Into::into));
+    args.push(
+        if backend == "memory" {
             "heap"
         } else {
             "rocksdb"
-        })
-        .arg("--state-dir")
-        .arg(dir.join("flink-state"));
-    let out = command.output().context("cannot start java")?;
-    if !out.status.success() {
-        bail!(
-            "Flink WindowJob failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let seconds = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("net_runtime_seconds="))
-        .and_then(|s| s.trim().parse().ok())
-        .context("Flink's job printed no net_runtime_seconds")?;
-    let (cpu_seconds, peak_rss_kb) = gnu_time(&times)?;
-    Ok(Measured {
-        seconds,
-        cpu_seconds,
-        peak_rss_kb,
-        checkpoint_ms: Vec::new(),
-        sync_ms: None,
-    })
+        }
+        .into(),
+    );
+    args.extend(["--state-dir".into(), dir.join("flink-state").into()]);
+    run_flink(classpath, ("-Xmx4g", "WindowJob"), &args, dir)
 }
