@@ -121,8 +121,9 @@ pub trait AggregateFunction: Default + 'static {
 /// }
 /// ```
 pub trait ProcessWindowFunction: Default + 'static {
-    /// The window of `key` fired with the values of its records (in arrival order); what
-    /// this emits goes out with the window's last millisecond as timestamp.
+    /// The window of `key` fired with the values of its records, in arrival order (a
+    /// session merged from several: session by session, earliest first); what this emits
+    /// goes out with the window's last millisecond as timestamp.
     fn process(
         &mut self,
         ctx: &mut Context<'_>,

@@ -45,7 +45,7 @@ pub enum WindowCall<'a> {
     Process {
         /// The window.
         window: Window,
-        /// Values of its records, in arrival order.
+        /// Values of its records, in arrival order (a merged session's: session by session).
         values: Items<'a>,
     },
 }

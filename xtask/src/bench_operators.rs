@@ -69,16 +69,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     ensure_gnu_time()?;
     let (weir, dir) = prepare("bench-operators")?;
-    let flink = match flink {
-        true if Command::new("java").arg("-version").output().is_ok() => {
-            Some(flink_classpath(&dir.join("flink"))?)
-        }
-        true => {
-            println!("no `java`: Flink is left out (install Java 17 to compare)");
-            None
-        }
-        false => None,
-    };
+    let flink = flink_if(flink, &dir)?;
     let input = dir.join(format!("transactions-{records}"));
     let expected = generate(&input, records)?;
 
@@ -355,7 +346,7 @@ fn checkpoint_history(dir: &Path) -> Result<(Vec<u64>, Option<u64>)> {
 
 /// Builds the Flink jobs of `bench/flink` (fetching Flink's jars into `work` once); their
 /// classpath.
-pub(crate) fn flink_classpath(work: &Path) -> Result<String> {
+fn flink_classpath(work: &Path) -> Result<String> {
     let out = Command::new(crate::repo().join("bench").join("flink").join("build.sh"))
         .arg(work)
         .output()
@@ -367,6 +358,21 @@ pub(crate) fn flink_classpath(work: &Path) -> Result<String> {
         );
     }
     Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
+/// The classpath of the Flink jobs (built into `dir/flink`) when `wanted` and Java is
+/// installed; `None` (with a word why) otherwise.
+pub(crate) fn flink_if(wanted: bool, dir: &Path) -> Result<Option<String>> {
+    match wanted {
+        true if Command::new("java").arg("-version").output().is_ok() => {
+            flink_classpath(&dir.join("flink")).map(Some)
+        }
+        true => {
+            println!("no `java`: Flink is left out (install Java 17 to compare)");
+            Ok(None)
+        }
+        false => Ok(None),
+    }
 }
 
 /// One run of a Flink job.
@@ -567,7 +573,7 @@ struct Expected {
 }
 
 /// splitmix64: a small, good, deterministic generator.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -578,7 +584,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }

@@ -8,13 +8,12 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Result, bail};
 
 use crate::bench::{number, prepare, toml_str};
 use crate::bench_operators::{
-    Measured, committed, ensure_gnu_time, flink_classpath, measure, one_of, run_flink,
+    Measured, Rng, committed, ensure_gnu_time, flink_if, measure, one_of, run_flink,
 };
 use crate::guests;
 
@@ -66,16 +65,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     ensure_gnu_time()?;
     let (weir, dir) = prepare("bench-windows")?;
-    let flink = match flink {
-        true if Command::new("java").arg("-version").output().is_ok() => {
-            Some(flink_classpath(&dir.join("flink"))?)
-        }
-        true => {
-            println!("no `java`: Flink is left out (install Java 17 to compare)");
-            None
-        }
-        false => None,
-    };
+    let flink = flink_if(flink, &dir)?;
     let input = dir.join(format!("events-{events}"));
     generate(&input, events)?;
 
@@ -141,19 +131,6 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// splitmix64, as the other benchmarks' generators.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 /// Event `i`: its key and time, `PER_MS` events per millisecond, each up to `DISORDER_MS`

@@ -103,16 +103,7 @@ fn signed_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
 impl JoinSpec {
     /// Checks the settings; the error names the one at fault.
     pub fn validate(&self) -> Result<(), String> {
-        let unused = |what: &str, set: bool| {
-            if set {
-                Err(format!(
-                    "{what} does not apply to type = \"{}\"; remove it",
-                    self.kind.name()
-                ))
-            } else {
-                Ok(())
-            }
-        };
+        let unused = |what: &str, set: bool| super::window::not_for(self.kind.name(), what, set);
         match self.kind {
             JoinKind::Interval => {
                 unused("size", self.size.is_some())?;

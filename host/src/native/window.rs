@@ -185,16 +185,7 @@ impl WindowSpec {
                 self.kind.name()
             )),
         };
-        let unused = |what: &str, set: bool| {
-            if set {
-                Err(format!(
-                    "{what} does not apply to type = \"{}\"; remove it",
-                    self.kind.name()
-                ))
-            } else {
-                Ok(())
-            }
-        };
+        let unused = |what: &str, set: bool| not_for(self.kind.name(), what, set);
         match self.kind {
             WindowKind::Tumbling => {
                 positive("size", self.size)?;
@@ -267,6 +258,16 @@ impl WindowSpec {
             );
         }
         Ok(())
+    }
+}
+
+/// The error for setting `what` (when `set`) on a window or join of type `kind`.
+pub(super) fn not_for(kind: &str, what: &str, set: bool) -> Result<(), String> {
+    match set {
+        true => Err(format!(
+            "{what} does not apply to type = \"{kind}\"; remove it"
+        )),
+        false => Ok(()),
     }
 }
 
