@@ -152,6 +152,11 @@ impl Batch {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = RecordRef<'_>> + '_ {
         self.entries.iter().map(|e| self.view(e))
     }
+
+    /// The records' timestamps, in order, skipping records without one.
+    pub fn timestamps(&self) -> impl Iterator<Item = i64> + '_ {
+        (self.entries.iter()).filter_map(|e| e.has_timestamp.then_some(e.timestamp))
+    }
 }
 
 #[cfg(test)]

@@ -57,8 +57,8 @@ pub use native::window::{Aggregate, FunctionKind, GuestCode, WindowKind, WindowS
 pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{
-    Cause, CheckpointStatus, Failure, Job, JobControl, JobEnd, JobError, JobEvent, JobSummary,
-    Metrics, OperatorUpgrade, Pause, Probation, RunningJob, Savepoint, SavepointFailed,
+    Cause, CheckpointStatus, EventTimeLag, Failure, Job, JobControl, JobEnd, JobError, JobEvent,
+    JobSummary, Metrics, OperatorUpgrade, Pause, Probation, RunningJob, Savepoint, SavepointFailed,
     SavepointHandle, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics,
     VertexSummary,
 };

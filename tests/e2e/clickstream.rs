@@ -139,7 +139,13 @@ fn the_sessions_example_prints_each_users_sessions() {
         "--summary-json",
         summary.to_str().unwrap(),
     ];
+    let now_ms = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.unwrap().as_millis() as f64
+    };
+    let started = now_ms();
     let run = weir(&args, &example.join("sessions.toml"));
+    let ended = now_ms();
     assert!(run.success(), "{run}");
     // The sample is one batch: one watermark, a minute behind its latest click, which
     // `parse` makes and `sessions` fires on; the summary shows it for both.
@@ -163,6 +169,24 @@ fn the_sessions_example_prints_each_users_sessions() {
     assert_eq!(watermark("parse"), Some(latest - 60_000 - 1));
     assert_eq!(watermark("sessions"), Some(latest - 60_000 - 1));
     assert_eq!(watermark("clicks"), None, "the file source makes none");
+    // Each session came out between the run's start and end, its timestamp the session's
+    // last millisecond: the sink's event-time lag is within those bounds (and 1 %).
+    let lag = &(summary["vertices"].as_array().unwrap().iter())
+        .find(|v| v["name"] == "out")
+        .unwrap()["event_time_lag"];
+    assert_eq!(lag["records"].as_u64(), Some(want.len() as u64), "{lag}");
+    let ends = want.iter().map(|l| {
+        let (_, window) = l.split_once('\t').unwrap();
+        window.split(',').nth(1).unwrap().parse::<f64>().unwrap() - 1.0
+    });
+    let (first_end, last_end) =
+        ends.fold((f64::MAX, f64::MIN), |(lo, hi), e| (lo.min(e), hi.max(e)));
+    let (p50, max) = (
+        lag["p50_ms"].as_f64().unwrap(),
+        lag["max_ms"].as_f64().unwrap(),
+    );
+    assert!(p50 >= (started - last_end) * 0.99 && p50 <= max, "{lag}");
+    assert!(max <= (ended - first_end) * 1.01, "{lag}");
     let mut got: Vec<String> = run
         .stdout()
         .lines()

@@ -48,6 +48,19 @@ pub(crate) fn checkpointed_job(ws: &Workspace, name: &str, interval: &str, rest:
 /// updates go to a file sink. `checkpoint` is more of the `[checkpoint]` table (`mode`, say),
 /// `state` the `[state]` table's body.
 fn spec(ws: &Workspace, input: &Path, checkpoint: &str, retained: u32, state: &str) -> PathBuf {
+    let operators = (wasm("wordcount_split"), wasm("wordcount_count"));
+    spec_of(ws, input, checkpoint, retained, state, operators)
+}
+
+/// [`spec`] with the word count's `split` and `count` operators as given (spec lines).
+fn spec_of(
+    ws: &Workspace,
+    input: &Path,
+    checkpoint: &str,
+    retained: u32,
+    state: &str,
+    (split, count): (String, String),
+) -> PathBuf {
     checkpointed_job(
         ws,
         "crashy",
@@ -66,8 +79,7 @@ path = {input}
 split_size = 65536
 {operators}{sink}"#,
             input = toml_path(input),
-            operators =
-                word_count_operators("lines", &wasm("wordcount_split"), &wasm("wordcount_count")),
+            operators = word_count_operators("lines", &split, &count),
             sink = key_value_file_sink("count", &ws.path("out")),
         ),
     )
@@ -285,6 +297,25 @@ fn exactly_once_on_rocksdb_survives_sigkill() {
             .unwrap_or_default();
         assert!(left.is_empty(), "files left behind in {dir}: {left:?}");
     }
+}
+
+#[test]
+fn python_operators_are_exactly_once_across_sigkills() {
+    // The word count's operators written in Python (examples/wordcount/python), on RocksDB.
+    let ws = Workspace::new();
+    let text = text(1_000_000, 11);
+    let expected = count_words([text.as_str()], false);
+    let input = ws.write("input.txt", &text);
+    let operators = (wasm("wordcount_split_py"), wasm("wordcount_count_py"));
+    let state = "backend = \"rocksdb\"";
+    let spec = spec_of(&ws, &input, "mode = \"exactly_once\"", 1, state, operators);
+    let logs = crash_loop(&ws, &spec, 3);
+    assert!(
+        logs.iter().any(|l| l.contains("restoring checkpoint")),
+        "no run resumed from a checkpoint:\n{}",
+        logs.join("\n")
+    );
+    crash_tally(3, assert_exactly_once(&ws, &expected));
 }
 
 /// The job's checkpoint history (`history.json`).

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::{
-    Workspace, key_value, key_value_file_sink, keyed_probe_operators, part_files, repo, toml_path,
+    Workspace, key_value, key_value_file_sink, keyed_operators, part_files, repo, toml_path,
 };
 
 #[path = "../conformance/script.rs"]
@@ -28,6 +28,21 @@ fn conformance() -> Conformance {
 
 /// The probe job at `parallelism`, with `backend` as its keyed-state backend.
 fn probe_job(ws: &Workspace, steps: &[Step], parallelism: u32, backend: &str) -> String {
+    probe_job_of(ws, steps, parallelism, backend, RUST_PROBE)
+}
+
+/// The state probes: the Rust SDK's and the Python SDK's.
+const RUST_PROBE: &str = "weir_test_state_probe";
+const PYTHON_PROBE: &str = "weir_test_state_probe_py";
+
+/// [`probe_job`] with the state probe component `probe`.
+fn probe_job_of(
+    ws: &Workspace,
+    steps: &[Step],
+    parallelism: u32,
+    backend: &str,
+    probe: &str,
+) -> String {
     let lines: String = steps
         .iter()
         .map(|s| format!("{} {}\n", s.key, s.command))
@@ -51,7 +66,7 @@ path = {input}
 parallelism = 1
 {operators}{sink}"#,
         input = toml_path(&input),
-        operators = keyed_probe_operators("commands", "parallelism = 1"),
+        operators = keyed_operators("commands", "parallelism = 1", probe),
         sink = key_value_file_sink("probe", &ws.path("out")),
         // RocksDB caches 4 values (so list appends are merges) and keeps 2 timers per domain
         // in memory, the others in RocksDB.
@@ -65,19 +80,25 @@ parallelism = 1
 
 #[test]
 fn state_and_timers_give_exact_results() {
-    exact_results("memory");
+    exact_results("memory", RUST_PROBE);
 }
 
 #[test]
 fn state_and_timers_give_exact_results_on_rocksdb() {
-    exact_results("rocksdb");
+    exact_results("rocksdb", RUST_PROBE);
 }
 
-fn exact_results(backend: &str) {
+#[test]
+fn state_and_timers_of_the_python_sdk_give_exact_results() {
+    exact_results("memory", PYTHON_PROBE);
+    exact_results("rocksdb", PYTHON_PROBE);
+}
+
+fn exact_results(backend: &str, probe: &str) {
     let ws = Workspace::new();
     let script = conformance();
     let steps = script::input(&script.scripts);
-    ws.run_ok(&probe_job(&ws, &steps, 1, backend));
+    ws.run_ok(&probe_job_of(&ws, &steps, 1, backend, probe));
     let parts = part_files(&ws.path("out"));
     let got: Vec<(&str, &str)> = parts[&0].iter().map(|l| key_value(l)).collect();
     let mut want: Vec<(&str, &str)> = steps
@@ -91,7 +112,7 @@ fn exact_results(backend: &str) {
         assert_eq!(
             g,
             w,
-            "{backend}: output line {} (command {command:?})",
+            "{probe} on {backend}: output line {} (command {command:?})",
             i + 1
         );
     }

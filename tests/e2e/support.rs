@@ -19,7 +19,7 @@ pub fn repo() -> PathBuf {
 }
 
 /// `<target>/release`: this test executable is `<target>/release/deps/e2e-<hash>`.
-fn release_dir() -> PathBuf {
+pub fn release_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     exe.parent()
         .and_then(Path::parent)
@@ -101,6 +101,10 @@ impl Workspace {
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Writes `contents` to `name` and returns its path.
@@ -278,6 +282,11 @@ edge = "key_by"
 /// The keyer and the state probe as spec tables: `keyer` reads `input` (with `keyer_extra`
 /// added to its table), `probe` reads `keyer` by key; a sink reads `probe`.
 pub fn keyed_probe_operators(input: &str, keyer_extra: &str) -> String {
+    keyed_operators(input, keyer_extra, "weir_test_state_probe")
+}
+
+/// [`keyed_probe_operators`] with component `probe` (e.g. the Python state probe) as `probe`.
+pub fn keyed_operators(input: &str, keyer_extra: &str, probe: &str) -> String {
     format!(
         r#"
 [[operator]]
@@ -295,7 +304,7 @@ input = "keyer"
 edge = "key_by"
 "#,
         keyer = wasm("weir_test_keyer"),
-        probe = wasm("weir_test_state_probe"),
+        probe = wasm(probe),
     )
 }
 

@@ -178,3 +178,41 @@ fn native_operators_count_like_the_wasm_ones() {
     ws.run_ok(&spec(&inputs, &wasm_out, 2, &split, &count));
     assert_eq!(sorted(&final_counts(&wasm_out, 2)), sorted(&native));
 }
+
+#[test]
+fn the_python_operators_write_what_the_rust_ones_write() {
+    // examples/wordcount/python, built by `weir build`: at parallelism 2 with checkpoints,
+    // each sink subtask gets the same updates as with the Rust operators.
+    let ws = Workspace::new();
+    let text = generated_text();
+    let inputs = [ws.write("generated.txt", &text)];
+    let run = |name: &str, split: &str, count: &str| {
+        let out = ws.path(name);
+        let split = format!("{split}\nconfig = {{ lowercase = true }}");
+        let checkpoint = format!(
+            "\n[checkpoint]\ninterval = \"100ms\"\ndir = {}\n",
+            toml_path(&ws.path(&format!("{name}-chk")))
+        );
+        ws.run_ok(&(spec(&inputs, &out, 2, &split, count) + &checkpoint));
+        let mut parts = part_files(&out);
+        for lines in parts.values_mut() {
+            lines.sort();
+        }
+        parts
+    };
+    let rust = run("rust", &wasm("wordcount_split"), &wasm("wordcount_count"));
+    let python = run(
+        "python",
+        &wasm("wordcount_split_py"),
+        &wasm("wordcount_count_py"),
+    );
+    let expected = count_words([text.as_str()], true);
+    assert_eq!(
+        sorted(&final_counts(&ws.path("rust"), 2)),
+        sorted(&expected)
+    );
+    assert_eq!(rust.len(), 2);
+    for (part, lines) in &rust {
+        assert!(python[part] == *lines, "part {part} differs");
+    }
+}

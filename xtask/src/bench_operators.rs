@@ -415,17 +415,18 @@ fn measure_flink(
     if run.checkpoints == Checkpoints::Unaligned {
         args.extend(["--unaligned", "true"].map(Into::into));
     }
-    run_flink(classpath, ("-Xmx2g", class), &args, dir)
+    Ok(run_flink(classpath, ("-Xmx2g", class), &args, dir)?.0)
 }
 
 /// Runs Flink job `class` of `bench/flink` with `args` in a JVM of `heap` (`-Xmx..`) under
-/// GNU time: its net runtime, the JVM's CPU time and peak RSS, the checkpoints it completed.
+/// GNU time: its net runtime, the JVM's CPU time and peak RSS, the checkpoints it completed;
+/// and what it printed.
 pub(crate) fn run_flink(
     classpath: &str,
     (heap, class): (&str, &str),
     args: &[std::ffi::OsString],
     dir: &Path,
-) -> Result<Measured> {
+) -> Result<(Measured, String)> {
     let times = dir.join("time.txt");
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%U %S %M", "-o"])
@@ -457,13 +458,14 @@ pub(crate) fn run_flink(
             rest.split(' ').next()?.parse().ok()
         })
         .collect();
-    Ok(Measured {
+    let measured = Measured {
         seconds,
         cpu_seconds,
         peak_rss_kb,
         checkpoint_ms,
         sync_ms: None,
-    })
+    };
+    Ok((measured, stdout.into_owned()))
 }
 
 /// The CPU seconds and peak RSS (KB) GNU time wrote to `path`.

@@ -3,13 +3,18 @@
 //! the same count as a WebAssembly aggregate function, on memory and RocksDB state, beside
 //! Flink 2.3 running the same windows on the same input (`bench/flink/src/WindowJob.java`).
 //! Every output is checked against counts computed here.
+//!
+//! Then the latency: the same jobs over events generated at a fixed rate (`--latency-rate`,
+//! for `--latency-seconds`) and timestamped with the clock as they are made, windows of a
+//! second; the event-time lag of the results (the time a result reaches the sink less the
+//! window's end) as weir's summary and Flink's job report it.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::bench::{number, prepare, toml_str};
 use crate::bench_operators::{
@@ -26,9 +31,23 @@ const DISORDER_MS: u64 = 1_000;
 /// The tumbling windows' size, the sliding windows' size and slide (ms).
 const TUMBLING_MS: i64 = 60_000;
 const SLIDE_MS: i64 = 10_000;
+/// The latency runs' disorder and windows (ms).
+const LATENCY_DISORDER_MS: u64 = 100;
+const LATENCY_LAYOUTS: [Layout; 2] = [
+    Layout {
+        name: "tumbling",
+        size: 1_000,
+        step: 1_000,
+    },
+    Layout {
+        name: "sliding",
+        size: 2_000,
+        step: 500,
+    },
+];
 
 /// A window layout.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Layout {
     name: &'static str,
     size: i64,
@@ -52,14 +71,18 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut events = 50_000_000;
     let mut flink = true;
     let mut backends = vec!["memory", "rocksdb"];
+    let (mut rate, mut seconds) = (200_000, 20);
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--events" => events = number(&mut args, "--events")?,
             "--no-flink" => flink = false,
             "--state" => backends = vec![one_of(args.next(), "--state", &["memory", "rocksdb"])?],
+            "--latency-rate" => rate = number(&mut args, "--latency-rate")?,
+            "--latency-seconds" => seconds = number(&mut args, "--latency-seconds")?,
             other => bail!(
-                "unknown option `{other}`; use --events N, --state memory|rocksdb, --no-flink"
+                "unknown option `{other}`; use --events N, --state memory|rocksdb, --no-flink, \
+                 --latency-rate N (events/s; 0: no latency runs), --latency-seconds N"
             ),
         }
     }
@@ -82,12 +105,14 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
                 let m = match (system, &flink) {
                     ("flink", Some(classpath)) => {
-                        measure_flink(classpath, layout, backend, &input, &dir)?
+                        let events = Events::File(&input);
+                        flink_window_job(classpath, layout, backend, events, &dir)?.measured
                     }
                     _ => {
                         let spec = dir.join("windows.toml");
                         let wasm = system == "weir wasm";
-                        std::fs::write(&spec, job_spec(layout, wasm, backend, &input, &dir))?;
+                        let events = Events::File(&input);
+                        std::fs::write(&spec, job_spec(layout, wasm, backend, events, &dir))?;
                         measure(&weir, &spec, &dir)?
                     }
                 };
@@ -130,7 +155,136 @@ pub fn run(args: &[String]) -> Result<()> {
             m.peak_rss_kb as f64 / 1024.0,
         );
     }
+    if rate > 0 {
+        latency(&weir, flink.as_deref(), &backends, (rate, seconds), &dir)?;
+    }
     Ok(())
+}
+
+/// The event-time lag of window results over events generated at `rate` per second for
+/// `seconds`, per system, layout and backend.
+fn latency(
+    weir: &Path,
+    flink: Option<&str>,
+    backends: &[&str],
+    (rate, seconds): (u64, u64),
+    dir: &Path,
+) -> Result<()> {
+    let mut rows = Vec::new();
+    for layout in LATENCY_LAYOUTS {
+        for &backend in backends {
+            let mut systems = vec!["weir built-in", "weir wasm"];
+            systems.extend(flink.map(|_| "flink"));
+            for system in systems {
+                for d in [
+                    &dir.join("out"),
+                    &dir.join("state"),
+                    &dir.join("flink-state"),
+                ] {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+                let lag = match (system, flink) {
+                    ("flink", Some(classpath)) => {
+                        let events = Events::Clocked { rate, seconds };
+                        let run = flink_window_job(classpath, layout, backend, events, dir)?;
+                        run.lag
+                            .context("Flink's WindowJob printed no event_time_lag")?
+                    }
+                    _ => {
+                        let spec = dir.join("windows.toml");
+                        let wasm = system == "weir wasm";
+                        let events = Events::Clocked { rate, seconds };
+                        std::fs::write(&spec, job_spec(layout, wasm, backend, events, dir))?;
+                        measure(weir, &spec, dir)?;
+                        sink_lag(&dir.join("summary.json"))?
+                    }
+                };
+                println!(
+                    "{system:<13} {:<8} {backend:<7} event-time lag p50 {} ms, p99 {} ms, max {} ms \
+                     over {} results",
+                    layout.name, lag.p50, lag.p99, lag.max, lag.records
+                );
+                rows.push((system, layout.name, backend, lag));
+            }
+        }
+    }
+    println!();
+    println!(
+        "{rate} events/s for {seconds} s over {KEYS} keys, out of order by up to \
+         {LATENCY_DISORDER_MS} ms (the watermark's delay), parallelism 2; tumbling 1 s, \
+         sliding 2 s every 0.5 s; event-time lag = when a result reaches the sink less its \
+         window's end"
+    );
+    println!(
+        "  {:<14} {:<9} {:<8} {:>8} {:>8} {:>8}",
+        "system", "window", "state", "p50 ms", "p99 ms", "max ms"
+    );
+    for (system, layout, backend, lag) in rows {
+        println!(
+            "  {system:<14} {layout:<9} {backend:<8} {:>8} {:>8} {:>8}",
+            lag.p50, lag.p99, lag.max
+        );
+    }
+    Ok(())
+}
+
+/// Percentiles of an event-time lag, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Lag {
+    records: u64,
+    p50: u64,
+    p99: u64,
+    max: u64,
+}
+
+/// The event-time lag of sink `out` in the summary `weir run --summary-json` wrote.
+fn sink_lag(summary: &Path) -> Result<Lag> {
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(summary)?)?;
+    let lag = (json["vertices"].as_array().into_iter().flatten())
+        .find(|v| v["name"] == "out")
+        .map(|v| &v["event_time_lag"])
+        .with_context(|| format!("no event_time_lag of sink out in {}", summary.display()))?;
+    let ms = |name: &str| {
+        lag[name]
+            .as_u64()
+            .with_context(|| format!("no {name} in the event_time_lag of {}", summary.display()))
+    };
+    Ok(Lag {
+        records: ms("records")?,
+        p50: ms("p50_ms")?,
+        p99: ms("p99_ms")?,
+        max: ms("max_ms")?,
+    })
+}
+
+/// Parses the `event_time_lag records=N p50=MS p99=MS max=MS` line Flink's `WindowJob` prints.
+fn flink_lag(stdout: &str) -> Option<Lag> {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("event_time_lag "))?;
+    let field = |name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    Some(Lag {
+        records: field("records")?,
+        p50: field("p50")?,
+        p99: field("p99")?,
+        max: field("max")?,
+    })
+}
+
+/// Where a benchmark job's events come from.
+#[derive(Clone, Copy)]
+enum Events<'a> {
+    /// The generated files in this directory, parsed by a WebAssembly operator; results to
+    /// files.
+    File(&'a Path),
+    /// weir's generator, `rate` a second for `seconds`, over the keys in turn, timestamped
+    /// with the clock; results discarded.
+    Clocked { rate: u64, seconds: u64 },
 }
 
 /// Event `i`: its key and time, `PER_MS` events per millisecond, each up to `DISORDER_MS`
@@ -192,7 +346,7 @@ fn expected(events: u64, layout: Layout) -> Vec<String> {
     lines
 }
 
-fn job_spec(layout: Layout, wasm: bool, backend: &str, input: &Path, dir: &Path) -> String {
+fn job_spec(layout: Layout, wasm: bool, backend: &str, events: Events, dir: &Path) -> String {
     let operators = guests::operators_dir();
     let component = |name: &str| toml_str(&operators.join(format!("{name}.wasm")));
     let shape = match layout.name {
@@ -209,6 +363,51 @@ fn job_spec(layout: Layout, wasm: bool, backend: &str, input: &Path, dir: &Path)
         ),
         false => format!("window = {{ {shape}, aggregate = \"count\" }}"),
     };
+    let (input, sink) = match events {
+        Events::File(path) => (
+            format!(
+                r#"[[source]]
+name = "lines"
+type = "file"
+path = {path}
+
+[[operator]]
+name = "parse"
+uid = "parse"
+wasm = {parse}
+input = "lines"
+watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
+
+[[sink]]
+name = "malformed"
+type = "discard"
+input = "parse.malformed"
+"#,
+                path = toml_str(path),
+                parse = component("bench_events_parse"),
+            ),
+            format!(
+                "type = \"file\"\npath = {}\nformat = \"key_value\"",
+                toml_str(&dir.join("out"))
+            ),
+        ),
+        Events::Clocked { rate, seconds } => (
+            format!(
+                r#"[[source]]
+name = "parse"
+type = "generator"
+mode = "keyed_cycle"
+vocabulary = {KEYS}
+rate = {rate}
+count = {count}
+event_time = {{ clock = true, max_disorder = "{LATENCY_DISORDER_MS}ms" }}
+watermark = {{ max_out_of_orderness = "{LATENCY_DISORDER_MS}ms" }}
+"#,
+                count = rate * seconds,
+            ),
+            "type = \"discard\"".to_string(),
+        ),
+    };
     format!(
         r#"[job]
 name = "bench-windows"
@@ -218,18 +417,7 @@ parallelism = 2
 backend = "{backend}"
 dir = {state}
 
-[[source]]
-name = "lines"
-type = "file"
-path = {input}
-
-[[operator]]
-name = "parse"
-uid = "parse"
-wasm = {parse}
-input = "lines"
-watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
-
+{input}
 [[operator]]
 name = "windows"
 uid = "windows"
@@ -239,38 +427,45 @@ edge = "key_by"
 
 [[sink]]
 name = "out"
-type = "file"
 input = "windows"
-path = {out}
-format = "key_value"
-
-[[sink]]
-name = "malformed"
-type = "discard"
-input = "parse.malformed"
+{sink}
 "#,
         state = toml_str(&dir.join("state")),
-        input = toml_str(input),
-        parse = component("bench_events_parse"),
-        out = toml_str(&dir.join("out")),
     )
 }
 
-/// Runs Flink's `WindowJob` under GNU time, its output into `dir/out`.
-fn measure_flink(
+/// A Flink run: its measurements, and the event-time lag it printed (when generating).
+struct FlinkRun {
+    measured: Measured,
+    lag: Option<Lag>,
+}
+
+/// Runs Flink's `WindowJob` under GNU time: over the files in `dir/events-*` (`input`), its
+/// output into `dir/out`, or over `rate` generated events a second for some seconds.
+fn flink_window_job(
     classpath: &str,
     layout: Layout,
     backend: &str,
-    input: &Path,
+    events: Events,
     dir: &Path,
-) -> Result<Measured> {
+) -> Result<FlinkRun> {
     let mut window = format!("{}:{}", layout.name, layout.size);
     if layout.name == "sliding" {
         let _ = write!(window, ":{}", layout.step);
     }
     let mut args: Vec<std::ffi::OsString> = vec!["--window".into(), window.into()];
-    args.extend(["--delay".into(), DISORDER_MS.to_string().into()]);
-    args.extend(["--input".into(), input.into()]);
+    match events {
+        Events::File(input) => {
+            args.extend(["--delay".into(), DISORDER_MS.to_string().into()]);
+            args.extend(["--input".into(), input.into()]);
+        }
+        Events::Clocked { rate, seconds } => {
+            args.extend(["--delay".into(), LATENCY_DISORDER_MS.to_string().into()]);
+            args.extend(["--rate".into(), rate.to_string().into()]);
+            args.extend(["--seconds".into(), seconds.to_string().into()]);
+            args.extend(["--keys".into(), KEYS.to_string().into()]);
+        }
+    }
     args.extend(["--output".into(), dir.join("out").into()]);
     args.extend(["--parallelism", "2", "--backend"].map(Into::into));
     args.push(
@@ -282,5 +477,9 @@ fn measure_flink(
         .into(),
     );
     args.extend(["--state-dir".into(), dir.join("flink-state").into()]);
-    run_flink(classpath, ("-Xmx4g", "WindowJob"), &args, dir)
+    let (measured, stdout) = run_flink(classpath, ("-Xmx4g", "WindowJob"), &args, dir)?;
+    Ok(FlinkRun {
+        measured,
+        lag: flink_lag(&stdout),
+    })
 }

@@ -12,7 +12,7 @@ use crate::{build_weir, exec, guests, repo};
 const TOP: usize = 10;
 
 pub fn run() -> Result<()> {
-    guests::run()?;
+    guests::rust()?;
     let weir = build_weir()?;
     let example = repo().join("examples").join("wordcount");
     exec(Command::new(&weir).arg("run").arg(example.join("job.toml")))?;

@@ -1,11 +1,11 @@
 //! `cargo xtask guests`: build every guest component and copy it to `build/operators/`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::{cargo, exec, repo, target_dir};
+use crate::{build_weir, cargo, exec, repo, target_dir};
 
 /// The target guests are built for.
 pub const TARGET: &str = "wasm32-wasip2";
@@ -40,12 +40,30 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-window-process",
 ];
 
+/// Python guests: the module (a `.py` file under the repository) and its component's name.
+pub const PYTHON: &[(&str, &str)] = &[
+    ("examples/wordcount/python/split.py", "wordcount_split_py"),
+    ("examples/wordcount/python/count.py", "wordcount_count_py"),
+    (
+        "tests/guests/python/state_probe.py",
+        "weir_test_state_probe_py",
+    ),
+    ("tests/guests/python/hostile.py", "weir_test_hostile_py"),
+];
+
 /// Where the components are copied to.
 pub fn operators_dir() -> PathBuf {
     repo().join("build").join("operators")
 }
 
+/// Every guest: the Rust ones, then the Python ones.
 pub fn run() -> Result<()> {
+    rust()?;
+    python(&operators_dir())
+}
+
+/// The Rust guests.
+pub fn rust() -> Result<()> {
     ensure_target()?;
     let mut build = cargo();
     build.args(["build", "--profile", PROFILE, "--target", TARGET]);
@@ -67,6 +85,63 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
+/// Builds the Python guests into `dest` with `weir build` (which installs componentize-py
+/// on first use), each unless its component is newer than its directory, the Python SDK and
+/// the WIT contract. `weir build` compiles each into the component cache the end-to-end
+/// tests use.
+fn python(dest: &Path) -> Result<()> {
+    let weir = build_weir()?;
+    let repo = repo();
+    let mut sources = vec![repo.join("wit/stream.wit")];
+    sources.extend(files_in(&repo.join("guest-sdk/python/weir"))?);
+    let newest_shared = newest(&sources)?;
+    for (module, name) in PYTHON {
+        let module = repo.join(module);
+        let out = dest.join(format!("{name}.wasm"));
+        let dir = module.parent().expect("a module is in a directory");
+        let inputs = newest_shared
+            .max(newest(&files_in(dir)?)?)
+            .max(newest(std::slice::from_ref(&weir))?);
+        if modified(&out).is_ok_and(|built| built > inputs) {
+            continue;
+        }
+        exec(
+            Command::new(&weir)
+                .arg("--cache-dir")
+                .arg(crate::e2e_component_cache()?)
+                .arg("build")
+                .arg(&module)
+                .arg("-o")
+                .arg(&out),
+        )?;
+    }
+    println!("{} Python components in {}", PYTHON.len(), dest.display());
+    Ok(())
+}
+
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    Ok(entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .collect())
+}
+
+fn modified(path: &Path) -> std::io::Result<std::time::SystemTime> {
+    std::fs::metadata(path)?.modified()
+}
+
+/// The latest modification time of `files`.
+fn newest(files: &[PathBuf]) -> Result<std::time::SystemTime> {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    for f in files {
+        newest = newest.max(modified(f).with_context(|| format!("cannot stat {}", f.display()))?);
+    }
+    Ok(newest)
+}
+
 /// Installs the guest target with rustup unless it is there already.
 fn ensure_target() -> Result<()> {
     let out = Command::new("rustup")
@@ -79,4 +154,35 @@ fn ensure_target() -> Result<()> {
         exec(Command::new("rustup").args(["target", "add", TARGET]))?;
     }
     Ok(())
+}
+
+/// The Python SDK's tests and the Python examples' tests, with pytest in a virtual
+/// environment of their own (made once, beside the build).
+pub fn pytest() -> Result<()> {
+    let venv = target_dir()?.join("pytest-venv");
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        exec(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        exec(Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "pytest>=7",
+            "cbor2>=5.4",
+        ]))?;
+    }
+    let repo = repo();
+    exec(
+        Command::new(&python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .current_dir(repo.join("guest-sdk/python")),
+    )?;
+    exec(
+        Command::new(&python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .env("PYTHONPATH", repo.join("guest-sdk/python"))
+            .current_dir(repo.join("examples/wordcount/python")),
+    )
 }

@@ -40,11 +40,14 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   guests                      build the guest components into build/operators/
+                              (Rust; Python with `weir build`, which installs
+                              componentize-py on first use)
+  pytest                      the Python SDK's and examples' tests (pytest)
   demo                        build everything and run examples/wordcount
   services                    make PostgreSQL ready for the tests (install, start,
                               max_prepared_transactions = 64)
-  test                        run everything CI runs (fmt, clippy, guests, build,
-                              services, tests)
+  test                        run everything CI runs (fmt, clippy, guests, pytest,
+                              build, services, tests)
   soak [--iterations N]       run the SIGKILL crash tests N times (default 3) and
                               print runs, kills, rows compared and mismatches
   bench [--words N] [--runs R] [--compare BIN]
@@ -104,6 +107,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
     };
     match command.as_str() {
         "guests" => no_args(rest).and_then(|()| guests::run()),
+        "pytest" => no_args(rest).and_then(|()| guests::pytest()),
         "demo" => no_args(rest).and_then(|()| demo::run()),
         "services" => no_args(rest).and_then(|()| services::run()),
         "test" => no_args(rest).and_then(|()| test::run()),
@@ -188,6 +192,11 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// `cargo build --release -p weir` and the path of the binary it built.
+/// The component cache the end-to-end tests' `weir` commands share (`tests/e2e/support.rs`).
+fn e2e_component_cache() -> Result<PathBuf> {
+    Ok(target_dir()?.join("release").join("e2e-component-cache"))
+}
+
 fn build_weir() -> Result<PathBuf> {
     services::build_deps()?;
     exec(cargo().args(["build", "--release", "-p", "weir", "--bins"]))?;

@@ -1,6 +1,7 @@
 //! The `weir` command line: `run` a job locally, `validate` a job spec, `serve` the HTTP API,
 //! and the client commands that talk to a server.
 
+mod build;
 mod client;
 mod serve;
 
@@ -219,6 +220,33 @@ enum Command {
     Components {
         #[command(flatten)]
         server: ServerArgs,
+    },
+    /// Make a new operator project: the operator (a keyed count), its unit test and a job
+    /// spec that runs it.
+    New {
+        /// The project's (and the operator's) name: letters, digits and _.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum)]
+        lang: build::Lang,
+        /// Where to create the project's directory.
+        #[arg(long, default_value = ".", value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Build an operator project (Rust: cargo; Python: componentize-py, installed on first
+    /// use) into a component, then check it loads and instantiates as a job would; prints
+    /// its size and compile and instantiation times.
+    Build {
+        /// The project directory, or a Python module (.py file).
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// The Python module that exports the operator (default: `module` under
+        /// [tool.weir] in pyproject.toml).
+        #[arg(long)]
+        module: Option<String>,
+        /// Where to write the component [default: <project>/build/<name>.wasm].
+        #[arg(long, short = 'o', value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Print the API's OpenAPI document.
     #[command(hide = true)]
@@ -484,8 +512,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", serve::routes::document());
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Run { .. } | Command::Validate { .. } | Command::Serve { .. } => {}
+        Command::Run { .. }
+        | Command::Validate { .. }
+        | Command::Serve { .. }
+        | Command::New { .. }
+        | Command::Build { .. } => {}
         command => return client_command(command),
+    }
+    // Where `weir build` keeps its tools, also with --no-cache.
+    let tools_dir = cli.cache_dir.clone().or_else(WasmEngine::default_cache_dir);
+    let tools_dir = || {
+        tools_dir
+            .clone()
+            .context("no HOME, XDG_CACHE_HOME or WEIR_CACHE_DIR for weir's tools; give --cache-dir")
+    };
+    if let Command::New { name, lang, dir } = &cli.command {
+        build::new_project(*lang, name, dir, &tools_dir()?)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let cache_dir = if cli.no_cache {
         None
@@ -499,6 +542,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         },
     )?;
     match cli.command {
+        Command::Build { path, module, out } => {
+            build::build(
+                &path,
+                module.as_deref(),
+                out.as_deref(),
+                &tools_dir()?,
+                &engine,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve {
             listen,
             data_dir,
@@ -846,6 +899,7 @@ fn write_summary_json(
                 "name": v.name, "role": v.role,
                 "records_in": v.records_in, "records_out": v.records_out,
                 "watermark": v.watermark,
+                "event_time_lag": v.event_time_lag,
             })
         })
         .collect();

@@ -404,6 +404,7 @@ impl Source for FileSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use crate::connectors::SourceConfig;
 
     fn config(toml_text: &str) -> SourceConfig {
@@ -469,7 +470,7 @@ mod tests {
         for split_size in [1, 2, 3, 5, 7, 11, 64, 1 << 20] {
             let cfg = config(&format!("path = \"in\"\nsplit_size = {split_size}"));
             cfg.validate(dir.path()).unwrap();
-            let mut sequential = cfg.build(dir.path(), 0, 1).unwrap();
+            let mut sequential = cfg.build(dir.path(), 0, 1, &Clock::system()).unwrap();
             assert_eq!(
                 drain(sequential.as_mut(), 3),
                 want,
@@ -478,7 +479,7 @@ mod tests {
             for p in 2..=4 {
                 let mut got = Vec::new();
                 for s in 0..p {
-                    let mut src = cfg.build(dir.path(), s, p).unwrap();
+                    let mut src = cfg.build(dir.path(), s, p, &Clock::system()).unwrap();
                     got.extend(drain(src.as_mut(), 2));
                 }
                 let (mut got, mut want) = (got, want.clone());
@@ -494,7 +495,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_files(dir.path());
         let cfg = config("paths = [\"in/c.txt\", \"in/a.txt\"]\nsplit_size = 4");
-        let mut src = cfg.build(dir.path(), 0, 1).unwrap();
+        let mut src = cfg.build(dir.path(), 0, 1, &Clock::system()).unwrap();
         let want: Vec<String> = lines_of(FILES[2].1)
             .into_iter()
             .chain(lines_of(FILES[0].1))
@@ -510,14 +511,14 @@ mod tests {
             let cfg = config(&format!("path = \"in\"\nsplit_size = {split_size}"));
             for p in 1..=3 {
                 for s in 0..p {
-                    let mut full = cfg.build(dir.path(), s, p).unwrap();
+                    let mut full = cfg.build(dir.path(), s, p, &Clock::system()).unwrap();
                     let all = drain(full.as_mut(), 1000);
                     // A position before the first poll, after each record, and at the end.
-                    let mut src = cfg.build(dir.path(), s, p).unwrap();
+                    let mut src = cfg.build(dir.path(), s, p, &Clock::system()).unwrap();
                     let mut done = 0;
                     loop {
                         let pos = src.position();
-                        let mut resumed = cfg.build(dir.path(), s, p).unwrap();
+                        let mut resumed = cfg.build(dir.path(), s, p, &Clock::system()).unwrap();
                         resumed.restore(&pos).unwrap();
                         assert_eq!(
                             drain(resumed.as_mut(), 2),
@@ -541,7 +542,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_files(dir.path());
         let cfg = config("path = \"in\"\nsplit_size = 4");
-        let mut src = cfg.build(dir.path(), 1, 2).unwrap();
+        let mut src = cfg.build(dir.path(), 1, 2, &Clock::system()).unwrap();
         let err = src
             .restore(&serde_json::json!({ "split": 0, "offset": 0 }))
             .unwrap_err()
@@ -598,7 +599,7 @@ mod tests {
             let cfg = config(toml_text);
             let err = cfg.validate(dir.path()).unwrap_err();
             assert!(err.contains(want), "{toml_text}: {err}");
-            assert!(cfg.build(dir.path(), 0, 1).is_err());
+            assert!(cfg.build(dir.path(), 0, 1, &Clock::system()).is_err());
         }
     }
 
@@ -606,7 +607,7 @@ mod tests {
     fn an_empty_directory_finishes_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config("path = \".\"");
-        let mut src = cfg.build(dir.path(), 0, 1).unwrap();
+        let mut src = cfg.build(dir.path(), 0, 1, &Clock::system()).unwrap();
         assert_eq!(src.poll(&mut Batch::default(), 10).unwrap(), Poll::Finished);
         assert_eq!(
             src.position(),

@@ -11,6 +11,7 @@ use weir_wire::Kind;
 
 use super::{ConnectorError, Poll, Source, SourcePosition};
 use crate::batch::{BATCH_BYTES, Batch};
+use crate::clock::Clock;
 
 const DEFAULT_WORDS_PER_LINE: u32 = 10;
 const DEFAULT_VOCABULARY: u32 = 100_000;
@@ -63,6 +64,15 @@ pub struct GeneratorConfig {
 /// ```toml
 /// event_time = { start = 1_700_000_000_000, interval = "10ms", max_disorder = "2s" }
 /// ```
+///
+/// With `clock = true` the timestamps follow the job's processing-time clock instead: a
+/// record's is the time it is generated less its `d`, so that a job's results can be timed
+/// against their event time (the sinks' event-time lag). Such timestamps are not
+/// reproducible: records generated again after a restore get new ones.
+///
+/// ```toml
+/// event_time = { clock = true, max_disorder = "100ms" }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventTime {
@@ -75,6 +85,10 @@ pub struct EventTime {
     /// How much earlier than its place a record's timestamp may be (default 0: in order).
     #[serde(default, with = "humantime_serde")]
     pub max_disorder: Duration,
+    /// Timestamps are the time each record is generated (the job's clock) less its disorder;
+    /// `start` and `interval` do not apply (default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clock: bool,
 }
 
 fn one_ms() -> Duration {
@@ -82,12 +96,15 @@ fn one_ms() -> Duration {
 }
 
 impl EventTime {
-    /// The timestamp of record `i`, whose random stream (apart from the record's own) is
-    /// `rng`.
-    fn of(&self, i: u64, rng: &mut SplitMix64) -> i64 {
-        let place = self
-            .start
-            .saturating_add((i as i64).saturating_mul(self.interval.as_millis() as i64));
+    /// The timestamp of record `i`, generated at `now` (ms), whose random stream (apart from
+    /// the record's own) is `rng`.
+    fn of(&self, i: u64, now: i64, rng: &mut SplitMix64) -> i64 {
+        let place = match self.clock {
+            true => now,
+            false => self
+                .start
+                .saturating_add((i as i64).saturating_mul(self.interval.as_millis() as i64)),
+        };
         let disorder = self.max_disorder.as_millis() as u64;
         let d = if disorder == 0 {
             0
@@ -117,6 +134,16 @@ pub enum GeneratorMode {
 
 impl GeneratorConfig {
     pub(super) fn validate(&self) -> Result<(), String> {
+        if let Some(e) = &self.event_time
+            && e.clock
+            && (e.start != 0 || e.interval != one_ms())
+        {
+            return Err(
+                "event_time: start and interval do not apply with clock = true (the \
+                 timestamps follow the clock); remove them, or remove clock"
+                    .into(),
+            );
+        }
         if let Some(rate) = self.rate
             && !(rate > 0.0 && rate.is_finite())
         {
@@ -171,6 +198,7 @@ impl GeneratorConfig {
         &self,
         subtask: usize,
         parallelism: usize,
+        clock: &Clock,
     ) -> Result<Generator, ConnectorError> {
         self.validate().map_err(ConnectorError::Invalid)?;
         let words = match self.mode {
@@ -192,6 +220,7 @@ impl GeneratorConfig {
             pacer: self.rate.map(|rate| Pacer::new(rate / parallelism as f64)),
             word: Vec::new(),
             event_time: self.event_time,
+            clock: clock.clone(),
         })
     }
 }
@@ -226,17 +255,21 @@ pub(super) struct Generator {
     /// Reused for the word of a keyed record.
     word: Vec<u8>,
     event_time: Option<EventTime>,
+    /// Read once per poll for timestamps that follow it.
+    clock: Clock,
 }
 
 /// Mixed into the seed of the random stream of records' disorder, apart from their values'.
 const DISORDER_STREAM: u64 = 0x5eed_d150_4de4;
 
 impl Generator {
-    fn emit(&mut self, out: &mut Batch, i: u64) {
+    /// Emits record `i`, generated at `now` (ms).
+    fn emit(&mut self, out: &mut Batch, i: u64, now: i64) {
         let mut rng = SplitMix64::for_record(self.seed_mix, i);
         let ts = self.event_time.map(|e| {
             e.of(
                 i,
+                now,
                 &mut SplitMix64::for_record(self.seed_mix ^ DISORDER_STREAM, i),
             )
         });
@@ -284,9 +317,13 @@ impl Source for Generator {
                 Err(wait) => return Ok(Poll::Idle(wait)),
             }
         }
+        let now = match self.event_time {
+            Some(e) if e.clock => self.clock.now_ms(),
+            _ => 0,
+        };
         let mut emitted = 0;
         while emitted < want {
-            self.emit(out, self.next);
+            self.emit(out, self.next, now);
             self.next = self.next.saturating_add(self.parallelism);
             emitted += 1;
             if out.bytes() >= BATCH_BYTES {
@@ -500,7 +537,9 @@ mod tests {
     fn run(cfg: &SourceConfig, parallelism: usize) -> Vec<Rec> {
         let mut all = Vec::new();
         for s in 0..parallelism {
-            let mut src = cfg.build(Path::new("."), s, parallelism).unwrap();
+            let mut src = cfg
+                .build(Path::new("."), s, parallelism, &Clock::system())
+                .unwrap();
             all.extend(drain(src.as_mut(), 7));
         }
         all
@@ -608,13 +647,13 @@ mod tests {
         let cfg = config("mode = \"words\"\ncount = 100\nseed = 5");
         for p in [1, 3] {
             for s in 0..p {
-                let mut full = cfg.build(Path::new("."), s, p).unwrap();
+                let mut full = cfg.build(Path::new("."), s, p, &Clock::system()).unwrap();
                 let all = drain(full.as_mut(), 1000);
-                let mut first = cfg.build(Path::new("."), s, p).unwrap();
+                let mut first = cfg.build(Path::new("."), s, p, &Clock::system()).unwrap();
                 let mut batch = Batch::default();
                 first.poll(&mut batch, 5).unwrap();
                 let pos = first.position();
-                let mut second = cfg.build(Path::new("."), s, p).unwrap();
+                let mut second = cfg.build(Path::new("."), s, p, &Clock::system()).unwrap();
                 second.restore(&pos).unwrap();
                 let rest = drain(second.as_mut(), 3);
                 assert_eq!(batch.len() + rest.len(), all.len());
@@ -626,7 +665,7 @@ mod tests {
     #[test]
     fn restore_rejects_foreign_positions() {
         let cfg = config("count = 10");
-        let mut src = cfg.build(Path::new("."), 1, 3).unwrap();
+        let mut src = cfg.build(Path::new("."), 1, 3, &Clock::system()).unwrap();
         let err = src.restore(&serde_json::json!({ "next": 3 })).unwrap_err();
         assert!(err.to_string().contains("belongs to subtask 0"), "{err}");
         assert!(src.restore(&serde_json::json!({ "offset": 3 })).is_err());
@@ -635,7 +674,9 @@ mod tests {
 
     #[test]
     fn unbounded_generator_keeps_going() {
-        let mut src = config("").build(Path::new("."), 0, 2).unwrap();
+        let mut src = config("")
+            .build(Path::new("."), 0, 2, &Clock::system())
+            .unwrap();
         let mut batch = Batch::default();
         for _ in 0..3 {
             assert_eq!(src.poll(&mut batch, 100).unwrap(), Poll::Ready);
@@ -647,7 +688,9 @@ mod tests {
     #[test]
     fn rate_limits_with_idle() {
         // 2 records/s over 2 subtasks: one per second each.
-        let mut src = config("rate = 2").build(Path::new("."), 0, 2).unwrap();
+        let mut src = config("rate = 2")
+            .build(Path::new("."), 0, 2, &Clock::system())
+            .unwrap();
         let mut batch = Batch::default();
         assert_eq!(src.poll(&mut batch, 100).unwrap(), Poll::Ready);
         assert_eq!(batch.len(), 1);
@@ -693,16 +736,38 @@ mod tests {
                 "vocabulary",
             ),
             ("vocabulary = 10", "vocabulary only applies"),
+            (
+                "event_time = { clock = true, start = 5 }",
+                "start and interval do not apply with clock = true",
+            ),
         ];
         for (toml_text, want) in cases {
             let cfg = config(toml_text);
             let err = cfg.validate(Path::new(".")).unwrap_err();
             assert!(err.contains(want), "{toml_text}: {err}");
-            assert!(cfg.build(Path::new("."), 0, 1).is_err());
+            assert!(cfg.build(Path::new("."), 0, 1, &Clock::system()).is_err());
         }
         config("mode = \"words\"\nwords_per_line = 3\nvocabulary = 10\nrate = 0.5")
             .validate(Path::new("."))
             .unwrap();
+    }
+
+    #[test]
+    fn clock_timestamps_are_the_time_of_generation_less_the_disorder() {
+        let cfg = config("count = 2000\nevent_time = { clock = true, max_disorder = \"10ms\" }");
+        let clock = Clock::manual(50_000);
+        let mut src = cfg.build(Path::new("."), 0, 1, &clock).unwrap();
+        let mut batch = Batch::default();
+        let mut delays = HashSet::new();
+        for now in [50_000, 60_000] {
+            clock.set(now);
+            batch.clear();
+            src.poll(&mut batch, 1000).unwrap();
+            assert_eq!(batch.len(), 1000);
+            delays.extend(batch.iter().map(|r| now - r.timestamp.unwrap()));
+        }
+        // Every delay within the disorder, each drawn for its record.
+        assert_eq!(delays, (0..=10).collect::<HashSet<i64>>());
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
+use crate::clock::Clock;
 
 mod discard_sink;
 mod file_sink;
@@ -226,17 +227,18 @@ impl SourceConfig {
         }
     }
 
-    /// Builds subtask `subtask` of `parallelism`.
+    /// Builds subtask `subtask` of `parallelism`, which reads processing time from `clock`.
     pub(crate) fn build(
         &self,
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
+        clock: &Clock,
     ) -> Result<Box<dyn Source>, ConnectorError> {
         check_subtask(subtask, parallelism)?;
         Ok(match self {
             SourceConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism)?),
-            SourceConfig::Generator(c) => Box::new(c.build(subtask, parallelism)?),
+            SourceConfig::Generator(c) => Box::new(c.build(subtask, parallelism, clock)?),
         })
     }
 }
@@ -466,7 +468,7 @@ mod tests {
     #[test]
     fn subtask_out_of_range_is_an_error() {
         let cfg: SourceConfig = toml::from_str("type = \"generator\"").unwrap();
-        assert!(cfg.build(Path::new("."), 2, 2).is_err());
-        assert!(cfg.build(Path::new("."), 0, 0).is_err());
+        assert!(cfg.build(Path::new("."), 2, 2, &Clock::system()).is_err());
+        assert!(cfg.build(Path::new("."), 0, 0, &Clock::system()).is_err());
     }
 }

@@ -179,6 +179,8 @@ pub struct VertexSummary {
     pub records_out: u64,
     /// Its event-time watermark (the least of its subtasks'), once every subtask has one.
     pub watermark: Option<i64>,
+    /// Of a sink that received records with timestamps: how long after them.
+    pub event_time_lag: Option<super::EventTimeLag>,
 }
 
 /// How a job that did not fail went.

@@ -250,7 +250,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
             let fail = |context: &str, e: ConnectorError| error(&spec, head, s, context, e);
             let p = spec.vertices[head].parallelism as usize;
             let mut source = config
-                .build(&spec.base_dir, s as usize, p)
+                .build(&spec.base_dir, s as usize, p, &setup.clock)
                 .map_err(|e| permanent_if(e.is_permanent(), fail("", e)))?;
             if let Some(position) = restore
                 .as_ref()
@@ -1244,9 +1244,11 @@ impl Chain {
                 }
                 self.emitted(i, out)
             }
-            Stage::Sink(sink) => sink
-                .write(batch)
-                .map_err(|e| error(&self.spec, self.vertices[i], self.subtask, "", e)),
+            Stage::Sink(sink) => {
+                m.received(self.clock.now_ms(), batch.timestamps());
+                sink.write(batch)
+                    .map_err(|e| error(&self.spec, self.vertices[i], self.subtask, "", e))
+            }
         }
     }
 

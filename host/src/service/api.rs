@@ -101,6 +101,10 @@ pub struct VertexStatus {
     /// before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<i64>,
+    /// Of a sink that received records with timestamps: how long after their event time
+    /// (processing time at the sink less the record's timestamp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time_lag: Option<crate::runtime::EventTimeLag>,
 }
 
 /// The whole status of a job.

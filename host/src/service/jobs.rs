@@ -535,6 +535,7 @@ impl Run {
                 records_in_per_second: rate.0,
                 records_out_per_second: rate.1,
                 watermark: v.watermark(),
+                event_time_lag: v.event_time_lag(),
             })
             .collect()
     }

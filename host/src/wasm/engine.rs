@@ -174,6 +174,27 @@ impl OperatorComponent {
     pub fn with_grants(self, grants: Grants) -> Self {
         OperatorComponent { grants, ..self }
     }
+
+    /// Instantiates the component once as a subtask would (memory state; `open` is not
+    /// called) and drops the instance: how long instantiation took.
+    pub fn instantiate_once(&self) -> Result<Duration, crate::operator::OperatorError> {
+        let ctx = crate::operator::OperatorContext {
+            job: "instantiate-once".into(),
+            uid: "instantiate-once".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 1,
+            key_groups: 0..1,
+            config: "{}".into(),
+            cancelled: Default::default(),
+        };
+        let started = std::time::Instant::now();
+        let instance =
+            super::operator::WasmOperator::new(self, ctx, &crate::state::StateSetup::memory())?;
+        let took = started.elapsed();
+        drop(instance);
+        Ok(took)
+    }
 }
 
 /// How the process's engine is configured.

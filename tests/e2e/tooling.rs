@@ -1,0 +1,126 @@
+//! `weir new` and `weir build`: a new project in each language passes its own test, builds
+//! into a component, and its job runs.
+
+use std::process::Command;
+
+use crate::support::{Workspace, release_dir, weir_bin};
+
+/// `weir --cache-dir <shared> ARGS` in `dir`; panics with its output unless it succeeds.
+fn weir_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(weir_bin())
+        .arg("--cache-dir")
+        .arg(release_dir().join("e2e-component-cache"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WEIR_LOG")
+        .output()
+        .expect("start weir");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "weir {args:?} failed:\n{text}");
+    text
+}
+
+/// The counts the generated job printed (`<subtask>> key<TAB>count` lines): the last count
+/// per key, which must add up to the generator's 1,000 records.
+fn total_of_last_counts(output: &str) -> u64 {
+    let mut last = std::collections::HashMap::new();
+    for line in output.lines() {
+        if let Some((_, kv)) = line.split_once("> ")
+            && let Some((key, n)) = kv.split_once('\t')
+        {
+            let n: u64 = n.parse().expect("a count");
+            let e = last.entry(key.to_owned()).or_insert(0);
+            *e = n.max(*e);
+        }
+    }
+    last.values().sum()
+}
+
+#[test]
+fn a_new_python_project_tests_builds_and_runs() {
+    let ws = Workspace::new();
+    let made = weir_in(ws.dir(), &["new", "--lang", "python", "clicks"]);
+    assert!(made.contains("python -m pytest"), "{made}");
+    // Its test passes, with the SDK on the path.
+    let python = release_dir().join("../pytest-venv/bin/python");
+    assert!(python.exists(), "no pytest: run `cargo xtask pytest` first");
+    let out = Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "clicks"])
+        .env(
+            "PYTHONPATH",
+            crate::support::repo().join("guest-sdk/python"),
+        )
+        .current_dir(ws.dir())
+        .output()
+        .expect("run pytest");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let built = weir_in(ws.dir(), &["build", "clicks"]);
+    assert!(
+        built.contains("clicks/build/clicks.wasm") && built.contains("instantiates in"),
+        "{built}"
+    );
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+}
+
+#[test]
+fn a_new_rust_project_builds_and_runs() {
+    let ws = Workspace::new();
+    weir_in(ws.dir(), &["new", "--lang", "rust", "counter"]);
+    // The project's own target directory, shared by CI runs.
+    let target = release_dir().join("../weir-new-target");
+    let out = Command::new(weir_bin())
+        .args(["--cache-dir"])
+        .arg(release_dir().join("e2e-component-cache"))
+        .args(["build", "counter"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(ws.dir())
+        .output()
+        .expect("start weir");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("counter/build/counter.wasm"), "{text}");
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", "counter/job.toml"]);
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+}
+
+#[test]
+fn build_and_new_refuse_what_they_cannot_use_naming_the_fix() {
+    let ws = Workspace::new();
+    let fails = |args: &[&str]| {
+        let out = Command::new(weir_bin())
+            .arg("--cache-dir")
+            .arg(release_dir().join("e2e-component-cache"))
+            .args(args)
+            .current_dir(ws.dir())
+            .output()
+            .expect("start weir");
+        assert!(!out.status.success(), "weir {args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(fails(&["new", "--lang", "python", "9lives"]).contains("letters, digits and _"));
+    std::fs::create_dir(ws.path("empty")).unwrap();
+    assert!(fails(&["build", "empty"]).contains("weir new --lang"));
+    // A module that does not export an operator, and one that fails as it is imported.
+    ws.write("plain.py", "x = 1\n");
+    let err = fails(&["build", "plain.py"]);
+    assert!(err.contains("Operator = weir.export("), "{err}");
+    ws.write(
+        "broken.py",
+        "import weir\nraise RuntimeError('no config')\n",
+    );
+    let err = fails(&["build", "broken.py"]);
+    assert!(err.contains("no config"), "{err}");
+}
