@@ -12,8 +12,8 @@ use crate::backend::StateKind;
 use crate::runtime::{Core, borrow_core};
 use crate::state::{Access, StateEntry, StateId};
 use crate::{
-    Error, Level, ListState, MapState, OperatorListState, OperatorState, Redistribution, Result,
-    Ttl, ValueState,
+    Codec, Error, Level, ListState, MapState, OperatorListState, OperatorState, Redistribution,
+    Result, Ttl, ValueState,
 };
 
 /// The operator's view of the runtime while it handles a record or a timer.
@@ -42,6 +42,9 @@ pub struct Context<'a> {
     keys: &'a [&'a [u8]],
     pub(crate) slot: Option<u32>,
     pub(crate) timestamp: Option<i64>,
+    /// The codec of states declared now, when [`Context::with_codec`] overrides the
+    /// operator's.
+    codec: std::cell::Cell<Option<Codec>>,
 }
 
 impl fmt::Debug for Context<'_> {
@@ -70,6 +73,7 @@ impl<'a> Context<'a> {
             keys,
             slot: None,
             timestamp: None,
+            codec: std::cell::Cell::new(None),
         }
     }
 
@@ -106,15 +110,46 @@ impl<'a> Context<'a> {
     #[inline(always)]
     fn state_id(&self, name: &str, kind: StateKind, ttl: Option<Ttl>) -> StateId {
         // Every record after the first: a state already declared the same way.
-        if let Ok(core) = self.core.try_borrow()
-            && let Some(i) = core
-                .states
-                .iter()
-                .position(|s| s.name == name && s.kind == kind && s.ttl == ttl)
-        {
-            return StateId(Ok(i));
+        if let Ok(core) = self.core.try_borrow() {
+            let codec = self.codec.get().unwrap_or(core.codec);
+            if let Some(i) = (core.states.iter())
+                .position(|s| s.name == name && s.kind == kind && s.ttl == ttl && s.codec == codec)
+            {
+                return StateId(Ok(i));
+            }
         }
         StateId(self.declare(name, kind, ttl))
+    }
+
+    /// Runs `f` with states declared in it encoded with `codec` rather than the operator's
+    /// [`STATE_CODEC`](crate::Operator::STATE_CODEC). To move a state to another codec (say,
+    /// state written by weir-sdk before 0.2, in postcard, to CBOR so that a Python rewrite of
+    /// the operator can read it), read it under its old codec and write it under a new name:
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Op;
+    /// # impl Operator for Op {
+    /// fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///     let old = ctx.with_codec(Codec::Postcard, |ctx| ctx.value_state::<u64>("count"));
+    ///     let count = ctx.value_state::<u64>("count-v2");
+    ///     let mut n = count.get()?.unwrap_or(0);
+    ///     if let Some(before) = old.get()? {
+    ///         n += before;
+    ///         old.clear()?;
+    ///     }
+    ///     count.set(&(n + 1))?;
+    ///     ctx.emit_display(rec.key(), n + 1)
+    /// }
+    /// # }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # assert_eq!(h.process([("k", "x"), ("k", "y")])[1].value_str(), "2");
+    /// ```
+    pub fn with_codec<'s, R>(&'s self, codec: Codec, f: impl FnOnce(&'s Self) -> R) -> R {
+        let before = self.codec.replace(Some(codec));
+        let result = f(self);
+        self.codec.set(before);
+        result
     }
 
     #[cold]
@@ -125,8 +160,16 @@ impl<'a> Context<'a> {
         ttl: Option<Ttl>,
     ) -> std::result::Result<usize, String> {
         let mut core = self.core().map_err(|e| e.to_string())?;
+        let codec = self.codec.get().unwrap_or(core.codec);
         if let Some(i) = core.states.iter().position(|s| s.name == name) {
             let s = &core.states[i];
+            if s.codec != codec {
+                return Err(format!(
+                    "state \"{name}\" was declared with codec {:?} but is used here with \
+                     {codec:?}; a state has one codec (move it to another under a new name)",
+                    s.codec
+                ));
+            }
             if s.kind != kind {
                 return Err(format!(
                     "state \"{name}\" is a {} state but is used here as a {kind} state; \
@@ -144,7 +187,8 @@ impl<'a> Context<'a> {
             return Ok(i);
         }
         let handle = core.backend.declare_state(kind, name, ttl.as_ref());
-        core.states.push(StateEntry::new(name, kind, ttl, handle));
+        core.states
+            .push(StateEntry::new(name, kind, ttl, codec, handle));
         Ok(core.states.len() - 1)
     }
 

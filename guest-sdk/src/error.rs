@@ -110,7 +110,7 @@ macro_rules! from_error {
 }
 
 from_error!(
-    postcard::Error,
+    crate::CodecError,
     serde_json::Error,
     weir_wire::DecodeError,
     std::str::Utf8Error,

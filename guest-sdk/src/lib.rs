@@ -69,7 +69,8 @@
 //! - output is buffered and sent per 64 KiB and at the end of the batch;
 //! - timer changes are sent once per batch.
 //!
-//! State values are encoded with `postcard`, so any `serde` type can be stored.
+//! State values are encoded with CBOR (see [`Codec`]), so any `serde` type can be stored, and
+//! the Python and JavaScript SDKs read what this one writes.
 //!
 //! # Failures
 //!
@@ -104,7 +105,8 @@ pub use level::Level;
 pub use operator::{OpenContext, Operator};
 pub use record::{Record, Timer};
 pub use state::{
-    ListState, MapState, OperatorListState, OperatorState, Redistribution, ValueState,
+    Codec, CodecError, ListState, MapState, OperatorListState, OperatorState, Redistribution,
+    ValueState,
 };
 pub use ttl::{StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
 pub use weir_wire::{Kind, TimeDomain};
@@ -131,8 +133,9 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator, OperatorListState,
-        OperatorState, Record, Redistribution, Result, TimeDomain, Timer, Ttl, ValueState,
+        Codec, Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator,
+        OperatorListState, OperatorState, Record, Redistribution, Result, TimeDomain, Timer, Ttl,
+        ValueState,
     };
 }
 

@@ -55,6 +55,21 @@ use crate::{
 /// assert_eq!(h.process(["hi"])[0].value_str(), "> HI");
 /// ```
 pub trait Operator {
+    /// How this operator's state values are encoded: CBOR, shared with the Python and
+    /// JavaScript SDKs, unless the operator keeps state written by weir-sdk before 0.2 and
+    /// sets [`Codec::Postcard`](crate::Codec::Postcard):
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// # #[derive(Default)] struct Legacy;
+    /// impl Operator for Legacy {
+    ///     const STATE_CODEC: Codec = Codec::Postcard;
+    ///     // ...
+    /// #   fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> { Ok(()) }
+    /// }
+    /// ```
+    const STATE_CODEC: crate::Codec = crate::Codec::Cbor;
+
     /// Called once per instance before anything else: read the config here.
     ///
     /// ```

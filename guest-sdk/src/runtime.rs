@@ -15,7 +15,7 @@ use weir_wire::{
 use crate::backend::Backend;
 use crate::fxhash::FxMap;
 use crate::state::StateEntry;
-use crate::{Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
+use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
 /// Output is sent to the host whenever this many bytes are buffered, and at the end of a batch.
 pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -23,6 +23,8 @@ pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 /// What the hooks reach through their context: the backend and this batch's buffers.
 pub(crate) struct Core {
     pub(crate) backend: Box<dyn Backend>,
+    /// The operator's state codec ([`Operator::STATE_CODEC`]).
+    pub(crate) codec: Codec,
     pub(crate) states: Vec<StateEntry>,
     /// Declared operator states: name and backend handle.
     /// Operator states declared so far: name, mode, handle.
@@ -41,9 +43,10 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(backend: Box<dyn Backend>) -> Self {
+    pub(crate) fn new(backend: Box<dyn Backend>, codec: Codec) -> Self {
         Core {
             backend,
+            codec,
             states: Vec::new(),
             operator_states: Vec::new(),
             epoch: 0,
@@ -193,7 +196,7 @@ impl<T: Operator> Instance<T> {
     pub(crate) fn new(operator: T, backend: Box<dyn Backend>, info: OpenInfo) -> Self {
         Instance {
             operator,
-            core: RefCell::new(Core::new(backend)),
+            core: RefCell::new(Core::new(backend, T::STATE_CODEC)),
             info,
             key_table: Vec::new(),
             key_copy: Vec::new(),

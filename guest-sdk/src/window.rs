@@ -164,7 +164,7 @@ impl<F: AggregateFunction> Operator for Aggregate<F> {
             WindowCall::Update { accs, values, .. } => {
                 let mut acc: Option<F::Acc> = None;
                 for a in accs {
-                    let a = codec::decode(a.map_err(contract)?)
+                    let a = codec::decode(Self::STATE_CODEC, a.map_err(contract)?)
                         .map_err(|e| Error::new(e).context("a window's accumulator"))?;
                     match &mut acc {
                         None => acc = Some(a),
@@ -176,12 +176,12 @@ impl<F: AggregateFunction> Operator for Aggregate<F> {
                     f.add(&mut acc, v.map_err(contract)?)?;
                 }
                 self.buf.clear();
-                codec::encode(&acc, &mut self.buf)
+                codec::encode(Self::STATE_CODEC, &acc, &mut self.buf)
                     .map_err(|e| Error::new(e).context("a window's accumulator"))?;
                 ctx.emit(None, &self.buf)
             }
             WindowCall::Result { acc, .. } => {
-                let acc: F::Acc = codec::decode(acc)
+                let acc: F::Acc = codec::decode(Self::STATE_CODEC, acc)
                     .map_err(|e| Error::new(e).context("a window's accumulator"))?;
                 ctx.emit_display(None, f.result(&acc)?)
             }

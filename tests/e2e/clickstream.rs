@@ -201,3 +201,30 @@ fn the_sessions_example_prints_each_users_sessions() {
         "sessions.expected is stale"
     );
 }
+
+#[test]
+fn the_python_and_javascript_examples_print_what_the_rust_one_prints() {
+    // examples/clickstream/{python,js}: the profiles (map and list state, a side output)
+    // and the sessions (event time parsed by the guest, a session window of the host).
+    let example = repo().join("examples/clickstream");
+    let printed = |spec: &std::path::Path| {
+        let run = weir(&["run", "--no-progress"], spec);
+        assert!(run.success(), "{}: {run}", spec.display());
+        let mut lines: Vec<String> = (run.stdout().lines())
+            .filter_map(|l| l.split_once("> ").map(|(_, rest)| rest.to_owned()))
+            .collect();
+        lines.sort();
+        lines
+    };
+    for job in ["job.toml", "sessions.toml"] {
+        let rust = printed(&example.join(job));
+        assert!(rust.len() > 10, "{rust:?}");
+        for lang in ["python", "js"] {
+            let other = printed(&example.join(lang).join(job));
+            assert!(
+                other == rust,
+                "{lang}/{job} prints otherwise:\n{other:?}\n{rust:?}"
+            );
+        }
+    }
+}

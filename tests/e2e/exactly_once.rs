@@ -302,12 +302,25 @@ fn exactly_once_on_rocksdb_survives_sigkill() {
 #[test]
 fn python_operators_are_exactly_once_across_sigkills() {
     // The word count's operators written in Python (examples/wordcount/python), on RocksDB.
+    other_languages_exactly_once("py", "backend = \"rocksdb\"");
+}
+
+#[test]
+fn javascript_operators_are_exactly_once_across_sigkills() {
+    // The word count's operators written in JavaScript (examples/wordcount/js), in memory.
+    other_languages_exactly_once("js", "");
+}
+
+/// The word count's operators `wordcount_*_<suffix>` on `state`, three SIGKILLs.
+fn other_languages_exactly_once(suffix: &str, state: &str) {
     let ws = Workspace::new();
     let text = text(1_000_000, 11);
     let expected = count_words([text.as_str()], false);
     let input = ws.write("input.txt", &text);
-    let operators = (wasm("wordcount_split_py"), wasm("wordcount_count_py"));
-    let state = "backend = \"rocksdb\"";
+    let operators = (
+        wasm(&format!("wordcount_split_{suffix}")),
+        wasm(&format!("wordcount_count_{suffix}")),
+    );
     let spec = spec_of(&ws, &input, "mode = \"exactly_once\"", 1, state, operators);
     let logs = crash_loop(&ws, &spec, 3);
     assert!(

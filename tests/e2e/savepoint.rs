@@ -20,6 +20,18 @@ const STOPPED: i32 = 3;
 /// on `backend`, as job `name` with checkpoints in `chk`; every job shares the sink's
 /// directory `out`, which the savepoint's sink transactions refer to.
 fn probe_job(ws: &Workspace, name: &str, probe: u32, backend: &str, input: &Path) -> PathBuf {
+    probe_job_of(ws, name, probe, backend, input, "weir_test_state_probe")
+}
+
+/// [`probe_job`] with the state probe component `component` (the Rust or the Python one).
+fn probe_job_of(
+    ws: &Workspace,
+    name: &str,
+    probe: u32,
+    backend: &str,
+    input: &Path,
+    component: &str,
+) -> PathBuf {
     ws.write(
         &format!("{name}.toml"),
         format!(
@@ -60,7 +72,7 @@ parallelism = {probe}
             state = toml_path(&ws.path(&format!("state-{name}"))),
             input = toml_path(input),
             keyer = wasm("weir_test_keyer"),
-            probe_wasm = wasm("weir_test_state_probe"),
+            probe_wasm = wasm(component),
             sink = key_value_file_sink("probe", &ws.path("out")) + "edge = \"key_by\"\n",
         ),
     )
@@ -153,6 +165,68 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     assert!(lines == expected, "the output of a run without stops");
     // The savepoints are the user's: the jobs' ends deleted their checkpoints, not these.
     assert!(moved.join("_metadata").exists() && sp2.join("_metadata").exists());
+}
+
+#[test]
+fn a_savepoint_of_python_operators_restores_into_their_rust_rewrite() {
+    // The state probe written in Python (value and list state, timers; state in CBOR, the
+    // SDKs' shared codec) stops with a savepoint; the Rust probe resumes from it, on the
+    // other backend: the output is that of a run without stops.
+    let ws = Workspace::new();
+    let seed = fastrand::u64(..);
+    eprintln!("savepoint seed {seed}");
+    let (text, expected) = probe_input(1_000_000, seed);
+    let input = ws.write("input.txt", text);
+    let savepoint = ws.path("savepoints/python");
+    let python = probe_job_of(
+        &ws,
+        "python",
+        2,
+        "memory",
+        &input,
+        "weir_test_state_probe_py",
+    );
+    stop_with_savepoint(&ws, &python, &[], &savepoint, "python");
+    let rust = probe_job(&ws, "rust", 2, "rocksdb", &input);
+    let run = weir(&["run", "-s", savepoint.to_str().unwrap()], &rust);
+    assert!(run.success(), "{}", run.stderr());
+    let lines = committed_lines(&ws);
+    assert_eq!(
+        lines.len(),
+        expected.len(),
+        "as many lines as a run without stops"
+    );
+    assert!(lines == expected, "the output of a run without stops");
+}
+
+#[test]
+fn a_savepoint_of_javascript_operators_restores_into_their_python_rewrite() {
+    // As above, the JavaScript probe into the Python one, on RocksDB at another parallelism.
+    let ws = Workspace::new();
+    let seed = fastrand::u64(..);
+    eprintln!("savepoint seed {seed}");
+    let (text, expected) = probe_input(1_000_000, seed);
+    let input = ws.write("input.txt", text);
+    let savepoint = ws.path("savepoints/js");
+    let js = probe_job_of(&ws, "js", 2, "rocksdb", &input, "weir_test_state_probe_js");
+    stop_with_savepoint(&ws, &js, &[], &savepoint, "js");
+    let python = probe_job_of(
+        &ws,
+        "python",
+        3,
+        "memory",
+        &input,
+        "weir_test_state_probe_py",
+    );
+    let run = weir(&["run", "-s", savepoint.to_str().unwrap()], &python);
+    assert!(run.success(), "{}", run.stderr());
+    let lines = committed_lines(&ws);
+    assert_eq!(
+        lines.len(),
+        expected.len(),
+        "as many lines as a run without stops"
+    );
+    assert!(lines == expected, "the output of a run without stops");
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn probe_job(ws: &Workspace, steps: &[Step], parallelism: u32, backend: &str) ->
 /// The state probes: the Rust SDK's and the Python SDK's.
 const RUST_PROBE: &str = "weir_test_state_probe";
 const PYTHON_PROBE: &str = "weir_test_state_probe_py";
+const JS_PROBE: &str = "weir_test_state_probe_js";
 
 /// [`probe_job`] with the state probe component `probe`.
 fn probe_job_of(
@@ -92,6 +93,12 @@ fn state_and_timers_give_exact_results_on_rocksdb() {
 fn state_and_timers_of_the_python_sdk_give_exact_results() {
     exact_results("memory", PYTHON_PROBE);
     exact_results("rocksdb", PYTHON_PROBE);
+}
+
+#[test]
+fn state_and_timers_of_the_javascript_sdk_give_exact_results() {
+    exact_results("memory", JS_PROBE);
+    exact_results("rocksdb", JS_PROBE);
 }
 
 fn exact_results(backend: &str, probe: &str) {

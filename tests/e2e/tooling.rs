@@ -72,6 +72,31 @@ fn a_new_python_project_tests_builds_and_runs() {
 }
 
 #[test]
+fn a_new_javascript_project_tests_builds_and_runs() {
+    let ws = Workspace::new();
+    let made = weir_in(ws.dir(), &["new", "--lang", "js", "clicks"]);
+    assert!(made.contains("npm test"), "{made}");
+    // Its test passes once npm has linked the SDK (from weir's cache directory).
+    for args in [&["install", "--no-audit", "--no-fund"][..], &["test"]] {
+        let out = Command::new("npm")
+            .args(args)
+            .current_dir(ws.path("clicks"))
+            .output()
+            .expect("run npm");
+        assert!(
+            out.status.success(),
+            "npm {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let built = weir_in(ws.dir(), &["build", "clicks"]);
+    assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+}
+
+#[test]
 fn a_new_rust_project_builds_and_runs() {
     let ws = Workspace::new();
     weir_in(ws.dir(), &["new", "--lang", "rust", "counter"]);

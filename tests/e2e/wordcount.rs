@@ -181,8 +181,19 @@ fn native_operators_count_like_the_wasm_ones() {
 
 #[test]
 fn the_python_operators_write_what_the_rust_ones_write() {
-    // examples/wordcount/python, built by `weir build`: at parallelism 2 with checkpoints,
-    // each sink subtask gets the same updates as with the Rust operators.
+    // examples/wordcount/python, built by `weir build`.
+    same_output_as_rust("wordcount_split_py", "wordcount_count_py");
+}
+
+#[test]
+fn the_javascript_operators_write_what_the_rust_ones_write() {
+    // examples/wordcount/js, built by `weir build`.
+    same_output_as_rust("wordcount_split_js", "wordcount_count_js");
+}
+
+/// The word count with components `split` and `count` at parallelism 2 with checkpoints:
+/// each sink subtask gets the same updates as with the Rust operators.
+fn same_output_as_rust(split: &str, count: &str) {
     let ws = Workspace::new();
     let text = generated_text();
     let inputs = [ws.write("generated.txt", &text)];
@@ -201,11 +212,7 @@ fn the_python_operators_write_what_the_rust_ones_write() {
         parts
     };
     let rust = run("rust", &wasm("wordcount_split"), &wasm("wordcount_count"));
-    let python = run(
-        "python",
-        &wasm("wordcount_split_py"),
-        &wasm("wordcount_count_py"),
-    );
+    let other = run("other", &wasm(split), &wasm(count));
     let expected = count_words([text.as_str()], true);
     assert_eq!(
         sorted(&final_counts(&ws.path("rust"), 2)),
@@ -213,6 +220,9 @@ fn the_python_operators_write_what_the_rust_ones_write() {
     );
     assert_eq!(rust.len(), 2);
     for (part, lines) in &rust {
-        assert!(python[part] == *lines, "part {part} differs");
+        assert!(
+            other[part] == *lines,
+            "{split}, {count}: part {part} differs"
+        );
     }
 }

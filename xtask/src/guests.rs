@@ -40,15 +40,33 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-window-process",
 ];
 
-/// Python guests: the module (a `.py` file under the repository) and its component's name.
-pub const PYTHON: &[(&str, &str)] = &[
+/// Python and JavaScript guests: the module (a `.py` or `.js` file under the repository)
+/// and its component's name.
+pub const SCRIPTED: &[(&str, &str)] = &[
     ("examples/wordcount/python/split.py", "wordcount_split_py"),
     ("examples/wordcount/python/count.py", "wordcount_count_py"),
+    (
+        "examples/clickstream/python/parse.py",
+        "clickstream_parse_py",
+    ),
+    (
+        "examples/clickstream/python/user_profile.py",
+        "clickstream_profile_py",
+    ),
     (
         "tests/guests/python/state_probe.py",
         "weir_test_state_probe_py",
     ),
     ("tests/guests/python/hostile.py", "weir_test_hostile_py"),
+    ("examples/wordcount/js/split.js", "wordcount_split_js"),
+    ("examples/wordcount/js/count.js", "wordcount_count_js"),
+    ("examples/clickstream/js/parse.js", "clickstream_parse_js"),
+    (
+        "examples/clickstream/js/profile.js",
+        "clickstream_profile_js",
+    ),
+    ("tests/guests/js/state_probe.js", "weir_test_state_probe_js"),
+    ("tests/guests/js/hostile.js", "weir_test_hostile_js"),
 ];
 
 /// Where the components are copied to.
@@ -56,10 +74,10 @@ pub fn operators_dir() -> PathBuf {
     repo().join("build").join("operators")
 }
 
-/// Every guest: the Rust ones, then the Python ones.
+/// Every guest: the Rust ones, then the Python and JavaScript ones.
 pub fn run() -> Result<()> {
     rust()?;
-    python(&operators_dir())
+    scripted(&operators_dir())
 }
 
 /// The Rust guests.
@@ -85,23 +103,25 @@ pub fn rust() -> Result<()> {
     Ok(())
 }
 
-/// Builds the Python guests into `dest` with `weir build` (which installs componentize-py
-/// on first use), each unless its component is newer than its directory, the Python SDK and
-/// the WIT contract. `weir build` compiles each into the component cache the end-to-end
-/// tests use.
-fn python(dest: &Path) -> Result<()> {
+/// Builds the Python and JavaScript guests into `dest` with `weir build` (which installs
+/// componentize-py, componentize-js and esbuild on first use), each unless its component is
+/// newer than its directory, its SDK and the WIT contract. `weir build` compiles each into
+/// the component cache the end-to-end tests use.
+fn scripted(dest: &Path) -> Result<()> {
     let weir = build_weir()?;
     let repo = repo();
-    let mut sources = vec![repo.join("wit/stream.wit")];
-    sources.extend(files_in(&repo.join("guest-sdk/python/weir"))?);
-    let newest_shared = newest(&sources)?;
-    for (module, name) in PYTHON {
+    let shared = newest(&[repo.join("wit/stream.wit"), weir.clone()])?;
+    for (module, name) in SCRIPTED {
         let module = repo.join(module);
-        let out = dest.join(format!("{name}.wasm"));
+        let (sdk, ext) = match module.extension().and_then(|e| e.to_str()) {
+            Some("py") => (repo.join("guest-sdk/python/weir"), "py"),
+            _ => (repo.join("guest-sdk/js/src"), "js"),
+        };
         let dir = module.parent().expect("a module is in a directory");
-        let inputs = newest_shared
-            .max(newest(&files_in(dir)?)?)
-            .max(newest(std::slice::from_ref(&weir))?);
+        let inputs = shared
+            .max(newest(&files_in(&sdk, ext)?)?)
+            .max(newest(&files_in(dir, ext)?)?);
+        let out = dest.join(format!("{name}.wasm"));
         if modified(&out).is_ok_and(|built| built > inputs) {
             continue;
         }
@@ -115,17 +135,22 @@ fn python(dest: &Path) -> Result<()> {
                 .arg(&out),
         )?;
     }
-    println!("{} Python components in {}", PYTHON.len(), dest.display());
+    println!(
+        "{} Python and JavaScript components in {}",
+        SCRIPTED.len(),
+        dest.display()
+    );
     Ok(())
 }
 
-fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The files with extension `ext` in `dir`.
+fn files_in(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     Ok(entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect())
 }
 
@@ -154,6 +179,23 @@ fn ensure_target() -> Result<()> {
         exec(Command::new("rustup").args(["target", "add", TARGET]))?;
     }
     Ok(())
+}
+
+/// The JavaScript SDK's tests and the JavaScript examples' tests, with `node --test`; the
+/// repository's `node_modules/weir-sdk` (made here) points at the SDK.
+pub fn node_test() -> Result<()> {
+    let repo = repo();
+    let link = repo.join("node_modules").join("weir-sdk");
+    if !link.exists() {
+        std::fs::create_dir_all(repo.join("node_modules"))?;
+        std::os::unix::fs::symlink("../guest-sdk/js", &link)
+            .with_context(|| format!("cannot link {}", link.display()))?;
+    }
+    exec(
+        Command::new("node")
+            .args(["--test", "guest-sdk/js/test/", "examples/wordcount/js/"])
+            .current_dir(&repo),
+    )
 }
 
 /// The Python SDK's tests and the Python examples' tests, with pytest in a virtual

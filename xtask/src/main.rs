@@ -40,14 +40,16 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   guests                      build the guest components into build/operators/
-                              (Rust; Python with `weir build`, which installs
-                              componentize-py on first use)
+                              (Rust; Python and JavaScript with `weir build`,
+                              which installs componentize-py, componentize-js
+                              and esbuild on first use)
   pytest                      the Python SDK's and examples' tests (pytest)
+  node-test                   the JavaScript SDK's and examples' tests (node --test)
   demo                        build everything and run examples/wordcount
   services                    make PostgreSQL ready for the tests (install, start,
                               max_prepared_transactions = 64)
   test                        run everything CI runs (fmt, clippy, guests, pytest,
-                              build, services, tests)
+                              node-test, build, services, tests)
   soak [--iterations N]       run the SIGKILL crash tests N times (default 3) and
                               print runs, kills, rows compared and mismatches
   bench [--words N] [--runs R] [--compare BIN]
@@ -108,6 +110,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
     match command.as_str() {
         "guests" => no_args(rest).and_then(|()| guests::run()),
         "pytest" => no_args(rest).and_then(|()| guests::pytest()),
+        "node-test" => no_args(rest).and_then(|()| guests::node_test()),
         "demo" => no_args(rest).and_then(|()| demo::run()),
         "services" => no_args(rest).and_then(|()| services::run()),
         "test" => no_args(rest).and_then(|()| test::run()),

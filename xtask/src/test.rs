@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use crate::{api, build_weir, cargo, exec, guests, services};
 
 pub fn run() -> Result<()> {
-    let steps: [(&str, &dyn Fn() -> Result<()>); 9] = [
+    let steps: [(&str, &dyn Fn() -> Result<()>); 10] = [
         ("deps", &services::build_deps),
         ("fmt", &|| exec(cargo().args(["fmt", "--all", "--check"]))),
         ("clippy", &|| {
@@ -22,6 +22,7 @@ pub fn run() -> Result<()> {
         }),
         ("guests", &guests::run),
         ("pytest", &guests::pytest),
+        ("node-test", &guests::node_test),
         ("build", &|| build_weir().map(drop)),
         ("services", &services::run),
         ("test", &|| {

@@ -10,7 +10,7 @@ Python                    CBOR
 ``None``                  null (``0xf6``); undefined (``0xf7``) also reads as ``None``
 ``bool``                  false, true
 ``int``                   unsigned or negative integer, shortest form, 64 bits at most
-``float``                 the shortest of half, single and double that keeps the value
+``float``                 double precision (64 bits), always; half and single also read
 ``str``                   text string (UTF-8)
 ``bytes``, ``bytearray``  byte string
 ``list``, ``tuple``       array (both read back as ``list``)
@@ -118,16 +118,7 @@ def _encode(out: bytearray, v) -> None:
 
 
 def _float(out: bytearray, v: float) -> None:
-    for head, fmt in ((0xF9, _F16), (0xFA, _F32)):
-        try:
-            packed = fmt.pack(v)
-        except (OverflowError, struct.error):
-            continue
-        back = fmt.unpack(packed)[0]
-        if back == v or (v != v and back != back):
-            out.append(head)
-            out += packed
-            return
+    # Always 64 bits: the Rust SDK's decoder reads an f64 only from a double.
     out.append(0xFB)
     out += _F64.pack(v)
 

@@ -113,8 +113,8 @@ impl Access<'_> {
     {
         let slot = self.slot;
         for item in items {
-            let span =
-                encode(item.borrow(), &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+            let span = encode(self.codec, item.borrow(), &mut self.batch.arena)
+                .map_err(|e| self.encode_error(e))?;
             self.list_cache().overlay(slot).push(span);
             self.batch.touch(slot);
         }
@@ -200,7 +200,7 @@ impl<'c, T: Serialize + DeserializeOwned> ListState<'c, T> {
             if !a.list_cache().slots[slot as usize].replaced {
                 a.ensure_loaded()?;
             }
-            let name = a.name;
+            let (name, codec) = (a.name, a.codec);
             let (batch, cache) = (&*a.batch, a.cache.list());
             let s = cache.slots[slot as usize];
             let stored: &[Span] = if s.replaced {
@@ -215,7 +215,7 @@ impl<'c, T: Serialize + DeserializeOwned> ListState<'c, T> {
                 .map(|s| s.get(&batch.buf))
                 .chain(added.iter().map(|s| s.get(&batch.arena)));
             for bytes in elems {
-                out.push(decode(bytes).map_err(|e| decode_error(name, e))?);
+                out.push(decode(codec, bytes).map_err(|e| decode_error(name, e))?);
             }
             Ok(out)
         })

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, MapLoad, MapOp, Reader, put_map_op, read_map_load};
 
-use super::codec::{Span, decode, encode};
+use super::codec::{Codec, CodecError, Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
 use crate::fxhash::{FxMap, hash_bytes};
 use crate::{Context, Error, Result};
@@ -343,7 +343,8 @@ impl Access<'_> {
     {
         // The key is encoded into the arena for the lookup and then dropped again, unless a
         // point read keeps it.
-        let kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+        let kspan =
+            encode(self.codec, key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
         let slot = self.slot;
         let find = |a: &Self| {
             a.cache
@@ -418,7 +419,8 @@ impl Access<'_> {
         W: Serialize + ?Sized,
     {
         let slot = self.slot;
-        let mut kspan = encode(key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+        let mut kspan =
+            encode(self.codec, key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
         let existing =
             self.cache
                 .map()
@@ -428,7 +430,9 @@ impl Access<'_> {
             kspan = self.cache.map().changes(slot)[i].key;
         }
         let vspan = match value {
-            Some(v) => Some(encode(v, &mut self.batch.arena).map_err(|e| self.encode_error(e))?),
+            Some(v) => Some(
+                encode(self.codec, v, &mut self.batch.arena).map_err(|e| self.encode_error(e))?,
+            ),
             None => None,
         };
         let change = Change {
@@ -446,9 +450,11 @@ impl Access<'_> {
 
 /// A map per key, like Flink's `MapState<K, V>`.
 ///
-/// Get one with [`Context::map_state`]. Map keys are compared by their `postcard` encoding,
-/// so `K` must encode equal keys to equal bytes (true of strings, integers, and structs and
-/// tuples of them; not of floats with several NaNs or of hash maps).
+/// Get one with [`Context::map_state`]. Map keys are compared by their encoding (the
+/// operator's [`Codec`](crate::Codec)), so `K` must encode equal keys to equal bytes (true of
+/// strings, integers, and structs and tuples of them; not of floats with several NaNs or of
+/// hash maps). Entries come in the order of their encoded keys: with CBOR, integers ≥ 0 in
+/// numeric order, strings shorter before longer.
 ///
 /// Cost: the first read of a map state in a batch loads the maps of all the batch's keys in
 /// one host call, and the batch's writes go back in one call at its end. A map larger than
@@ -530,9 +536,10 @@ where
         Q: Serialize + ?Sized,
     {
         self.ctx.with_state(&self.id, |a| {
+            let codec = a.codec;
             a.map_lookup(key, |name, bytes| {
                 bytes
-                    .map(decode)
+                    .map(|b| decode(codec, b))
                     .transpose()
                     .map_err(|e| decode_error(name, e))
             })
@@ -640,11 +647,11 @@ where
     /// # assert_eq!(h.process([("k", "a"), ("k", "b"), ("k", "a")])[2].value_str(), "3");
     /// ```
     pub fn entries(&self) -> Result<Vec<(K, V)>> {
-        self.with_visible(|name, entries| {
+        self.with_visible(|name, codec, entries| {
             entries
                 .iter()
-                .map(|(k, v)| Ok((decode(k)?, decode(v)?)))
-                .collect::<postcard::Result<Vec<_>>>()
+                .map(|(k, v)| Ok((decode(codec, k)?, decode(codec, v)?)))
+                .collect::<Result<Vec<_>, CodecError>>()
                 .map_err(|e| decode_error(name, e))
         })
     }
@@ -665,11 +672,11 @@ where
     /// # assert_eq!(h.process([("k", "b"), ("k", "a")])[1].value_str(), "a,b");
     /// ```
     pub fn keys(&self) -> Result<Vec<K>> {
-        self.with_visible(|name, entries| {
+        self.with_visible(|name, codec, entries| {
             entries
                 .iter()
-                .map(|(k, _)| decode(k))
-                .collect::<postcard::Result<Vec<_>>>()
+                .map(|(k, _)| decode(codec, k))
+                .collect::<Result<Vec<_>, CodecError>>()
                 .map_err(|e| decode_error(name, e))
         })
     }
@@ -692,11 +699,11 @@ where
     /// # assert_eq!(h.process([("k", "chess:7"), ("k", "go:3")])[1].value_str(), "7");
     /// ```
     pub fn values(&self) -> Result<Vec<V>> {
-        self.with_visible(|name, entries| {
+        self.with_visible(|name, codec, entries| {
             entries
                 .iter()
-                .map(|(_, v)| decode(v))
-                .collect::<postcard::Result<Vec<_>>>()
+                .map(|(_, v)| decode(codec, v))
+                .collect::<Result<Vec<_>, CodecError>>()
                 .map_err(|e| decode_error(name, e))
         })
     }
@@ -761,14 +768,17 @@ where
         })
     }
 
-    fn with_visible<R>(&self, f: impl FnOnce(&str, &[(&[u8], &[u8])]) -> Result<R>) -> Result<R> {
+    fn with_visible<R>(
+        &self,
+        f: impl FnOnce(&str, Codec, &[(&[u8], &[u8])]) -> Result<R>,
+    ) -> Result<R> {
         self.ctx.with_state(&self.id, |a| {
             let slot = a.slot;
             if !a.cache.map().slots[slot as usize].cleared {
                 a.map_whole()?;
             }
             let entries = a.cache.map().visible(slot, &*a.batch);
-            f(a.name, &entries)
+            f(a.name, a.codec, &entries)
         })
     }
 }

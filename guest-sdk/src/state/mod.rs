@@ -22,6 +22,8 @@ use list::ListCache;
 use map::MapCache;
 use value::ValueCache;
 
+pub use codec::{Codec, CodecError};
+
 use crate::backend::{Backend, StateKind};
 use crate::{Error, Result, Ttl};
 
@@ -30,6 +32,7 @@ pub(crate) struct StateEntry {
     pub(crate) name: String,
     pub(crate) kind: StateKind,
     pub(crate) ttl: Option<Ttl>,
+    pub(crate) codec: Codec,
     handle: usize,
     /// The batch the cache belongs to; a stale cache is reset on first use.
     epoch: u64,
@@ -43,7 +46,7 @@ pub(crate) struct Batch {
     loaded: bool,
     /// The answer of `load()`.
     buf: Vec<u8>,
-    /// Values written in this batch, postcard-encoded back to back.
+    /// Values written in this batch, encoded back to back.
     arena: Vec<u8>,
     /// Slots with changes, in the order they were first changed.
     touched: Vec<u32>,
@@ -123,11 +126,18 @@ enum Cache {
 }
 
 impl StateEntry {
-    pub(crate) fn new(name: &str, kind: StateKind, ttl: Option<Ttl>, handle: usize) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        kind: StateKind,
+        ttl: Option<Ttl>,
+        codec: Codec,
+        handle: usize,
+    ) -> Self {
         StateEntry {
             name: name.to_owned(),
             kind,
             ttl,
+            codec,
             handle,
             epoch: 0,
             batch: Batch::default(),
@@ -182,6 +192,7 @@ pub(crate) struct StateId(pub(crate) std::result::Result<usize, String>);
 pub(crate) struct Access<'x> {
     pub(crate) name: &'x str,
     pub(crate) slot: u32,
+    pub(crate) codec: Codec,
     batch: &'x mut Batch,
     cache: &'x mut Cache,
     handle: usize,
@@ -211,6 +222,7 @@ impl<'x> Access<'x> {
         Ok(Access {
             name: &entry.name,
             slot,
+            codec: entry.codec,
             batch: &mut entry.batch,
             cache: &mut entry.cache,
             handle: entry.handle,
@@ -242,19 +254,20 @@ impl<'x> Access<'x> {
         Ok(())
     }
 
-    fn encode_error(&self, e: postcard::Error) -> Error {
+    fn encode_error(&self, e: CodecError) -> Error {
         Error::new(e).context(format!("state \"{}\": cannot encode the value", self.name))
     }
 
-    fn decode_error(&self, e: postcard::Error) -> Error {
+    fn decode_error(&self, e: CodecError) -> Error {
         decode_error(self.name, e)
     }
 }
 
-fn decode_error(name: &str, e: postcard::Error) -> Error {
+fn decode_error(name: &str, e: CodecError) -> Error {
     Error::new(e).context(format!(
         "state \"{name}\": the stored bytes do not decode as the type this operator reads them \
-         as (was the state written by a version of the operator with another type?)"
+         as (was the state written by a version of the operator with another type, or with \
+         another codec? see weir_sdk::Codec)"
     ))
 }
 

@@ -69,6 +69,7 @@ pub struct OperatorListState<'c, T> {
     core: &'c RefCell<Core>,
     name: String,
     mode: Redistribution,
+    codec: codec::Codec,
     value: PhantomData<fn() -> T>,
 }
 
@@ -87,6 +88,8 @@ impl<'c, T: Serialize + DeserializeOwned> OperatorListState<'c, T> {
             core,
             name: name.to_owned(),
             mode,
+            // The operator's codec (the core is not borrowed while a hook makes a handle).
+            codec: core.try_borrow().map(|c| c.codec).unwrap_or_default(),
             value: PhantomData,
         }
     }
@@ -97,7 +100,7 @@ impl<'c, T: Serialize + DeserializeOwned> OperatorListState<'c, T> {
         elements
             .iter()
             .map(|e| {
-                codec::decode(e).map_err(|e| {
+                codec::decode(self.codec, e).map_err(|e| {
                     Error::msg(format!(
                         "operator state \"{}\" cannot be decoded as the type asked for: {e}",
                         self.name
@@ -112,7 +115,7 @@ impl<'c, T: Serialize + DeserializeOwned> OperatorListState<'c, T> {
         let mut encoded = Vec::with_capacity(elements.len());
         for e in elements {
             let mut bytes = Vec::new();
-            codec::encode(e, &mut bytes).map_err(|e| {
+            codec::encode(self.codec, e, &mut bytes).map_err(|e| {
                 Error::msg(format!(
                     "operator state \"{}\" cannot be encoded: {e}",
                     self.name

@@ -72,7 +72,7 @@ impl Access<'_> {
 
 /// A value per key, like Flink's `ValueState<T>`.
 ///
-/// Get one with [`Context::value_state`]. Values are encoded with `postcard`; any
+/// Get one with [`Context::value_state`]. Values are encoded with the operator's [`Codec`](crate::Codec) (CBOR by default); any
 /// `serde` type works. Reads and writes are of the current record's key.
 ///
 /// ```
@@ -147,7 +147,9 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
                 Val::Written(span) => span.get(&a.batch.arena),
                 Val::Absent | Val::Unknown => return Ok(None),
             };
-            decode(bytes).map(Some).map_err(|e| a.decode_error(e))
+            decode(a.codec, bytes)
+                .map(Some)
+                .map_err(|e| a.decode_error(e))
         })
     }
 
@@ -172,7 +174,7 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
         Q: Serialize + ?Sized,
     {
         self.ctx.with_state(&self.id, |a| {
-            let span = encode(value, &mut a.batch.arena).map_err(|e| a.encode_error(e))?;
+            let span = encode(a.codec, value, &mut a.batch.arena).map_err(|e| a.encode_error(e))?;
             let slot = a.slot;
             a.value_cache().slots[slot as usize] = Val::Written(span);
             a.batch.touch(slot);

@@ -12,7 +12,7 @@ use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
 use super::backend::{HostCalls, MemoryBackend, Store};
 use super::{Input, Output};
 use crate::runtime::{Core, Instance, OpenInfo};
-use crate::{Context, Level, OpenContext, Operator, Result};
+use crate::{Codec, Context, Level, OpenContext, Operator, Result};
 
 /// Runs an operator natively, one batch per call, against an in-memory host.
 ///
@@ -482,7 +482,7 @@ impl<T: Operator + Default> Harness<T> {
         store
             .operator_state(name)
             .iter()
-            .map(|e| decode_or_panic(name, e))
+            .map(|e| decode_or_panic(T::STATE_CODEC, name, e))
             .collect()
     }
 
@@ -504,7 +504,7 @@ impl<T: Operator + Default> Harness<T> {
         let store = self.store.borrow();
         store
             .value(name, key.as_ref())
-            .map(|v| decode_or_panic(name, v))
+            .map(|v| decode_or_panic(T::STATE_CODEC, name, v))
     }
 
     /// The list of list state `name` for `key` (empty if it has none).
@@ -525,7 +525,7 @@ impl<T: Operator + Default> Harness<T> {
         store
             .list(name, key.as_ref())
             .iter()
-            .map(|v| decode_or_panic(name, v))
+            .map(|v| decode_or_panic(T::STATE_CODEC, name, v))
             .collect()
     }
 
@@ -551,7 +551,12 @@ impl<T: Operator + Default> Harness<T> {
         store
             .map(name, key.as_ref())
             .iter()
-            .map(|(k, v)| (decode_or_panic(name, k), decode_or_panic(name, v)))
+            .map(|(k, v)| {
+                (
+                    decode_or_panic(T::STATE_CODEC, name, k),
+                    decode_or_panic(T::STATE_CODEC, name, v),
+                )
+            })
             .collect()
     }
 
@@ -608,8 +613,8 @@ impl<T: Operator + Default> Harness<T> {
     }
 }
 
-fn decode_or_panic<V: DeserializeOwned>(name: &str, bytes: &[u8]) -> V {
-    match postcard::from_bytes(bytes) {
+fn decode_or_panic<V: DeserializeOwned>(codec: Codec, name: &str, bytes: &[u8]) -> V {
+    match crate::state::codec::decode(codec, bytes) {
         Ok(v) => v,
         Err(e) => panic!("state \"{name}\" does not decode as the requested type: {e}"),
     }
@@ -618,7 +623,10 @@ fn decode_or_panic<V: DeserializeOwned>(name: &str, bytes: &[u8]) -> V {
 /// Runs `f` with a [`Context`] that has no current key (for doc examples).
 #[doc(hidden)]
 pub fn doc_context<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
-    let core = RefCell::new(Core::new(Box::new(MemoryBackend::default())));
+    let core = RefCell::new(Core::new(
+        Box::new(MemoryBackend::default()),
+        Codec::default(),
+    ));
     let mut ctx = Context::new(&core, &[]);
     f(&mut ctx)
 }
@@ -626,7 +634,10 @@ pub fn doc_context<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
 /// Runs `f` with the [`OpenContext`] a default [`Harness`] opens with (for doc examples).
 #[doc(hidden)]
 pub fn doc_open_context<R>(f: impl FnOnce(&mut OpenContext<'_>) -> R) -> R {
-    let core = RefCell::new(Core::new(Box::new(MemoryBackend::default())));
+    let core = RefCell::new(Core::new(
+        Box::new(MemoryBackend::default()),
+        Codec::default(),
+    ));
     let info = default_info();
     let mut ctx = OpenContext::new(&info, &core);
     f(&mut ctx)

@@ -3,8 +3,10 @@
 //!
 //! Rust projects build with cargo (for `wasm32-wasip2`, installed with rustup when missing);
 //! Python projects with componentize-py, which `weir build` installs once into a virtual
-//! environment in the cache directory. The Python SDK and the WIT contract are part of this
-//! binary, so a project builds against the contract of the host that will run it.
+//! environment in the cache directory; JavaScript projects with esbuild (bundling the module
+//! with the SDK) and componentize-js, installed once with npm there. The Python and
+//! JavaScript SDKs and the WIT contract are part of this binary, so a project builds against
+//! the contract of the host that will run it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,10 +21,63 @@ use weir::{Limits, WasmEngine};
 pub(super) enum Lang {
     Rust,
     Python,
+    Js,
 }
 
 /// The componentize-py `weir build` installs for Python projects.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// What `weir build` installs with npm for JavaScript projects.
+const JS_TOOLS: &[&str] = &[
+    "@bytecodealliance/componentize-js@0.23.0",
+    "esbuild@0.25.12",
+];
+
+/// The JavaScript SDK's files (package `weir-sdk`), and the script that builds a component.
+const JS_SDK: &[(&str, &str)] = &[
+    (
+        "package.json",
+        include_str!("../../../guest-sdk/js/package.json"),
+    ),
+    ("README.md", include_str!("../../../guest-sdk/js/README.md")),
+    (
+        "index.d.ts",
+        include_str!("../../../guest-sdk/js/index.d.ts"),
+    ),
+    (
+        "testing.d.ts",
+        include_str!("../../../guest-sdk/js/testing.d.ts"),
+    ),
+    (
+        "src/cbor.js",
+        include_str!("../../../guest-sdk/js/src/cbor.js"),
+    ),
+    (
+        "src/component.js",
+        include_str!("../../../guest-sdk/js/src/component.js"),
+    ),
+    (
+        "src/index.js",
+        include_str!("../../../guest-sdk/js/src/index.js"),
+    ),
+    (
+        "src/runtime.js",
+        include_str!("../../../guest-sdk/js/src/runtime.js"),
+    ),
+    (
+        "src/testing.js",
+        include_str!("../../../guest-sdk/js/src/testing.js"),
+    ),
+    (
+        "src/types.js",
+        include_str!("../../../guest-sdk/js/src/types.js"),
+    ),
+    (
+        "src/wire.js",
+        include_str!("../../../guest-sdk/js/src/wire.js"),
+    ),
+];
+const JS_BUILD: &str = include_str!("../../../guest-sdk/js/tools/build.mjs");
 
 /// The WIT contract, as the host implements it.
 const WIT: &str = include_str!("../../../wit/stream.wit");
@@ -120,6 +175,49 @@ pub(super) fn python_sdk(cache: &Path) -> anyhow::Result<PathBuf> {
     materialize(cache, "python-sdk", PYTHON_SDK)
 }
 
+/// The JavaScript SDK, written out in the cache: `<dir>/node_modules/weir-sdk`, so that a
+/// bundler given `<dir>/node_modules` finds the package (and `npm install <dir>/node_modules/weir-sdk` works).
+pub(super) fn js_sdk(cache: &Path) -> anyhow::Result<PathBuf> {
+    let files: Vec<(String, &str)> = JS_SDK
+        .iter()
+        .map(|(path, text)| (format!("node_modules/weir-sdk/{path}"), *text))
+        .collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+    materialize(cache, "js-sdk", &files)
+}
+
+/// The directory with esbuild and componentize-js installed (once, with npm) and the build
+/// script.
+fn js_tools(cache: &Path) -> anyhow::Result<PathBuf> {
+    let dir = cache.join("tools").join("componentize-js-0.23.0");
+    if !dir
+        .join("node_modules/@bytecodealliance/componentize-js")
+        .exists()
+        || !dir.join("node_modules/esbuild").exists()
+    {
+        eprintln!(
+            "weir: installing {} into {} (once)",
+            JS_TOOLS.join(" and "),
+            dir.display()
+        );
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("package.json"),
+            "{\"private\": true, \"type\": \"module\"}\n",
+        )?;
+        run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--silent"])
+                .args(JS_TOOLS)
+                .current_dir(&dir),
+            "installing componentize-js and esbuild with npm (is Node.js 18 or later with npm \
+             installed?)",
+        )?;
+    }
+    std::fs::write(dir.join("build.mjs"), JS_BUILD)?;
+    Ok(dir)
+}
+
 /// Runs `command`, failing with `what` and its output if it fails.
 fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
     let out = command
@@ -177,12 +275,22 @@ fn componentize_py(cache: &Path) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// What `weir build` builds: a project directory, or one Python module (a `.py` file).
+/// What `weir build` builds: a project directory, or one module (a `.py` or `.js` file).
 struct Project {
     lang: Lang,
     dir: PathBuf,
-    /// The component's name: the crate's, or the Python module's.
+    /// The component's name: the crate's, or the module's.
     name: String,
+    /// A JavaScript project's module (its default export is the operator).
+    module: Option<PathBuf>,
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 /// The project at `path`, with the Python module `module` if given.
@@ -198,15 +306,19 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
         return match (path.extension().and_then(|e| e.to_str()), stem) {
             (Some("py"), Some(stem)) => Ok(Project {
                 lang: Lang::Python,
-                dir: match path.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                    _ => PathBuf::from("."),
-                },
+                dir: parent_of(path),
                 name: module.unwrap_or(stem).to_string(),
+                module: None,
+            }),
+            (Some("js" | "mjs"), Some(stem)) => Ok(Project {
+                lang: Lang::Js,
+                dir: parent_of(path),
+                name: stem.to_string(),
+                module: Some(path.to_path_buf()),
             }),
             _ => bail!(
-                "{} is not a project: give a directory with a Cargo.toml or a pyproject.toml, \
-                 or a Python module (.py)",
+                "{} is not a project: give a directory with a Cargo.toml, a pyproject.toml or \
+                 a package.json, or a Python (.py) or JavaScript (.js) module",
                 path.display()
             ),
         };
@@ -229,6 +341,7 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
             lang: Lang::Rust,
             dir: path.to_path_buf(),
             name: name.replace('-', "_"),
+            module: None,
         });
     }
     if path.join("pyproject.toml").exists() {
@@ -255,11 +368,36 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
             lang: Lang::Python,
             dir: path.to_path_buf(),
             name: name.to_string(),
+            module: None,
+        });
+    }
+    if path.join("package.json").exists() {
+        let manifest = path.join("package.json");
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest)?)
+            .with_context(|| format!("{} is not valid JSON", manifest.display()))?;
+        let configured = json["weir"]["module"].as_str().or(json["main"].as_str());
+        let Some(file) = module.or(configured) else {
+            bail!(
+                "{}: which module is the operator? Set \"weir\": {{\"module\": \"op.js\"}} in \
+                 package.json, or give --module",
+                path.display()
+            );
+        };
+        let file = path.join(file);
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("operator");
+        return Ok(Project {
+            lang: Lang::Js,
+            dir: path.to_path_buf(),
+            name: name.to_string(),
+            module: Some(file),
         });
     }
     bail!(
-        "{} has no Cargo.toml (Rust) or pyproject.toml (Python); `weir new --lang rust|python \
-         NAME` makes a project",
+        "{} has no Cargo.toml (Rust), pyproject.toml (Python) or package.json (JavaScript); \
+         `weir new --lang rust|python|js NAME` makes a project",
         path.display()
     )
 }
@@ -290,6 +428,7 @@ pub(super) fn build(
     match project.lang {
         Lang::Rust => build_rust(&project, &out)?,
         Lang::Python => build_python(&project, &out, cache)?,
+        Lang::Js => build_js(&project, &out, cache)?,
     }
     let built = started.elapsed();
     let size = std::fs::metadata(&out)?.len();
@@ -312,6 +451,7 @@ pub(super) fn build(
         match project.lang {
             Lang::Rust => "cargo",
             Lang::Python => "componentize-py",
+            Lang::Js => "esbuild and componentize-js",
         },
         built.as_secs_f64(),
         compiled.as_secs_f64(),
@@ -422,6 +562,30 @@ fn build_python(project: &Project, out: &Path, cache: &Path) -> anyhow::Result<(
     })
 }
 
+fn build_js(project: &Project, out: &Path, cache: &Path) -> anyhow::Result<()> {
+    let module = project
+        .module
+        .as_ref()
+        .expect("a JavaScript project names its module");
+    if !module.exists() {
+        bail!("no JavaScript module {}", module.display());
+    }
+    let tools = js_tools(cache)?;
+    let sdk = js_sdk(cache)?;
+    let wit = materialize(cache, "wit", &[("stream.wit", WIT)])?;
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    run(
+        Command::new("node")
+            .arg(tools.join("build.mjs"))
+            .arg(absolute(module))
+            .arg(sdk.join("node_modules"))
+            .arg(&wit)
+            .arg(absolute(out))
+            .current_dir(&tools),
+        "esbuild and componentize-js",
+    )
+}
+
 /// `<venv>/lib/python3.*/site-packages`.
 fn glob_site_packages(venv: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(venv.join("lib")) else {
@@ -468,6 +632,7 @@ pub(super) fn new_project(
             rust_template(name, &sdk)
         }
         Lang::Python => python_template(name),
+        Lang::Js => js_template(name, &js_sdk(cache)?),
     };
     for (path, text) in &files {
         let file = dir.join(path);
@@ -479,31 +644,31 @@ pub(super) fn new_project(
         dir.display()
     );
     let dir = dir.display();
-    let steps: Vec<(String, &str)> = match lang {
-        Lang::Rust => vec![
-            (
-                format!("cargo test --manifest-path {dir}/Cargo.toml"),
-                "its unit test",
-            ),
-            (
-                format!("weir build {dir}"),
-                "the component, build/<name>.wasm",
-            ),
-            (format!("weir run {dir}/job.toml"), "the job"),
-        ],
+    let mut steps: Vec<(String, &str)> = match lang {
+        Lang::Rust => vec![(
+            format!("cargo test --manifest-path {dir}/Cargo.toml"),
+            "its unit test",
+        )],
         Lang::Python => vec![
             (
                 format!("pip install {} pytest", python_sdk(cache)?.display()),
                 "the SDK, for the test",
             ),
             (format!("python -m pytest {dir}"), "its unit test"),
+        ],
+        Lang::Js => vec![
             (
-                format!("weir build {dir}"),
-                "the component, build/<name>.wasm",
+                format!("npm install --prefix {dir}"),
+                "the SDK, for the test",
             ),
-            (format!("weir run {dir}/job.toml"), "the job"),
+            (format!("npm test --prefix {dir}"), "its unit test"),
         ],
     };
+    steps.push((
+        format!("weir build {dir}"),
+        "the component, build/<name>.wasm",
+    ));
+    steps.push((format!("weir run {dir}/job.toml"), "the job"));
     let width = steps.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
     for (command, what) in steps {
         println!("  {command:<width$}  # {what}");
@@ -648,5 +813,56 @@ def test_counts_per_key():
         (format!("test_{name}.py"), test),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
         (".gitignore".into(), "/build\n__pycache__/\n".into()),
+    ]
+}
+
+fn js_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
+    let package = serde_json::json!({
+        "name": name,
+        "version": "0.1.0",
+        "private": true,
+        "type": "module",
+        "weir": { "module": format!("{name}.js") },
+        "scripts": { "test": "node --test" },
+        "devDependencies": {
+            "weir-sdk": format!("file:{}", sdk.join("node_modules/weir-sdk").display())
+        }
+    });
+    let module = r#"// A keyed count: each record's key is counted in a value state, and the new count emitted.
+import * as weir from "weir-sdk";
+
+export default class Count extends weir.Operator {
+  process(ctx, record) {
+    const count = ctx.valueState("count");
+    const n = count.get(0) + 1;
+    count.set(n);
+    ctx.emit(record.key, n);
+  }
+}
+"#;
+    let test = format!(
+        r#"import assert from "node:assert/strict";
+import {{ test }} from "node:test";
+import {{ Harness }} from "weir-sdk/testing";
+
+import Count from "./{name}.js";
+
+test("counts per key", () => {{
+  const h = new Harness(Count);
+  const out = h.process([["a", "x"], ["b", "y"], ["a", "z"]]);
+  assert.deepEqual(out.map((o) => o.valueStr), ["1", "1", "2"]);
+  assert.equal(h.valueState("count", "a"), 2);
+}});
+"#
+    );
+    vec![
+        (
+            "package.json".into(),
+            serde_json::to_string_pretty(&package).expect("JSON") + "\n",
+        ),
+        (format!("{name}.js"), module.into()),
+        (format!("{name}.test.js"), test),
+        ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
+        (".gitignore".into(), "/build\n/node_modules\n".into()),
     ]
 }

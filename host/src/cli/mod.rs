@@ -233,15 +233,16 @@ enum Command {
         #[arg(long, default_value = ".", value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Build an operator project (Rust: cargo; Python: componentize-py, installed on first
-    /// use) into a component, then check it loads and instantiates as a job would; prints
-    /// its size and compile and instantiation times.
+    /// Build an operator project (Rust: cargo; Python: componentize-py; JavaScript: esbuild
+    /// and componentize-js; the tools are installed on first use) into a component, then
+    /// check it loads and instantiates as a job would; prints its size and compile and
+    /// instantiation times.
     Build {
-        /// The project directory, or a Python module (.py file).
+        /// The project directory, or a Python (.py) or JavaScript (.js) module.
         #[arg(default_value = ".")]
         path: PathBuf,
-        /// The Python module that exports the operator (default: `module` under
-        /// [tool.weir] in pyproject.toml).
+        /// The module that exports the operator (default: `module` under [tool.weir] in
+        /// pyproject.toml, `weir.module` or `main` in package.json).
         #[arg(long)]
         module: Option<String>,
         /// Where to write the component [default: <project>/build/<name>.wasm].

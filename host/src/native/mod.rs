@@ -191,7 +191,7 @@ impl Operator for CountWords {
         counts.clear();
         self.state
             .read_values(self.count, &self.slots, |_, v| {
-                counts.push(v.map_or(0, |v| decode_varint(v).0))
+                counts.push(v.map_or(0, |v| decode_cbor_u64(v).0))
             })
             .map_err(|e| OperatorError::Contract(e.to_string()))?;
         for rec in input.iter() {
@@ -209,15 +209,15 @@ impl Operator for CountWords {
                 b.extend_from_slice(text)
             });
         }
-        let mut encoded = Vec::with_capacity(counts.len() * 10);
+        let mut encoded = Vec::with_capacity(counts.len() * 9);
         for &n in counts.iter() {
-            let mut buf = [0u8; 10];
-            let len = encode_varint(n, &mut buf);
+            let mut buf = [0u8; 9];
+            let len = encode_cbor_u64(n, &mut buf);
             encoded.extend_from_slice(&buf[..len]);
         }
         let mut rest = &encoded[..];
         let values = counts.iter().enumerate().map(|(slot, &n)| {
-            let (v, tail) = rest.split_at(varint_len(n));
+            let (v, tail) = rest.split_at(cbor_u64_len(n));
             rest = tail;
             (slot, Some(v))
         });
@@ -227,32 +227,55 @@ impl Operator for CountWords {
     }
 }
 
-/// Bytes of `n` in LEB128.
-fn varint_len(n: u64) -> usize {
-    (64 - n.max(1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// LEB128, the encoding the guest SDK's codec (postcard) gives a `u64`.
-fn encode_varint(mut n: u64, buf: &mut [u8; 10]) -> usize {
-    let mut i = 0;
-    while n >= 0x80 {
-        buf[i] = (n as u8) | 0x80;
-        n >>= 7;
-        i += 1;
+/// Bytes of `n` as a CBOR unsigned integer.
+fn cbor_u64_len(n: u64) -> usize {
+    match n {
+        0..24 => 1,
+        24..0x100 => 2,
+        0x100..0x1_0000 => 3,
+        0x1_0000..0x1_0000_0000 => 5,
+        _ => 9,
     }
-    buf[i] = n as u8;
-    i + 1
 }
 
-fn decode_varint(b: &[u8]) -> (u64, usize) {
-    let mut n = 0u64;
-    for (i, &byte) in b.iter().enumerate().take(10) {
-        n |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return (n, i + 1);
+/// `n` as a CBOR unsigned integer (shortest form), the encoding the guest SDKs' codec gives
+/// a `u64`, so that this operator and a guest's count read each other's state.
+fn encode_cbor_u64(n: u64, buf: &mut [u8; 9]) -> usize {
+    let len = cbor_u64_len(n);
+    match len {
+        1 => buf[0] = n as u8,
+        2 => buf[..2].copy_from_slice(&[0x18, n as u8]),
+        3 => {
+            buf[0] = 0x19;
+            buf[1..3].copy_from_slice(&(n as u16).to_be_bytes());
+        }
+        5 => {
+            buf[0] = 0x1a;
+            buf[1..5].copy_from_slice(&(n as u32).to_be_bytes());
+        }
+        _ => {
+            buf[0] = 0x1b;
+            buf[1..9].copy_from_slice(&n.to_be_bytes());
         }
     }
-    (n, b.len())
+    len
+}
+
+/// A CBOR unsigned integer at the start of `b`, and its length (0 for what is not one).
+fn decode_cbor_u64(b: &[u8]) -> (u64, usize) {
+    let arg = |n: usize| -> Option<u64> {
+        let bytes = b.get(1..1 + n)?;
+        Some(bytes.iter().fold(0, |acc, &x| acc << 8 | u64::from(x)))
+    };
+    let decoded = match b.first() {
+        Some(&x) if x < 24 => Some((u64::from(x), 1)),
+        Some(0x18) => arg(1).map(|n| (n, 2)),
+        Some(0x19) => arg(2).map(|n| (n, 3)),
+        Some(0x1a) => arg(4).map(|n| (n, 5)),
+        Some(0x1b) => arg(8).map(|n| (n, 9)),
+        _ => None,
+    };
+    decoded.unwrap_or((0, 0))
 }
 
 #[cfg(test)]
@@ -290,12 +313,29 @@ mod tests {
     }
 
     #[test]
-    fn varint_round_trip() {
-        for n in [0, 1, 127, 128, 300, u64::MAX] {
-            let mut buf = [0; 10];
-            let len = encode_varint(n, &mut buf);
-            assert_eq!(decode_varint(&buf[..len]), (n, len));
-            assert_eq!(varint_len(n), len);
+    fn cbor_u64_round_trip() {
+        // The bytes of RFC 8949's examples (appendix A).
+        let cases: [(u64, &[u8]); 7] = [
+            (0, &[0x00]),
+            (23, &[0x17]),
+            (24, &[0x18, 0x18]),
+            (1000, &[0x19, 0x03, 0xe8]),
+            (1_000_000, &[0x1a, 0x00, 0x0f, 0x42, 0x40]),
+            (
+                1_000_000_000_000,
+                &[0x1b, 0, 0, 0, 0xe8, 0xd4, 0xa5, 0x10, 0],
+            ),
+            (
+                u64::MAX,
+                &[0x1b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            ),
+        ];
+        for (n, bytes) in cases {
+            let mut buf = [0; 9];
+            let len = encode_cbor_u64(n, &mut buf);
+            assert_eq!(&buf[..len], bytes);
+            assert_eq!(decode_cbor_u64(&buf[..len]), (n, len));
+            assert_eq!(cbor_u64_len(n), len);
         }
     }
 }

@@ -1,16 +1,22 @@
-//! Guests written in Python (the SDK in `guest-sdk/python`, built with `weir build`): the
-//! sandbox holds for them as for Rust guests. (The word count's Python operators are checked
-//! in `wordcount.rs` and `exactly_once.rs`, the state semantics in `state.rs`.)
+//! Guests written in Python and JavaScript (the SDKs in `guest-sdk/python` and
+//! `guest-sdk/js`, built with `weir build`): the sandbox holds for them as for Rust guests.
+//! (Their word counts are checked in `wordcount.rs` and `exactly_once.rs`, their state
+//! semantics in `state.rs`, a savepoint across languages in `savepoint.rs`.)
 
 use crate::support::{Workspace, part_text, toml_path, wasm};
 
 /// A job whose operator is the Python hostile guest, fed `lines`.
 fn hostile_job(ws: &Workspace, lines: &str) -> String {
+    hostile_job_of(ws, lines, "weir_test_hostile_py")
+}
+
+/// A job whose operator is the hostile guest `component`, fed `lines`.
+fn hostile_job_of(ws: &Workspace, lines: &str, component: &str) -> String {
     let input = ws.write("input.txt", lines);
     format!(
         r#"
 [job]
-name = "hostile-python"
+name = "hostile"
 
 [[source]]
 name = "lines"
@@ -19,7 +25,7 @@ path = {input}
 
 [[operator]]
 name = "hostile"
-uid = "hostile-python"
+uid = "hostile-guest"
 {hostile}
 input = "lines"
 
@@ -30,7 +36,7 @@ input = "hostile"
 path = {out}
 "#,
         input = toml_path(&input),
-        hostile = wasm("weir_test_hostile_py"),
+        hostile = wasm(component),
         out = toml_path(&ws.path("out")),
     )
 }
@@ -70,7 +76,7 @@ fn a_python_guest_that_loops_forever_is_stopped_at_the_call_deadline() {
     run.assert_clean_failure();
     let stderr = run.stderr();
     assert!(
-        stderr.contains("hostile-python")
+        stderr.contains("hostile-guest")
             && stderr.contains("execution deadline exceeded: process ran longer than 5s"),
         "{run}"
     );
@@ -83,9 +89,56 @@ fn a_python_guest_that_allocates_without_bound_is_stopped_at_the_memory_limit() 
     run.assert_clean_failure();
     let stderr = run.stderr();
     assert!(
-        stderr.contains("hostile-python")
+        stderr.contains("hostile-guest")
             && stderr.contains("memory limit exceeded")
             && stderr.contains("over the limit of 256 MiB"),
         "{run}"
     );
+}
+
+#[test]
+fn a_javascript_guest_reaches_nothing_outside_and_is_stopped_at_the_limits() {
+    // No Node or Deno API to reach files, processes or sockets.
+    let ws = Workspace::new();
+    ws.run_ok(&hostile_job_of(
+        &ws,
+        "globals\npassed\n",
+        "weir_test_hostile_js",
+    ));
+    let out = part_text(&ws.path("out"), 0);
+    assert_eq!(out, "err none\npassed\n");
+
+    // `fetch` is there (StarlingMonkey defines it) but built without its HTTP feature: a
+    // call traps, which fails the job cleanly; nothing connects.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let line = format!("fetch http://{}/\n", listener.local_addr().unwrap());
+    let run = ws.run(&hostile_job_of(&ws, &line, "weir_test_hostile_js"));
+    run.assert_clean_failure();
+    assert!(
+        run.stderr().contains("hostile-guest") && run.stderr().contains("guest trapped"),
+        "{run}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the guest connected a TCP socket"
+    );
+
+    for (line, error) in [
+        (
+            "spin",
+            "execution deadline exceeded: process ran longer than 5s",
+        ),
+        ("hog", "memory limit exceeded"),
+    ] {
+        let ws = Workspace::new();
+        let lines = format!("apple\n{line}\n");
+        let run = ws.run(&hostile_job_of(&ws, &lines, "weir_test_hostile_js"));
+        run.assert_clean_failure();
+        let stderr = run.stderr();
+        assert!(
+            stderr.contains("hostile-guest") && stderr.contains(error),
+            "{run}"
+        );
+    }
 }
