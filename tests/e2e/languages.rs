@@ -5,11 +5,6 @@
 
 use crate::support::{Workspace, part_text, toml_path, wasm};
 
-/// A job whose operator is the Python hostile guest, fed `lines`.
-fn hostile_job(ws: &Workspace, lines: &str) -> String {
-    hostile_job_of(ws, lines, "weir_test_hostile_py")
-}
-
 /// A job whose operator is the hostile guest `component`, fed `lines`.
 fn hostile_job_of(ws: &Workspace, lines: &str, component: &str) -> String {
     let input = ws.write("input.txt", lines);
@@ -54,7 +49,7 @@ fn a_python_guest_cannot_reach_files_sockets_or_the_environment() {
         escape.display(),
         listener.local_addr().unwrap()
     );
-    ws.run_ok(&hostile_job(&ws, &lines));
+    ws.run_ok(&hostile_job_of(&ws, &lines, "weir_test_hostile_py"));
     let out = part_text(&ws.path("out"), 0);
     let out: Vec<&str> = out.lines().collect();
     assert_eq!(out.len(), 5, "{out:?}");
@@ -70,30 +65,35 @@ fn a_python_guest_cannot_reach_files_sockets_or_the_environment() {
 }
 
 #[test]
-fn a_python_guest_that_loops_forever_is_stopped_at_the_call_deadline() {
-    let ws = Workspace::new();
-    let run = ws.run(&hostile_job(&ws, "apple\nspin\ncherry\n"));
-    run.assert_clean_failure();
-    let stderr = run.stderr();
-    assert!(
-        stderr.contains("hostile-guest")
-            && stderr.contains("execution deadline exceeded: process ran longer than 5s"),
-        "{run}"
-    );
+fn a_python_guest_that_loops_or_allocates_without_bound_is_stopped_at_the_limits() {
+    assert_stopped_at_the_limits("weir_test_hostile_py");
 }
 
-#[test]
-fn a_python_guest_that_allocates_without_bound_is_stopped_at_the_memory_limit() {
-    let ws = Workspace::new();
-    let run = ws.run(&hostile_job(&ws, "apple\nhog\n"));
-    run.assert_clean_failure();
-    let stderr = run.stderr();
-    assert!(
-        stderr.contains("hostile-guest")
-            && stderr.contains("memory limit exceeded")
-            && stderr.contains("over the limit of 256 MiB"),
-        "{run}"
-    );
+/// The hostile guest `component` fails its job cleanly, naming the operator and the limit,
+/// when it loops forever and when it allocates without bound.
+fn assert_stopped_at_the_limits(component: &str) {
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "spin",
+            &["execution deadline exceeded: process ran longer than 5s"],
+        ),
+        (
+            "hog",
+            &["memory limit exceeded", "over the limit of 256 MiB"],
+        ),
+    ];
+    for (line, errors) in cases {
+        let ws = Workspace::new();
+        let lines = format!("apple\n{line}\ncherry\n");
+        let run = ws.run(&hostile_job_of(&ws, &lines, component));
+        run.assert_clean_failure();
+        let stderr = run.stderr();
+        let named = errors.iter().all(|e| stderr.contains(e));
+        assert!(
+            stderr.contains("hostile-guest") && named,
+            "{component}: {run}"
+        );
+    }
 }
 
 #[test]
@@ -124,21 +124,5 @@ fn a_javascript_guest_reaches_nothing_outside_and_is_stopped_at_the_limits() {
         "the guest connected a TCP socket"
     );
 
-    for (line, error) in [
-        (
-            "spin",
-            "execution deadline exceeded: process ran longer than 5s",
-        ),
-        ("hog", "memory limit exceeded"),
-    ] {
-        let ws = Workspace::new();
-        let lines = format!("apple\n{line}\n");
-        let run = ws.run(&hostile_job_of(&ws, &lines, "weir_test_hostile_js"));
-        run.assert_clean_failure();
-        let stderr = run.stderr();
-        assert!(
-            stderr.contains("hostile-guest") && stderr.contains(error),
-            "{run}"
-        );
-    }
+    assert_stopped_at_the_limits("weir_test_hostile_js");
 }

@@ -169,56 +169,44 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
 
 #[test]
 fn a_savepoint_of_python_operators_restores_into_their_rust_rewrite() {
-    // The state probe written in Python (value and list state, timers; state in CBOR, the
-    // SDKs' shared codec) stops with a savepoint; the Rust probe resumes from it, on the
-    // other backend: the output is that of a run without stops.
-    let ws = Workspace::new();
-    let seed = fastrand::u64(..);
-    eprintln!("savepoint seed {seed}");
-    let (text, expected) = probe_input(1_000_000, seed);
-    let input = ws.write("input.txt", text);
-    let savepoint = ws.path("savepoints/python");
-    let python = probe_job_of(
-        &ws,
-        "python",
-        2,
-        "memory",
-        &input,
+    across_languages(
         "weir_test_state_probe_py",
+        ("memory", 2),
+        "weir_test_state_probe",
+        ("rocksdb", 2),
     );
-    stop_with_savepoint(&ws, &python, &[], &savepoint, "python");
-    let rust = probe_job(&ws, "rust", 2, "rocksdb", &input);
-    let run = weir(&["run", "-s", savepoint.to_str().unwrap()], &rust);
-    assert!(run.success(), "{}", run.stderr());
-    let lines = committed_lines(&ws);
-    assert_eq!(
-        lines.len(),
-        expected.len(),
-        "as many lines as a run without stops"
-    );
-    assert!(lines == expected, "the output of a run without stops");
 }
 
 #[test]
 fn a_savepoint_of_javascript_operators_restores_into_their_python_rewrite() {
-    // As above, the JavaScript probe into the Python one, on RocksDB at another parallelism.
+    across_languages(
+        "weir_test_state_probe_js",
+        ("rocksdb", 2),
+        "weir_test_state_probe_py",
+        ("memory", 3),
+    );
+}
+
+/// The state probe written in one language, component `from` (value and list state,
+/// timers; state in CBOR, the SDKs' shared codec), stops with a savepoint; its rewrite in
+/// another, component `to`, resumes from it: the output is that of a run without stops.
+/// Each runs on the backend and at the parallelism given with it.
+fn across_languages(
+    from: &str,
+    (backend, parallelism): (&str, u32),
+    to: &str,
+    resumed: (&str, u32),
+) {
     let ws = Workspace::new();
     let seed = fastrand::u64(..);
     eprintln!("savepoint seed {seed}");
     let (text, expected) = probe_input(1_000_000, seed);
     let input = ws.write("input.txt", text);
-    let savepoint = ws.path("savepoints/js");
-    let js = probe_job_of(&ws, "js", 2, "rocksdb", &input, "weir_test_state_probe_js");
-    stop_with_savepoint(&ws, &js, &[], &savepoint, "js");
-    let python = probe_job_of(
-        &ws,
-        "python",
-        3,
-        "memory",
-        &input,
-        "weir_test_state_probe_py",
-    );
-    let run = weir(&["run", "-s", savepoint.to_str().unwrap()], &python);
+    let savepoint = ws.path("savepoint");
+    let first = probe_job_of(&ws, "first", parallelism, backend, &input, from);
+    stop_with_savepoint(&ws, &first, &[], &savepoint, "first");
+    let second = probe_job_of(&ws, "second", resumed.1, resumed.0, &input, to);
+    let run = weir(&["run", "-s", savepoint.to_str().unwrap()], &second);
     assert!(run.success(), "{}", run.stderr());
     let lines = committed_lines(&ws);
     assert_eq!(
@@ -226,7 +214,10 @@ fn a_savepoint_of_javascript_operators_restores_into_their_python_rewrite() {
         expected.len(),
         "as many lines as a run without stops"
     );
-    assert!(lines == expected, "the output of a run without stops");
+    assert!(
+        lines == expected,
+        "{from} to {to}: the output of a run without stops"
+    );
 }
 
 #[test]

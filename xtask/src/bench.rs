@@ -187,7 +187,7 @@ pub fn run(options: Options) -> Result<()> {
 }
 
 /// The cached input of `words` words, generated on first use.
-fn generate(dir: &Path, words: u64) -> Result<PathBuf> {
+pub(crate) fn generate(dir: &Path, words: u64) -> Result<PathBuf> {
     let path = dir.join(format!("words-{words}.txt"));
     if path.exists() {
         return Ok(path);

@@ -469,7 +469,7 @@ pub(crate) fn run_flink(
 }
 
 /// The CPU seconds and peak RSS (KB) GNU time wrote to `path`.
-fn gnu_time(path: &Path) -> Result<(f64, u64)> {
+pub(crate) fn gnu_time(path: &Path) -> Result<(f64, u64)> {
     let text = std::fs::read_to_string(path)?;
     let fields: Vec<&str> = text
         .lines()

@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 mod api;
 mod bench;
 mod bench_checkpoints;
+mod bench_languages;
 mod bench_operators;
 mod bench_postgres;
 mod bench_serve;
@@ -84,6 +85,11 @@ commands:
                               as a WebAssembly aggregate, memory and RocksDB, beside
                               Flink 2.3: events/s, CPU, peak RSS, output checked
                               (default 50000000 events)
+  bench-languages [--words N] [--no-pyflink]
+                              the word count's operators in Rust, Python and
+                              JavaScript beside PyFlink's Python DataStream API:
+                              words/s, CPU, peak RSS, output checked (default
+                              2000000 words)
   bench-upgrade [--keys K] [--swaps N] [--backend memory|rocksdb]
                               hot deploy: pause per subtask over N swaps (default
                               100) at K keys (default 1M), throughput around a
@@ -122,6 +128,7 @@ fn dispatch(args: Vec<String>) -> Result<()> {
         "bench-serve" => bench_serve::run(rest),
         "bench-operators" => bench_operators::run(rest),
         "bench-windows" => bench_windows::run(rest),
+        "bench-languages" => bench_languages::run(rest),
         "bench-upgrade" => bench_serve::run_upgrade(rest),
         "openapi" => no_args(rest).and_then(|()| api::openapi()),
         "fuzz-api" => api::fuzz(rest),

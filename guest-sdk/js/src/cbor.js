@@ -22,34 +22,13 @@ export class CodecError extends Error {
   }
 }
 
+import { ByteBuffer } from "./wire.js";
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 const TWO_64 = 1n << 64n;
 
-class Writer {
-  constructor() {
-    this.buf = new Uint8Array(64);
-    this.view = new DataView(this.buf.buffer);
-    this.len = 0;
-  }
-  reserve(n) {
-    if (this.len + n <= this.buf.length) return;
-    let size = this.buf.length * 2;
-    while (size < this.len + n) size *= 2;
-    const next = new Uint8Array(size);
-    next.set(this.buf.subarray(0, this.len));
-    this.buf = next;
-    this.view = new DataView(next.buffer);
-  }
-  byte(b) {
-    this.reserve(1);
-    this.buf[this.len++] = b;
-  }
-  bytes(b) {
-    this.reserve(b.length);
-    this.buf.set(b, this.len);
-    this.len += b.length;
-  }
+class Writer extends ByteBuffer {
   head(major, n) {
     const m = major << 5;
     if (typeof n === "bigint") {
@@ -61,7 +40,7 @@ class Writer {
       this.len += 9;
       return;
     }
-    if (n < 24) this.byte(m | n);
+    if (n < 24) this.u8(m | n);
     else if (n < 0x100) {
       this.reserve(2);
       this.buf[this.len] = m | 24;
@@ -99,20 +78,20 @@ class Writer {
       case "string": {
         const b = encoder.encode(v);
         this.head(3, b.length);
-        this.bytes(b);
+        this.raw(b);
         return;
       }
       case "boolean":
-        this.byte(v ? 0xf5 : 0xf4);
+        this.u8(v ? 0xf5 : 0xf4);
         return;
       case "undefined":
-        this.byte(0xf6);
+        this.u8(0xf6);
         return;
       case "object":
-        if (v === null) this.byte(0xf6);
+        if (v === null) this.u8(0xf6);
         else if (v instanceof Uint8Array) {
           this.head(2, v.length);
-          this.bytes(v);
+          this.raw(v);
         } else if (Array.isArray(v)) {
           this.head(4, v.length);
           for (const item of v) this.value(item);

@@ -50,6 +50,23 @@ function input(item) {
   return new Input(item);
 }
 
+/** A buffer starting with the key table of `keys` (null skipped, each key once), and the
+ * slot of each key (by byteKey). */
+function keyTable(keys) {
+  const slots = new Map();
+  const table = [];
+  for (const k of keys) {
+    if (k !== null && !slots.has(byteKey(k))) {
+      slots.set(byteKey(k), table.length);
+      table.push(k);
+    }
+  }
+  const b = new w.Writer();
+  b.u32(table.length);
+  for (const k of table) b.bytes(k);
+  return [b, slots];
+}
+
 function putEntries(b, entries) {
   const keys = Array.from(entries.keys()).sort();
   b.u32(keys.length);
@@ -230,18 +247,7 @@ export class Harness {
   /** Feeds `records` (Input, string/Uint8Array or [key, value]) as one batch. */
   process(records, second = false) {
     const inputs = Array.from(records, input);
-    const keys = [];
-    const slots = new Map();
-    for (const i of inputs) {
-      const k = bytes(i.key);
-      if (k !== null && !slots.has(byteKey(k))) {
-        slots.set(byteKey(k), keys.length);
-        keys.push(k);
-      }
-    }
-    const b = new w.Writer();
-    b.u32(keys.length);
-    for (const k of keys) b.bytes(k);
+    const [b, slots] = keyTable(inputs.map((i) => bytes(i.key)));
     b.u32(inputs.length);
     for (const i of inputs) {
       const k = bytes(i.key);
@@ -269,17 +275,7 @@ export class Harness {
     for (let round = 0; round < 10000; round++) {
       const due = this.backend.takeDue(domain, upTo);
       if (due.length === 0) return outputs;
-      const keys = [];
-      const slots = new Map();
-      for (const [, , key] of due) {
-        if (!slots.has(byteKey(key))) {
-          slots.set(byteKey(key), keys.length);
-          keys.push(key);
-        }
-      }
-      const b = new w.Writer();
-      b.u32(keys.length);
-      for (const k of keys) b.bytes(k);
+      const [b, slots] = keyTable(due.map(([, , key]) => key));
       b.u32(due.length);
       for (const [d, ts, key] of due) {
         b.u8(d);

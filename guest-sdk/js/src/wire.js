@@ -75,8 +75,8 @@ export class Reader {
   }
 }
 
-/** Builds a buffer for the host. */
-export class Writer {
+/** A byte buffer that grows as it is written. */
+export class ByteBuffer {
   constructor() {
     this.buf = new Uint8Array(256);
     this.view = new DataView(this.buf.buffer);
@@ -95,6 +95,21 @@ export class Writer {
     this.reserve(1);
     this.buf[this.len++] = v;
   }
+  raw(b) {
+    this.reserve(b.length);
+    this.buf.set(b, this.len);
+    this.len += b.length;
+  }
+  clear() {
+    this.len = 0;
+  }
+  finish() {
+    return this.buf.slice(0, this.len);
+  }
+}
+
+/** Builds a buffer for the host (little-endian, as wit/stream.wit says). */
+export class Writer extends ByteBuffer {
   u32(v) {
     this.reserve(4);
     this.view.setUint32(this.len, v, true);
@@ -105,20 +120,9 @@ export class Writer {
     this.view.setBigInt64(this.len, BigInt(v), true);
     this.len += 8;
   }
-  raw(b) {
-    this.reserve(b.length);
-    this.buf.set(b, this.len);
-    this.len += b.length;
-  }
   bytes(b) {
     this.u32(b.length);
     this.raw(b);
-  }
-  clear() {
-    this.len = 0;
-  }
-  finish() {
-    return this.buf.slice(0, this.len);
   }
 }
 

@@ -56,24 +56,27 @@ def failure(e, what):
     return f"{what}: {type(e).__name__}: {e}{_where(e)}"
 
 
-def _as_bytes(v, what):
+def _bytes(v):
+    """``v`` as bytes if it is bytes or text, else ``None``."""
     if isinstance(v, bytes):
         return v
     if isinstance(v, str):
         return v.encode()
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
-    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+    return None
+
+
+def _as_bytes(v, what):
+    b = _bytes(v)
+    if b is None:
+        raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+    return b
 
 
 def _value_bytes(v):
-    if isinstance(v, bytes):
-        return v
-    if isinstance(v, str):
-        return v.encode()
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    return str(v).encode()
+    b = _bytes(v)
+    return str(v).encode() if b is None else b
 
 
 class _Entry:

@@ -220,6 +220,19 @@ class MemoryBackend:
         return due
 
 
+def _key_table(keys):
+    """A buffer starting with the key table of ``keys`` (``None`` skipped, each key once),
+    and the slot of each key."""
+    slots = {}
+    for k in keys:
+        if k is not None and k not in slots:
+            slots[k] = len(slots)
+    buf = bytearray(w.U32.pack(len(slots)))
+    for k in slots:
+        w.put_bytes(buf, k)
+    return buf, slots
+
+
 def _put_entries(out, entries):
     out += w.U32.pack(len(entries))
     for k in sorted(entries):
@@ -264,15 +277,7 @@ class Harness:
     def process(self, records, input=0):
         """Feeds ``records`` (``Input``, str/bytes or ``(key, value)``) as one batch."""
         inputs = [_input(r) for r in records]
-        keys, slots = [], {}
-        for i in inputs:
-            k = _b(i.key)
-            if k is not None and k not in slots:
-                slots[k] = len(keys)
-                keys.append(k)
-        buf = bytearray(w.U32.pack(len(keys)))
-        for k in keys:
-            w.put_bytes(buf, k)
+        buf, slots = _key_table(_b(i.key) for i in inputs)
         buf += w.U32.pack(len(inputs))
         for i in inputs:
             k = _b(i.key)
@@ -302,14 +307,7 @@ class Harness:
             due = self.backend.take_due(domain, up_to)
             if not due:
                 return outputs
-            keys, slots = [], {}
-            for _, _, key in due:
-                if key not in slots:
-                    slots[key] = len(keys)
-                    keys.append(key)
-            buf = bytearray(w.U32.pack(len(keys)))
-            for k in keys:
-                w.put_bytes(buf, k)
+            buf, slots = _key_table(key for _, _, key in due)
             buf += w.U32.pack(len(due))
             for d, ts, key in due:
                 buf.append(d)
