@@ -9,6 +9,7 @@ Prints ``net_runtime_seconds=S`` (Flink's own runtime of the job, from running t
 """
 
 import argparse
+import sys
 
 from pyflink.common import Encoder, Types, WatermarkStrategy
 from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
@@ -43,6 +44,8 @@ def main():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_runtime_mode(RuntimeExecutionMode.STREAMING)
     env.set_parallelism(args.parallelism)
+    # The workers run this interpreter (its environment has PyFlink), not the first python.
+    env.set_python_executable(sys.executable)
     source = FileSource.for_record_stream_format(
         StreamFormat.text_line_format(), args.input
     ).build()

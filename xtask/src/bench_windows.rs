@@ -370,6 +370,10 @@ fn job_spec(layout: Layout, wasm: bool, backend: &str, events: Events, dir: &Pat
 name = "lines"
 type = "file"
 path = {path}
+# One split per file, so each subtask reads its file in time order: the event time is
+# parsed by an operator, whose watermarks cannot be per split (a 64 MiB split read after a
+# later one would make its records late).
+split_size = 1099511627776
 
 [[operator]]
 name = "parse"
