@@ -99,7 +99,8 @@ export class OperatorState<T extends StateValue = StateValue> {
   clear(): void;
 }
 
-interface Logging {
+/** The log and operator state, on both contexts. */
+declare class Logging {
   log(level: Level, message: unknown): void;
   trace(message: unknown): void;
   debug(message: unknown): void;
@@ -111,27 +112,18 @@ interface Logging {
   unionListState<T extends StateValue = StateValue>(name: string): OperatorListState<T>;
 }
 
-export class OpenContext implements Logging {
+export class OpenContext extends Logging {
   readonly operatorUid: string;
   readonly subtaskIndex: number;
   readonly parallelism: number;
   readonly configJson: string;
   /** The operator's config table of the job spec ({} when absent). */
   readonly config: { [key: string]: unknown };
-  log(level: Level, message: unknown): void;
-  trace(message: unknown): void;
-  debug(message: unknown): void;
-  info(message: unknown): void;
-  warn(message: unknown): void;
-  error(message: unknown): void;
-  operatorState<T extends StateValue = StateValue>(name: string): OperatorState<T>;
-  operatorListState<T extends StateValue = StateValue>(name: string): OperatorListState<T>;
-  unionListState<T extends StateValue = StateValue>(name: string): OperatorListState<T>;
 }
 
 type Bytes = Uint8Array | string;
 
-export class Context implements Logging {
+export class Context extends Logging {
   /** The key of the record or timer being handled. */
   readonly currentKey: Uint8Array | null;
   valueState<T extends StateValue = StateValue>(name: string, ttl?: Ttl | null): ValueState<T>;
@@ -147,15 +139,6 @@ export class Context implements Logging {
   deleteProcessingTimeTimer(timestamp: number): void;
   currentWatermark(): number | null;
   currentProcessingTime(): number;
-  log(level: Level, message: unknown): void;
-  trace(message: unknown): void;
-  debug(message: unknown): void;
-  info(message: unknown): void;
-  warn(message: unknown): void;
-  error(message: unknown): void;
-  operatorState<T extends StateValue = StateValue>(name: string): OperatorState<T>;
-  operatorListState<T extends StateValue = StateValue>(name: string): OperatorListState<T>;
-  unionListState<T extends StateValue = StateValue>(name: string): OperatorListState<T>;
 }
 
 /** Extend it and export the class as the module's default; override process(). */

@@ -246,6 +246,7 @@ export class Harness {
   }
   /** Feeds `records` (Input, string/Uint8Array or [key, value]) as one batch. */
   process(records, second = false) {
+    let out;
     const inputs = Array.from(records, input);
     const [b, slots] = keyTable(inputs.map((i) => bytes(i.key)));
     b.u32(inputs.length);
@@ -262,9 +263,9 @@ export class Harness {
     try {
       this.instance().process(b.finish());
     } finally {
-      this.emitted = this.take();
+      out = this.take();
     }
-    return this.emitted;
+    return out;
   }
   /** Feeds `records` as one batch of the operator's second input. */
   processSecond(records) {
@@ -301,13 +302,14 @@ export class Harness {
     return this.fire(1, ms);
   }
   close() {
+    let out;
     try {
       this.instance().close();
     } finally {
       this.current = null;
-      this.emitted = this.take();
+      out = this.take();
     }
-    return this.emitted;
+    return out;
   }
   /** Drops the instance (as a failure does); state and timers stay. */
   restart() {
