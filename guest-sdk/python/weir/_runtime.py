@@ -29,6 +29,8 @@ from .types import (
 OUTPUT_FLUSH_BYTES = 64 * 1024
 
 VALUE, LIST, MAP = "value", "list", "map"
+# Indexed by the header's kind bits: no enum lookup per record.
+_KINDS = tuple(Kind)
 _REMOVED = object()
 
 
@@ -747,7 +749,7 @@ class Instance:
             pos += length
             ctx._slot, ctx._key, ctx._timestamp = slot, key, ts
             try:
-                process(ctx, Record(key, value, ts, Kind(hdr & 3), 1 if hdr & 32 else 0))
+                process(ctx, Record(key, value, ts, _KINDS[hdr & 3], 1 if hdr & 32 else 0))
             except Exception as e:
                 raise WeirError(
                     failure(e, f"record {index} of the batch ({describe_key(key)})")
