@@ -36,6 +36,14 @@ fn expected(clicks: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+/// The lines of `clicks` that are not `<user> <page>`.
+fn malformed(clicks: &str) -> Vec<&str> {
+    clicks
+        .lines()
+        .filter(|l| l.split_ascii_whitespace().count() != 2)
+        .collect()
+}
+
 #[test]
 fn the_example_prints_the_expected_profiles() {
     let example = repo().join("examples/clickstream");
@@ -69,10 +77,7 @@ fn the_example_prints_the_expected_profiles() {
     assert_eq!(got, want, "\n{run}");
 
     // The lines that are not `<user> <page>` reach the side output's sink, unchanged.
-    let malformed: Vec<&str> = clicks
-        .lines()
-        .filter(|l| l.split_ascii_whitespace().count() != 2)
-        .collect();
+    let malformed = malformed(&clicks);
     assert!(
         !malformed.is_empty(),
         "clicks.txt has malformed lines to route"
@@ -226,5 +231,13 @@ fn the_python_and_javascript_examples_print_what_the_rust_one_prints() {
                 "{lang}/{job} prints otherwise:\n{other:?}\n{rust:?}"
             );
         }
+    }
+    // Their parse operators route what they cannot read to the side output, unchanged and
+    // in order, as the Rust one does.
+    let clicks = std::fs::read_to_string(example.join("clicks.txt")).expect("clicks.txt");
+    let malformed: Vec<&str> = malformed(&clicks);
+    for lang in ["python", "js"] {
+        let side = part_text(&example.join(lang).join("output/malformed"), 0);
+        assert_eq!(side.lines().collect::<Vec<_>>(), malformed, "{lang}");
     }
 }

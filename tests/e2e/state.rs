@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::{
-    Workspace, key_value, key_value_file_sink, keyed_operators, part_files, repo, toml_path,
+    Workspace, key_value, key_value_file_sink, keyed_operators, part_files, repo, toml_path, wasm,
 };
 
 #[path = "../conformance/script.rs"]
@@ -155,4 +155,129 @@ fn keys_keep_their_own_state_across_subtasks() {
     }
     let got: BTreeMap<&str, Vec<&str>> = got.into_iter().map(|(k, (_, r))| (k, r)).collect();
     assert_eq!(got, want);
+}
+
+/// Time-to-live in event time, through each SDK's state declarations and the host's
+/// backends: one line a step, `TIME<TAB>KEY<TAB>COMMAND<TAB>EXPECTED`, with the `t` commands
+/// of the state probe (TTL 1 s; "tr" restarts it on reads too). Each step is a record at
+/// event time TIME, and before the first step at each TIME the watermark reaches TIME: an
+/// entry written at `t` has expired once a step runs at `t + 1000` or later.
+const TTL_SCRIPT: &str = "\
+1000	v	tvset a	ok
+1000	r	trset a	ok
+1000	l	tladd x	ok
+1000	m	tmput a 1	ok
+1600	l	tladd y	ok
+1600	m	tmput b 2	ok
+1800	m	tmput a 3	ok
+1900	v	tvget	a
+1900	r	trget	a
+1900	l	tlget	[x,y]
+2100	v	tvget	none
+2100	l	tlget	[y]
+2100	m	tmentries	{a=3,b=2}
+2700	r	trget	a
+2700	l	tlget	[]
+2700	m	tmentries	{a=3}
+2900	m	tmentries	{}
+2900	m	tmput c 4	ok
+3000	m	tmentries	{c=4}
+3800	r	trget	none
+3800	v	tvset b	ok
+3900	v	tvget	b
+";
+
+/// Runs [`TTL_SCRIPT`] through state probe `probe` on `backend` at parallelism 2 and checks
+/// every answer. A record parser with a watermark that trails by nothing stamps the steps;
+/// each new time is preceded by more filler records (key `fill`) at that time than two
+/// batches hold, so its watermark has reached the probe before the step.
+fn ttl_expires_as_the_watermark_passes(probe: &str, backend: &str) {
+    let ws = Workspace::new();
+    let steps: Vec<Vec<&str>> = TTL_SCRIPT
+        .lines()
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let mut input = String::new();
+    let mut time = "";
+    for step in &steps {
+        if step[0] != time {
+            time = step[0];
+            for _ in 0..9_000 {
+                input.push_str(&format!("fill,{time},vget\n"));
+            }
+        }
+        input.push_str(&format!("{},{},{}\n", step[1], step[0], step[2]));
+    }
+    let input = ws.write("steps.txt", input);
+    let spec = format!(
+        r#"
+[job]
+name = "ttl"
+parallelism = 2
+
+[state]
+backend = "{backend}"
+
+[[source]]
+name = "steps"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[operator]]
+name = "parse"
+uid = "parse"
+{parse}
+input = "steps"
+parallelism = 1
+config = {{ parse = true }}
+watermark = {{ max_out_of_orderness = "0s" }}
+
+[[operator]]
+name = "probe"
+uid = "probe"
+{probe}
+input = "parse"
+edge = "key_by"
+{sink}"#,
+        input = toml_path(&input),
+        parse = wasm("weir_test_windows"),
+        probe = wasm(probe),
+        sink = key_value_file_sink("probe", &ws.path("out")),
+    );
+    ws.run_ok(&spec);
+    let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for step in &steps {
+        want.entry(step[1].to_owned())
+            .or_default()
+            .push(step[3].to_owned());
+    }
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in part_files(&ws.path("out")).into_values().flatten() {
+        let (key, result) = key_value(&line);
+        if key != "fill" {
+            got.entry(key.to_owned())
+                .or_default()
+                .push(result.to_owned());
+        }
+    }
+    assert_eq!(got, want, "{probe} on {backend}");
+}
+
+#[test]
+fn state_with_an_event_time_ttl_expires_as_the_watermark_passes() {
+    ttl_expires_as_the_watermark_passes(RUST_PROBE, "memory");
+    ttl_expires_as_the_watermark_passes(RUST_PROBE, "rocksdb");
+}
+
+#[test]
+fn state_ttl_of_the_python_sdk_expires_as_the_watermark_passes() {
+    ttl_expires_as_the_watermark_passes(PYTHON_PROBE, "memory");
+    ttl_expires_as_the_watermark_passes(PYTHON_PROBE, "rocksdb");
+}
+
+#[test]
+fn state_ttl_of_the_javascript_sdk_expires_as_the_watermark_passes() {
+    ttl_expires_as_the_watermark_passes(JS_PROBE, "memory");
+    ttl_expires_as_the_watermark_passes(JS_PROBE, "rocksdb");
 }

@@ -4,10 +4,14 @@ against the host exactly as it checks the Rust SDK (``tests/e2e/state.rs``; the 
 tests run it through ``weir.testing``).
 
 Each record's key is the state key and its value a command; the probe emits one record with
-the same key whose value is the result. State: value "v", list "l", map "m" (all of str).
+the same key whose value is the result. State: value "v", list "l", map "m" (all of str);
+the ``t`` commands' states have an event-time TTL of 1 s, as in the Rust probe.
 """
 
 import weir
+
+_TTL = weir.Ttl(ms=1000, time=weir.TtlTime.EVENT_TIME)
+_TTL_READ = weir.Ttl(ms=1000, time=weir.TtlTime.EVENT_TIME, update=weir.UpdateType.ON_READ_AND_WRITE)
 
 
 def _list(items):
@@ -16,6 +20,10 @@ def _list(items):
 
 def _elements(arg):
     return arg.split(",") if arg else []
+
+
+def _entries(m):
+    return "{" + ",".join(f"{k}={val}" for k, val in sorted(m.items())) + "}"
 
 
 def run(ctx, command):
@@ -47,7 +55,7 @@ def run(ctx, command):
     elif cmd == "mcontains":
         return str(m.contains(arg)).lower()
     elif cmd == "mentries":
-        return "{" + ",".join(f"{k}={val}" for k, val in sorted(m.items())) + "}"
+        return _entries(m)
     elif cmd == "mkeys":
         return _list(sorted(m.keys()))
     elif cmd == "mvalues":
@@ -71,6 +79,19 @@ def run(ctx, command):
         m.clear()
     elif cmd == "timer":
         ctx.register_event_timer(int(arg))
+    elif cmd in ("tvset", "trset"):
+        ctx.value_state(cmd[:2], _TTL if cmd == "tvset" else _TTL_READ).set(arg)
+    elif cmd in ("tvget", "trget"):
+        return ctx.value_state(cmd[:2], _TTL if cmd == "tvget" else _TTL_READ).get("none")
+    elif cmd == "tladd":
+        ctx.list_state("tl", _TTL).add(arg)
+    elif cmd == "tlget":
+        return _list(ctx.list_state("tl", _TTL).get())
+    elif cmd == "tmput":
+        k, _, value = arg.partition(" ")
+        ctx.map_state("tm", _TTL).put(k, value)
+    elif cmd == "tmentries":
+        return _entries(ctx.map_state("tm", _TTL))
     else:
         raise weir.WeirError(f"unknown command {cmd!r}")
     return "ok"

@@ -22,8 +22,15 @@
 //! | `mvlen K` | `LEN i` for a filled entry (its length, what is after the dots), or `none` |
 //! | `msize` | the number of entries |
 //! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
+//! | `tvset X`, `trset X`, `tladd X`, `tmput K V` | `ok` |
+//! | `tvget`, `trget`, `tlget`, `tmentries` | as `vget`, `lget`, `mentries` |
+//!
+//! The `t` commands use states with an event-time TTL of 1 s (tests/e2e/state.rs): value
+//! "tv", list "tl" and map "tm" restart it on writes, value "tr" on reads too.
 //!
 //! An unknown command fails the batch with an error naming it.
+
+use std::time::Duration;
 
 use weir_sdk::prelude::*;
 
@@ -41,6 +48,17 @@ fn elements(arg: &str) -> Vec<String> {
     } else {
         arg.split(',').map(str::to_owned).collect()
     }
+}
+
+/// The TTL of the `t` commands' states.
+fn ttl() -> Ttl {
+    Ttl::new(Duration::from_secs(1)).use_event_time()
+}
+
+fn entries(mut entries: Vec<(String, String)>) -> String {
+    entries.sort();
+    let parts: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", parts.join(","))
 }
 
 fn run(ctx: &Context, command: &str) -> Result<String> {
@@ -65,12 +83,7 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
         "mget" => Ok(m.get(arg)?.unwrap_or_else(|| "none".to_owned())),
         "mremove" => m.remove(arg).and_then(|()| ok()),
         "mcontains" => Ok(m.contains(arg)?.to_string()),
-        "mentries" => {
-            let mut entries = m.entries()?;
-            entries.sort();
-            let parts: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            Ok(format!("{{{}}}", parts.join(",")))
-        }
+        "mentries" => Ok(entries(m.entries()?)),
         "mkeys" => {
             let mut keys = m.keys()?;
             keys.sort();
@@ -108,6 +121,34 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
                 .map_err(|e| Error::new(e).context(format!("timer {arg:?}")))?;
             ctx.register_event_timer(at).and_then(|()| ok())
         }
+        "tvset" | "tvget" => {
+            let tv = ctx.value_state_with_ttl::<String>("tv", ttl());
+            match cmd {
+                "tvset" => tv.set(arg).and_then(|()| ok()),
+                _ => Ok(tv.get()?.unwrap_or_else(|| "none".to_owned())),
+            }
+        }
+        "trset" | "trget" => {
+            let tr = ctx.value_state_with_ttl::<String>("tr", ttl().update_ttl_on_read_and_write());
+            match cmd {
+                "trset" => tr.set(arg).and_then(|()| ok()),
+                _ => Ok(tr.get()?.unwrap_or_else(|| "none".to_owned())),
+            }
+        }
+        "tladd" => ctx
+            .list_state_with_ttl::<String>("tl", ttl())
+            .add(arg)
+            .and_then(|()| ok()),
+        "tlget" => Ok(list(&ctx.list_state_with_ttl::<String>("tl", ttl()).get()?)),
+        "tmput" => {
+            let (k, value) = arg.split_once(' ').unwrap_or((arg, ""));
+            let tm = ctx.map_state_with_ttl::<String, String>("tm", ttl());
+            tm.put(k, value).and_then(|()| ok())
+        }
+        "tmentries" => Ok(entries(
+            ctx.map_state_with_ttl::<String, String>("tm", ttl())
+                .entries()?,
+        )),
         _ => Err(Error::msg(format!("unknown command {cmd:?}"))),
     }
 }
