@@ -90,6 +90,21 @@ impl Batch {
         });
     }
 
+    /// The value of the last record appended.
+    pub(crate) fn last_value(&self) -> Option<&[u8]> {
+        let e = self.entries.last()?;
+        let at = e.value_at as usize;
+        Some(&self.data[at..at + e.value_len as usize])
+    }
+
+    /// Sets the timestamp of the last record appended.
+    pub(crate) fn set_last_timestamp(&mut self, timestamp: i64) {
+        if let Some(e) = self.entries.last_mut() {
+            e.timestamp = timestamp;
+            e.has_timestamp = true;
+        }
+    }
+
     /// Appends the records of an operator's output buffer (layout in `wit/stream.wit`) with
     /// one copy of the whole buffer. Records addressed to side outputs are skipped; their
     /// number is returned. On a malformed buffer nothing is appended.

@@ -57,10 +57,10 @@ pub use native::window::{Aggregate, FunctionKind, GuestCode, WindowKind, WindowS
 pub use operator::FailureKind;
 pub use role::Role;
 pub use runtime::{
-    Cause, CheckpointStatus, EventTimeLag, Failure, Job, JobControl, JobEnd, JobError, JobEvent,
-    JobSummary, Metrics, OperatorUpgrade, Pause, Probation, RunningJob, Savepoint, SavepointFailed,
-    SavepointHandle, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome, VertexMetrics,
-    VertexSummary,
+    Cause, CheckpointStatus, EventTimeLag, Failure, GuestUsage, Job, JobControl, JobEnd, JobError,
+    JobEvent, JobSummary, Metrics, OperatorUpgrade, Pause, Probation, RunningJob, Savepoint,
+    SavepointFailed, SavepointHandle, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome,
+    VertexMetrics, VertexSummary,
 };
 pub use state::{BackendKind, StateConfig};
 pub use wasm::{

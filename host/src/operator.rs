@@ -176,6 +176,12 @@ pub trait Operator: Send {
         Vec::new()
     }
 
+    /// Of an operator that runs guest code: the calls into its instance so far and the
+    /// bytes of linear memory it holds.
+    fn guest_usage(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Gives up the instance and returns what the host holds for it beyond its code (keyed
     /// state, timers, operator state), for an instance of new code to carry on with (an
     /// upgrade); `None`: this kind of operator cannot be upgraded in place.

@@ -27,6 +27,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::batch::Batch;
+use crate::connectors::SplitTime;
 
 /// What a vertex's output says about event time, in band with its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,16 +96,38 @@ impl Generator {
     /// Takes note of the timestamps of `batch`, emitted at processing time `now`, and says
     /// what to send after it: `Active` if the subtask was idle, then its watermark if that
     /// advanced.
-    pub(crate) fn on_batch(&mut self, batch: &Batch, now: i64, mut emit: impl FnMut(Watermark)) {
-        if batch.is_empty() {
-            return;
+    pub(crate) fn on_batch(&mut self, batch: &Batch, now: i64, emit: impl FnMut(Watermark)) {
+        if !batch.is_empty() {
+            self.on_records(batch.timestamps().max(), now, emit);
         }
+    }
+
+    /// [`on_batch`](Self::on_batch) for a source that reads several splits at once: the
+    /// watermark follows how far all of its splits have come (`time`), not the batch.
+    pub(crate) fn on_split_batch(
+        &mut self,
+        batch: &Batch,
+        time: SplitTime,
+        now: i64,
+        emit: impl FnMut(Watermark),
+    ) {
+        if !batch.is_empty() {
+            let reached = match time {
+                SplitTime::Waiting => None,
+                SplitTime::Reached(t) => Some(t),
+            };
+            self.on_records(reached, now, emit);
+        }
+    }
+
+    /// Records came at `now`, the latest stamped `max`.
+    fn on_records(&mut self, max: Option<i64>, now: i64, mut emit: impl FnMut(Watermark)) {
         self.last_record = now;
         if self.idle {
             self.idle = false;
             emit(Watermark::Active);
         }
-        if let Some(max) = batch.iter().filter_map(|r| r.timestamp).max() {
+        if let Some(max) = max {
             self.max = Some(self.max.map_or(max, |m| m.max(max)));
         }
         if let Some(max) = self.max {

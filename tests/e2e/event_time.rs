@@ -411,6 +411,98 @@ format = "key_value"
     }
 }
 
+#[test]
+fn a_file_source_stamping_its_lines_keeps_every_split_on_time() {
+    // Two files, the second (by name) ten minutes earlier in event time than the first, each
+    // cut into several splits, all read by one subtask. Stamped by an operator after the
+    // source, the splits come one after the other and the earlier file's records find the
+    // watermark past them: late. Stamped by the source (`event_time`), the splits are read
+    // in turn and the watermark follows the one furthest behind: nothing is late.
+    const LATER: i64 = 600_000;
+    let (late_text, late_counts) = events(6_000, 50, 3);
+    let (early_text, mut expected) = events(6_000, 50, 4);
+    let mut shifted = String::new();
+    for line in late_text.lines() {
+        let (key, ts) = line.split_once(',').expect("key,timestamp");
+        shifted.push_str(&format!("{key},{}\n", ts.parse::<i64>().unwrap() + LATER));
+    }
+    for ((key, start), n) in late_counts {
+        expected.insert((key, start + LATER), n);
+    }
+    let ws = Workspace::new();
+    std::fs::create_dir(ws.path("in")).unwrap();
+    ws.write("in/a.txt", &shifted);
+    ws.write("in/b.txt", &early_text);
+    let job = |stamped_by_source: bool| {
+        let (source_time, parse_watermark) = if stamped_by_source {
+            (
+                "event_time = { field = 1 }\nwatermark = { max_out_of_orderness = \"50ms\" }",
+                "",
+            )
+        } else {
+            ("", "watermark = { max_out_of_orderness = \"50ms\" }")
+        };
+        format!(
+            r#"
+[job]
+name = "stamped"
+parallelism = 2
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+split_size = 16384
+parallelism = 1
+{source_time}
+
+[[operator]]
+name = "parse"
+uid = "parse"
+{parse}
+input = "lines"
+parallelism = 1
+config = {{ parse = true }}
+{parse_watermark}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+{parse}
+input = "parse"
+edge = "key_by"
+config = {{ window_ms = {WINDOW_MS} }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+path = {out}
+format = "key_value"
+
+[[sink]]
+name = "late"
+type = "file"
+input = "windows.late"
+path = {late}
+format = "key_value"
+"#,
+            input = toml_path(&ws.path("in")),
+            parse = wasm("weir_test_windows"),
+            out = toml_path(&ws.path(if stamped_by_source { "out" } else { "out-op" })),
+            late = toml_path(&ws.path(if stamped_by_source { "late" } else { "late-op" })),
+        )
+    };
+    ws.run_ok(&job(false));
+    assert!(
+        lines(&ws.path("late-op")).len() > 1_000,
+        "the input is meant to make records late when splits are read one after another"
+    );
+    ws.run_ok(&job(true));
+    assert_eq!(lines(&ws.path("late")), Vec::<String>::new());
+    assert_eq!(results(&ws.path("out")), expected);
+}
+
 /// `lines` records `k<i>,<timestamp>,<value>` over 20 keys, 10 ms apart, out of order by up
 /// to `disorder` ms, with values 0..100.
 fn valued_events(lines: usize, disorder: i64, seed: u64) -> (String, Vec<(String, i64, u64)>) {

@@ -3,6 +3,11 @@
 //! (Their word counts are checked in `wordcount.rs` and `exactly_once.rs`, their state
 //! semantics in `state.rs`, a savepoint across languages in `savepoint.rs`.)
 
+use std::time::{Duration, Instant};
+
+use weir::checkpoint::RestoreFrom;
+use weir::{GuestUsage, Job, JobControl, JobSpec, WasmEngine};
+
 use crate::support::{Workspace, part_text, toml_path, wasm};
 
 /// A job whose operator is the hostile guest `component`, fed `lines`.
@@ -125,4 +130,87 @@ fn a_javascript_guest_reaches_nothing_outside_and_is_stopped_at_the_limits() {
     );
 
     assert_stopped_at_the_limits("weir_test_hostile_js");
+}
+
+/// Runs the word count operator `component` over keyed words that come a few at a time, so
+/// that nearly every record is a call of its own, until it has been called `calls` times;
+/// returns what the job reported of it (calls, linear memory) every 100 ms.
+fn guest_memory_over_calls(component: &str, calls: u64) -> Vec<GuestUsage> {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[job]
+name = "soak"
+
+[[source]]
+name = "words"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 5000
+rate = 4000
+
+[[operator]]
+name = "count"
+uid = "count"
+{count}
+input = "words"
+edge = "key_by"
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "count"
+"#,
+            count = wasm(component),
+        ),
+    );
+    let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
+    let job = Job::new(JobSpec::from_file(&spec).unwrap(), &engine).unwrap();
+    let control = JobControl::new();
+    let running = job
+        .start_controlled(RestoreFrom::Fresh, control.clone())
+        .unwrap();
+    let usage = || {
+        let v = &running.metrics().vertices;
+        v.iter().find(|v| v.name == "count").unwrap().guest_usage()
+    };
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while samples.last().is_none_or(|u: &GuestUsage| u.calls < calls) {
+        assert!(!running.is_finished(), "the job ended");
+        assert!(Instant::now() < deadline, "{calls} calls took too long");
+        std::thread::sleep(Duration::from_millis(100));
+        samples.extend(usage());
+    }
+    control.stop();
+    running.wait().unwrap();
+    samples
+}
+
+#[test]
+fn python_and_javascript_guests_do_not_grow_per_call_as_reported() {
+    // componentize-js was reported to grow an instance's memory from 74 to 1,145 MiB over
+    // 100k export calls (11 KiB a call). Here a call is about one record: linear memory
+    // (which only grows) may grow while a runtime sizes its heap (StarlingMonkey's GC heap
+    // grows to about 80 MiB over the first 35k calls, then stays), but over the second half
+    // of 40k calls such a leak would add 220 MiB.
+    for component in ["wordcount_count_py", "wordcount_count_js"] {
+        let samples = guest_memory_over_calls(component, 40_000);
+        let last = *samples.last().unwrap();
+        let half = (samples.iter())
+            .find(|u| u.calls >= last.calls / 2)
+            .copied()
+            .unwrap();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        assert!(
+            last.memory_bytes <= half.memory_bytes + (64 << 20),
+            "{component} grew from {:.1} MiB at {} calls to {:.1} MiB at {}",
+            mib(half.memory_bytes),
+            half.calls,
+            mib(last.memory_bytes),
+            last.calls
+        );
+    }
 }

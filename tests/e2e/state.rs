@@ -281,3 +281,70 @@ fn state_ttl_of_the_javascript_sdk_expires_as_the_watermark_passes() {
     ttl_expires_as_the_watermark_passes(JS_PROBE, "memory");
     ttl_expires_as_the_watermark_passes(JS_PROBE, "rocksdb");
 }
+
+#[test]
+fn a_guest_that_leaks_continues_in_a_new_instance_with_its_state() {
+    // The probe leaks 3 MiB in each of 12 batches (kept apart by filler commands), 36 MiB
+    // against a limit of 16 MiB: each time an instance reaches 12 MiB it is renewed, and the
+    // next one carries on with the value, list and timer state of the old ones.
+    const LEAKS: usize = 12;
+    let mut input = String::from("k timer 7\n");
+    for i in 0..LEAKS {
+        input.push_str(&format!("k vset {i}\nk ladd {i}\nk leak 3145728\n"));
+        input.push_str(&"fill vget\n".repeat(5_000));
+    }
+    input.push_str("k vget\nk lget\n");
+    let ws = Workspace::new();
+    let commands = ws.write("commands.txt", input);
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[job]
+name = "leaky"
+
+[[source]]
+name = "commands"
+type = "file"
+path = {input}
+{operators}limits = {{ memory = "16 MiB" }}
+{sink}"#,
+            input = toml_path(&commands),
+            operators = keyed_operators("commands", "", RUST_PROBE),
+            sink = key_value_file_sink("probe", &ws.path("out")),
+        ),
+    );
+    let summary = ws.path("summary.json");
+    let run = crate::support::weir(
+        &[
+            "run",
+            "--no-progress",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ],
+        &spec,
+    );
+    assert!(run.success(), "{run}");
+    let answers: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
+        .filter(|l| l.starts_with("k\t"))
+        .collect();
+    let n = LEAKS - 1;
+    let all: Vec<String> = (0..LEAKS).map(|i| i.to_string()).collect();
+    let tail = [
+        format!("k\t{n}"),
+        format!("k\t[{}]", all.join(",")),
+        "k\tfired 7".to_owned(),
+    ];
+    assert_eq!(answers[answers.len() - 3..], tail, "{answers:?}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let probe = (summary["vertices"].as_array().unwrap().iter())
+        .find(|v| v["name"] == "probe")
+        .unwrap();
+    let renewed = probe["guest"]["renewed"].as_u64().unwrap();
+    assert!(renewed >= 2, "{probe}");
+    assert!(
+        run.stderr().contains("carries on in a new instance"),
+        "{run}"
+    );
+}

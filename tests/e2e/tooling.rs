@@ -94,6 +94,32 @@ fn a_new_javascript_project_tests_builds_and_runs() {
     assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
     let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
     assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+
+    // A project with a copy of the SDK of its own (installed from a registry, say), whose
+    // operator passes the SDK's objects (a `Ttl`) to it: the component has one SDK.
+    let own = ws.path("clicks/node_modules/weir-sdk");
+    std::fs::remove_file(&own).expect("npm linked the SDK");
+    let sdk = crate::support::repo().join("guest-sdk/js");
+    for dir in ["", "src"] {
+        std::fs::create_dir_all(own.join(dir)).unwrap();
+    }
+    for file in ["package.json", "index.d.ts", "testing.d.ts"] {
+        std::fs::copy(sdk.join(file), own.join(file)).unwrap();
+    }
+    for entry in std::fs::read_dir(sdk.join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, own.join("src").join(path.file_name().unwrap())).unwrap();
+    }
+    let module = ws.path("clicks/clicks.js");
+    let code = std::fs::read_to_string(&module).unwrap().replace(
+        r#"ctx.valueState("count")"#,
+        r#"ctx.valueState("count", new weir.Ttl(3_600_000))"#,
+    );
+    assert!(code.contains("weir.Ttl"), "{code}");
+    std::fs::write(&module, code).unwrap();
+    weir_in(ws.dir(), &["build", "clicks"]);
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
 }
 
 #[test]

@@ -370,17 +370,15 @@ fn job_spec(layout: Layout, wasm: bool, backend: &str, events: Events, dir: &Pat
 name = "lines"
 type = "file"
 path = {path}
-# One split per file, so each subtask reads its file in time order: the event time is
-# parsed by an operator, whose watermarks cannot be per split (a 64 MiB split read after a
-# later one would make its records late).
-split_size = 1099511627776
+# Each line `key,timestamp` is stamped by the source, which makes watermarks per split.
+event_time = {{ field = 1 }}
+watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
 
 [[operator]]
 name = "parse"
 uid = "parse"
 wasm = {parse}
 input = "lines"
-watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
 
 [[sink]]
 name = "malformed"

@@ -9,7 +9,7 @@
 // `weir:stream/...` imports to componentize-js, which makes the component.
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 
 import { componentize } from "@bytecodealliance/componentize-js";
 import { build } from "esbuild";
@@ -28,6 +28,20 @@ try {
       `export const operator = exportOperator(Operator);\n`,
   );
   const bundled = join(dir, "bundled.js");
+  // Every import of weir-sdk, the module's too, is this SDK: a copy the project installed
+  // itself (for its tests) would be a second one, whose classes (`Ttl`...) the runtime's
+  // `instanceof` checks would not recognise.
+  const again = Symbol("weir-sdk");
+  const oneSdk = {
+    name: "one-weir-sdk",
+    setup(b) {
+      b.onResolve({ filter: /^weir-sdk(\/|$)/ }, (args) =>
+        args.pluginData === again
+          ? undefined
+          : b.resolve(args.path, { kind: args.kind, resolveDir: dirname(sdkModules), pluginData: again }),
+      );
+    },
+  };
   await build({
     entryPoints: [entry],
     bundle: true,
@@ -36,6 +50,7 @@ try {
     outfile: bundled,
     external: ["weir:*"],
     nodePaths: [sdkModules],
+    plugins: [oneSdk],
     logLevel: "error",
   });
   const { component } = await componentize({

@@ -901,6 +901,7 @@ fn write_summary_json(
                 "records_in": v.records_in, "records_out": v.records_out,
                 "watermark": v.watermark,
                 "event_time_lag": v.event_time_lag,
+                "guest": v.guest,
             })
         })
         .collect();

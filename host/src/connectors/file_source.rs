@@ -6,6 +6,13 @@
 //! and reads lines while they start before its end, finishing the last one past the end if
 //! needed. Splits are numbered in file order, then by offset; split `k` goes to subtask
 //! `k % parallelism`.
+//!
+//! A subtask reads its splits one after the other, unless the source stamps records with
+//! event time from a field of each line (`event_time`). Then it reads all of its splits at
+//! once, a batch from each in turn, and its watermark follows the split that is furthest
+//! behind: read one after the other, a split that starts earlier in event time than the
+//! previous one ended (the next day's file before the last hour of this one, say) would find
+//! the watermark past its records, and they would all be late.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -14,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use weir_wire::Kind;
 
-use super::{ConnectorError, Poll, Source, SourcePosition, resolve, resolved_note};
+use super::{ConnectorError, Poll, Source, SourcePosition, SplitTime, resolve, resolved_note};
 use crate::batch::{BATCH_BYTES, Batch};
 
 const DEFAULT_SPLIT_SIZE: u64 = 64 << 20;
@@ -22,9 +29,10 @@ const READ_BUFFER: usize = 1 << 20;
 
 /// `type = "file"`: one record per line of one or more text files.
 ///
-/// A record's value is the line without its `\n` or `\r\n`; records have no key and no
-/// timestamp. Exactly one of `path` and `paths` must be given; a directory stands for all
-/// regular files in it whose names do not start with `.`, sorted by name.
+/// A record's value is the line without its `\n` or `\r\n`; records have no key, and a
+/// timestamp only with `event_time`. Exactly one of `path` and `paths` must be given; a
+/// directory stands for all regular files in it whose names do not start with `.`, sorted by
+/// name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSourceConfig {
@@ -38,10 +46,111 @@ pub struct FileSourceConfig {
     /// Bytes per split, the unit of parallel reading (default 64 MiB).
     #[serde(default = "default_split_size")]
     pub split_size: u64,
+    /// Stamps each record with the event time in a field of its line (see [`LineTime`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<LineTime>,
 }
 
 fn default_split_size() -> u64 {
     DEFAULT_SPLIT_SIZE
+}
+
+/// `event_time = { field = 1 }` of a file source: each line's event time is its field
+/// `field` (counted from 0), fields being separated by `delimiter`. A line without such a
+/// field, or whose field is not a time in `format`, fails the job with an error naming the
+/// file, the line's offset and the line.
+///
+/// ```toml
+/// event_time = { field = 0, delimiter = "\t", format = "rfc3339" }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineTime {
+    /// Which field holds the time, counted from 0.
+    pub field: usize,
+    /// The one ASCII character between fields (default `","`).
+    #[serde(default = "default_delimiter")]
+    pub delimiter: String,
+    /// How the time is written (default milliseconds since the Unix epoch).
+    #[serde(default)]
+    pub format: TimeFormat,
+}
+
+fn default_delimiter() -> String {
+    ",".to_owned()
+}
+
+/// How the time in a line's field is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeFormat {
+    /// Milliseconds since the Unix epoch, an integer: `1700000000123`.
+    #[default]
+    EpochMs,
+    /// Seconds since the Unix epoch, with up to three decimals: `1700000000.123`.
+    EpochS,
+    /// RFC 3339 in UTC: `2023-11-14T22:13:20.123Z`.
+    Rfc3339,
+}
+
+impl LineTime {
+    fn validate(&self) -> Result<(), String> {
+        match self.delimiter.as_bytes() {
+            [b] if b.is_ascii() && *b != b'\n' => Ok(()),
+            _ => Err(format!(
+                "event_time.delimiter must be one ASCII character other than a newline, not \
+                 {:?} (for tab-separated lines write delimiter = \"\\t\")",
+                self.delimiter
+            )),
+        }
+    }
+
+    /// The event time of `line`, or why it has none.
+    fn parse(&self, line: &[u8]) -> Result<i64, String> {
+        let delimiter = self.delimiter.as_bytes()[0];
+        let mut fields = line.split(|&b| b == delimiter);
+        let Some(field) = fields.nth(self.field) else {
+            let n = line.split(|&b| b == delimiter).count();
+            return Err(format!(
+                "it has {n} field(s) separated by {:?}, so no field {} (counted from 0)",
+                self.delimiter, self.field
+            ));
+        };
+        let text = std::str::from_utf8(field)
+            .map(str::trim)
+            .map_err(|_| format!("field {} is not UTF-8", self.field))?;
+        let time = match self.format {
+            TimeFormat::EpochMs => text.parse::<i64>().ok(),
+            TimeFormat::EpochS => epoch_seconds(text),
+            TimeFormat::Rfc3339 => humantime::parse_rfc3339(text).ok().and_then(|t| {
+                let ms = match t.duration_since(std::time::UNIX_EPOCH) {
+                    Ok(d) => i64::try_from(d.as_millis()).ok()?,
+                    Err(e) => -i64::try_from(e.duration().as_millis()).ok()?,
+                };
+                Some(ms)
+            }),
+        };
+        time.ok_or_else(|| {
+            let what = match self.format {
+                TimeFormat::EpochMs => "milliseconds since the Unix epoch (an integer)",
+                TimeFormat::EpochS => "seconds since the Unix epoch",
+                TimeFormat::Rfc3339 => "an RFC 3339 time in UTC such as 2023-11-14T22:13:20Z",
+            };
+            format!("field {} ({text:?}) is not {what}", self.field)
+        })
+    }
+}
+
+/// `SECONDS[.FRACTION]` with up to three decimals, as milliseconds.
+fn epoch_seconds(text: &str) -> Option<i64> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds: i64 = whole.parse().ok()?;
+    let ms: i64 = format!("{fraction:0<3}").parse().ok()?;
+    let ms = if whole.starts_with('-') { -ms } else { ms };
+    seconds.checked_mul(1000)?.checked_add(ms)
 }
 
 impl FileSourceConfig {
@@ -69,6 +178,9 @@ impl FileSourceConfig {
     }
 
     pub(super) fn validate(&self, base_dir: &Path) -> Result<(), String> {
+        if let Some(time) = &self.event_time {
+            time.validate()?;
+        }
         if self.split_size == 0 {
             return Err(format!(
                 "split_size must be at least 1 byte (remove it for the default of \
@@ -151,7 +263,7 @@ impl FileSourceConfig {
         base_dir: &Path,
         subtask: usize,
         parallelism: usize,
-    ) -> Result<FileSource, ConnectorError> {
+    ) -> Result<Box<dyn Source>, ConnectorError> {
         self.validate(base_dir).map_err(ConnectorError::Invalid)?;
         let files = self.list_files(base_dir)?;
         let sizes: Vec<u64> = files.iter().map(|(_, len)| *len).collect();
@@ -161,8 +273,23 @@ impl FileSourceConfig {
             splits = splits.len(),
             "file source subtask {subtask}/{parallelism}"
         );
+        let files = files.into_iter().map(|(path, _)| path).collect();
+        if let Some(time) = &self.event_time {
+            let mut source = TimedFileSource {
+                files,
+                splits,
+                subtask,
+                parallelism,
+                time: time.clone(),
+                cursors: Vec::new(),
+                turn: 0,
+                reader: None,
+            };
+            source.start_at(subtask, None);
+            return Ok(Box::new(source));
+        }
         let mut source = FileSource {
-            files: files.into_iter().map(|(path, _)| path).collect(),
+            files,
             splits,
             subtask,
             parallelism,
@@ -171,7 +298,7 @@ impl FileSourceConfig {
             reader: None,
         };
         source.seek_split(subtask);
-        Ok(source)
+        Ok(Box::new(source))
     }
 }
 
@@ -196,6 +323,35 @@ fn plan_splits(sizes: &[u64], split_size: u64) -> Vec<Split> {
         }
     }
     splits
+}
+
+/// Reads the line at `open`'s reader into `out` as a record, without its line ending;
+/// returns the bytes read, the line ending included.
+fn read_line(open: &mut OpenFile, path: &Path, out: &mut Batch) -> Result<u64, ConnectorError> {
+    let mut read = Ok(0);
+    out.push_with(Kind::Insert, None, None, |buf| {
+        let from = buf.len();
+        read = open.reader.read_until(b'\n', buf);
+        if buf[from..].ends_with(b"\n") {
+            buf.pop();
+            if buf[from..].ends_with(b"\r") {
+                buf.pop();
+            }
+        }
+    });
+    let n = read.map_err(|e| ConnectorError::file("read", path, e))? as u64;
+    open.at += n;
+    Ok(n)
+}
+
+/// Whether `open`'s reader has nothing left of `split`.
+fn split_done(open: &mut OpenFile, split: Split, path: &Path) -> Result<bool, ConnectorError> {
+    Ok(open.at >= split.end
+        || open
+            .reader
+            .fill_buf()
+            .map_err(|e| ConnectorError::file("read", path, e))?
+            .is_empty())
 }
 
 /// An open file and where its reader stands.
@@ -311,30 +467,11 @@ impl Source for FileSource {
             };
             let open = open_at(&mut self.reader, &self.files, split, &mut self.offset)?;
             let path = self.files[split.file].as_path();
-            let at_eof = open.at >= split.end
-                || open
-                    .reader
-                    .fill_buf()
-                    .map_err(|e| ConnectorError::file("read", path, e))?
-                    .is_empty();
-            if at_eof {
+            if split_done(open, split, path)? {
                 self.next_split();
                 continue;
             }
-            // Read the line straight into the batch, then drop its line ending.
-            let mut read = Ok(0);
-            out.push_with(Kind::Insert, None, None, |buf| {
-                let from = buf.len();
-                read = open.reader.read_until(b'\n', buf);
-                if buf[from..].ends_with(b"\n") {
-                    buf.pop();
-                    if buf[from..].ends_with(b"\r") {
-                        buf.pop();
-                    }
-                }
-            });
-            let n = read.map_err(|e| ConnectorError::file("read", path, e))?;
-            open.at += n as u64;
+            read_line(open, path, out)?;
             self.offset = open.at;
             emitted += 1;
             if self.offset >= split.end {
@@ -364,6 +501,13 @@ impl Source for FileSource {
                 .and_then(serde_json::Value::as_u64)
                 .ok_or_else(|| fail("expected {\"split\": <index>, \"offset\": <bytes>}".into()))
         };
+        if position.get("splits").is_some() {
+            return Err(fail(
+                "it was taken with event_time set, which reads every split at once; set \
+                 event_time as it was"
+                    .into(),
+            ));
+        }
         let (index, offset) = (field("split")?, field("offset")?);
         let total = self.splits.len();
         let index = usize::try_from(index).unwrap_or(usize::MAX);
@@ -397,6 +541,207 @@ impl Source for FileSource {
         self.seek_split(index);
         self.offset = offset;
         self.reader = None;
+        Ok(())
+    }
+}
+
+/// A file source with `event_time`: reads all of the subtask's splits at once, one batch
+/// from each in turn, and stamps each record with the time in its line.
+pub(super) struct TimedFileSource {
+    files: Vec<PathBuf>,
+    /// All splits of all subtasks, in order.
+    splits: Vec<Split>,
+    subtask: usize,
+    parallelism: usize,
+    time: LineTime,
+    /// The subtask's splits not finished, in order.
+    cursors: Vec<Cursor>,
+    /// The cursor the next poll reads from.
+    turn: usize,
+    /// The file last read (one at a time, whichever split's turn it is).
+    reader: Option<OpenFile>,
+}
+
+/// Where a [`TimedFileSource`] stands in one of its splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cursor {
+    /// The split's global index.
+    split: usize,
+    /// As [`FileSource::offset`].
+    offset: u64,
+    /// The latest event time read from the split.
+    max: Option<i64>,
+}
+
+impl TimedFileSource {
+    /// Reads this subtask's splits from the one at global index `from` on; `at`: the
+    /// offset in that split to start at (else its start).
+    fn start_at(&mut self, from: usize, at: Option<u64>) {
+        self.cursors = (from..self.splits.len())
+            .step_by(self.parallelism)
+            .map(|split| Cursor {
+                split,
+                offset: self.splits[split].start,
+                max: None,
+            })
+            .collect();
+        if let (Some(first), Some(at)) = (self.cursors.first_mut(), at) {
+            first.offset = at;
+        }
+        self.turn = 0;
+    }
+
+    /// Fails a restore from `position`, saying `why`.
+    fn cannot_restore(&self, position: &SourcePosition, why: &str) -> ConnectorError {
+        ConnectorError::Invalid(format!(
+            "file source subtask {} of {}: cannot restore from position {position}: {why}",
+            self.subtask, self.parallelism
+        ))
+    }
+}
+
+impl Source for TimedFileSource {
+    fn poll(&mut self, out: &mut Batch, max_records: usize) -> Result<Poll, ConnectorError> {
+        while !self.cursors.is_empty() {
+            let turn = self.turn % self.cursors.len();
+            let cursor = &mut self.cursors[turn];
+            let split = self.splits[cursor.split];
+            let open = open_at(&mut self.reader, &self.files, split, &mut cursor.offset)?;
+            let path = self.files[split.file].as_path();
+            let mut done = false;
+            while out.len() < max_records && out.bytes() < BATCH_BYTES {
+                if split_done(open, split, path)? {
+                    done = true;
+                    break;
+                }
+                let start = open.at;
+                read_line(open, path, out)?;
+                let line = out.last_value().expect("a line was read");
+                let t = self.time.parse(line).map_err(|why| {
+                    let line = String::from_utf8_lossy(&line[..line.len().min(200)]);
+                    ConnectorError::Input(format!(
+                        "{}: the line at byte {start}, {line:?}, has no event time: {why}; \
+                         fix the line, or the source's event_time",
+                        path.display()
+                    ))
+                })?;
+                out.set_last_timestamp(t);
+                cursor.max = Some(cursor.max.map_or(t, |m| m.max(t)));
+                cursor.offset = open.at;
+            }
+            if done || split_done(open, split, path)? {
+                self.cursors.remove(turn);
+            } else {
+                self.turn = turn + 1;
+            }
+            if !out.is_empty() {
+                return Ok(Poll::Ready);
+            }
+        }
+        Ok(Poll::Finished)
+    }
+
+    fn split_time(&self) -> Option<SplitTime> {
+        let mut least = None;
+        for cursor in &self.cursors {
+            let Some(max) = cursor.max else {
+                return Some(SplitTime::Waiting);
+            };
+            least = Some(least.map_or(max, |l: i64| l.min(max)));
+        }
+        // With every split done the input has ended; the end sends the last watermark.
+        least.map(SplitTime::Reached)
+    }
+
+    fn position(&self) -> SourcePosition {
+        let splits: Vec<[u64; 2]> = (self.cursors.iter())
+            .map(|c| [c.split as u64, c.offset])
+            .collect();
+        serde_json::json!({ "splits": splits })
+    }
+
+    fn restore(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        let total = self.splits.len();
+        // A position of the source without event_time: its split, then the ones after it.
+        if let (Some(index), Some(offset)) = (
+            position.get("split").and_then(serde_json::Value::as_u64),
+            position.get("offset").and_then(serde_json::Value::as_u64),
+        ) {
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
+            if index > total || (index < total && index % self.parallelism != self.subtask) {
+                return Err(self.cannot_restore(position, "its split is not this subtask's"));
+            }
+            self.start_at(index, Some(offset));
+            return self.check_cursors(position);
+        }
+        let Some(listed) = position.get("splits").and_then(serde_json::Value::as_array) else {
+            return Err(self.cannot_restore(
+                position,
+                "expected {\"splits\": [[<index>, <offset>], ...]}",
+            ));
+        };
+        let mut cursors = Vec::with_capacity(listed.len());
+        for entry in listed {
+            let pair = entry.as_array().map(|p| {
+                p.iter()
+                    .filter_map(serde_json::Value::as_u64)
+                    .collect::<Vec<_>>()
+            });
+            let Some([split, offset]) = pair.as_deref() else {
+                return Err(self.cannot_restore(position, "expected [<index>, <offset>] pairs"));
+            };
+            cursors.push(Cursor {
+                split: usize::try_from(*split).unwrap_or(usize::MAX),
+                offset: *offset,
+                max: None,
+            });
+        }
+        self.cursors = cursors;
+        self.turn = 0;
+        self.check_cursors(position)
+    }
+}
+
+impl TimedFileSource {
+    /// After a restore: every cursor is a split of this subtask, at an offset within it.
+    fn check_cursors(&self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        for c in &self.cursors {
+            let Some(split) = self.splits.get(c.split) else {
+                return Err(self.cannot_restore(
+                    position,
+                    &format!(
+                        "the input has only {} splits now; did the input files change since \
+                         the position was taken?",
+                        self.splits.len()
+                    ),
+                ));
+            };
+            if c.split % self.parallelism != self.subtask {
+                return Err(self.cannot_restore(
+                    position,
+                    &format!(
+                        "split {} belongs to subtask {}; the position was taken at another \
+                         parallelism, which the file source cannot rescale from yet",
+                        c.split,
+                        c.split % self.parallelism
+                    ),
+                ));
+            }
+            if !(split.start..=split.end).contains(&c.offset) {
+                return Err(self.cannot_restore(
+                    position,
+                    &format!(
+                        "offset {} lies outside split {} (bytes {}..{} of {}); did the input \
+                         files change since the position was taken?",
+                        c.offset,
+                        c.split,
+                        split.start,
+                        split.end,
+                        self.files[split.file].display()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -613,5 +958,244 @@ mod tests {
             src.position(),
             serde_json::json!({ "split": 0, "offset": 0 })
         );
+    }
+
+    /// Lines `k<i> <time>` of two files, the second (by name) earlier in event time than the
+    /// first, each in time order; returns every line with its time.
+    fn write_timed(dir: &Path) -> Vec<(String, i64)> {
+        std::fs::create_dir(dir.join("timed")).unwrap();
+        let mut all = Vec::new();
+        for (name, start) in [("a.txt", 10_000), ("b.txt", 0)] {
+            let mut text = String::new();
+            for i in 0..40_i64 {
+                let line = format!("k{} {}", i % 7, start + i * 10);
+                text.push_str(&line);
+                text.push('\n');
+                all.push((line, start + i * 10));
+            }
+            std::fs::write(dir.join("timed").join(name), text).unwrap();
+        }
+        all
+    }
+
+    fn timed_config(split_size: u64) -> SourceConfig {
+        config(&format!(
+            "path = \"timed\"\nsplit_size = {split_size}\n\
+             event_time = {{ field = 1, delimiter = \" \" }}"
+        ))
+    }
+
+    /// Each line read with its time.
+    type Stamped = Vec<(String, i64)>;
+
+    /// Polls `source` `max` records at a time to its end: each record with its time, and
+    /// the split time after each poll with the number of records emitted before it.
+    fn drain_timed(
+        source: &mut dyn Source,
+        max: usize,
+    ) -> (Stamped, Vec<(usize, Option<SplitTime>)>) {
+        let (mut out, mut times) = (Vec::new(), Vec::new());
+        let mut batch = Batch::default();
+        loop {
+            batch.clear();
+            let poll = source.poll(&mut batch, max).unwrap();
+            for r in batch.iter() {
+                let line = String::from_utf8(r.value.to_vec()).unwrap();
+                out.push((line, r.timestamp.expect("a time")));
+            }
+            times.push((out.len(), source.split_time()));
+            if poll == Poll::Finished {
+                return (out, times);
+            }
+        }
+    }
+
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn with_event_time_every_line_comes_once_with_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = write_timed(dir.path());
+        for split_size in [1, 7, 64, 1 << 20] {
+            let cfg = timed_config(split_size);
+            for p in 1..=3 {
+                let mut got = Vec::new();
+                for s in 0..p {
+                    let mut src = cfg.build(dir.path(), s, p, &Clock::system()).unwrap();
+                    got.extend(drain_timed(src.as_mut(), 3).0);
+                }
+                assert_eq!(sorted(got), sorted(all.clone()), "{split_size} {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn with_event_time_splits_are_read_in_turn_and_their_time_follows_the_slowest() {
+        // Each file's lines are in time order, so once the source says its splits have
+        // reached `t`, nothing it emits after is earlier than `t`, however its splits start.
+        let dir = tempfile::tempdir().unwrap();
+        write_timed(dir.path());
+        for split_size in [50, 128, 1 << 20] {
+            let splits = if split_size == 1 << 20 { 2 } else { 0 };
+            let mut src = timed_config(split_size)
+                .build(dir.path(), 0, 1, &Clock::system())
+                .unwrap();
+            let (out, times) = drain_timed(src.as_mut(), 2);
+            for &(emitted, time) in &times {
+                if let Some(SplitTime::Reached(t)) = time {
+                    let early = out[emitted..].iter().find(|(_, ts)| *ts < t);
+                    assert_eq!(early, None, "split size {split_size}: after {t}");
+                }
+            }
+            // Every split is read before a time is given: with one split per file, the
+            // first batch (of a.txt) cannot say anything, the second (of b.txt) can.
+            if splits == 2 {
+                assert_eq!(times[0], (2, Some(SplitTime::Waiting)));
+                assert_eq!(times[1], (4, Some(SplitTime::Reached(10))));
+                assert_eq!(out[2].1, 0, "the second batch is b.txt's");
+            }
+            assert!(
+                (times.iter()).any(|(_, t)| matches!(t, Some(SplitTime::Reached(_)))),
+                "{times:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn with_event_time_restore_yields_exactly_the_remaining_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        write_timed(dir.path());
+        for split_size in [7, 100, 1 << 20] {
+            let timed = timed_config(split_size);
+            let plain = config(&format!("path = \"timed\"\nsplit_size = {split_size}"));
+            for p in 1..=2 {
+                for s in 0..p {
+                    let build = |cfg: &SourceConfig| cfg.build(dir.path(), s, p, &Clock::system());
+                    let all = drain_timed(build(&timed).unwrap().as_mut(), 1000).0;
+                    // From its own positions: what it had not emitted yet, each once.
+                    let mut src = build(&timed).unwrap();
+                    let mut emitted = Vec::new();
+                    loop {
+                        let pos = src.position();
+                        let mut resumed = build(&timed).unwrap();
+                        resumed.restore(&pos).unwrap();
+                        let mut rest = emitted.clone();
+                        rest.extend(drain_timed(resumed.as_mut(), 3).0);
+                        assert_eq!(sorted(rest), sorted(all.clone()), "position {pos}");
+                        let mut batch = Batch::default();
+                        let poll = src.poll(&mut batch, 2).unwrap();
+                        emitted.extend(batch.iter().map(|r| {
+                            (
+                                String::from_utf8(r.value.to_vec()).unwrap(),
+                                r.timestamp.unwrap(),
+                            )
+                        }));
+                        if poll == Poll::Finished {
+                            break;
+                        }
+                    }
+                    // From the positions of the source without event_time (a job that
+                    // turned it on): what that source had left.
+                    let mut src = build(&plain).unwrap();
+                    let mut done = Vec::new();
+                    loop {
+                        let mut resumed = build(&timed).unwrap();
+                        resumed.restore(&src.position()).unwrap();
+                        let rest: Vec<String> = (drain_timed(resumed.as_mut(), 3).0)
+                            .into_iter()
+                            .map(|(line, _)| line)
+                            .collect();
+                        let all_lines: Vec<String> = all.iter().map(|(l, _)| l.clone()).collect();
+                        let mut both = done.clone();
+                        both.extend(rest);
+                        assert_eq!(sorted(both), sorted(all_lines));
+                        let mut batch = Batch::default();
+                        let poll = src.poll(&mut batch, 3).unwrap();
+                        done.extend(
+                            batch
+                                .iter()
+                                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+                        );
+                        if poll == Poll::Finished {
+                            break;
+                        }
+                    }
+                    // A timed position cannot go back to reading one split after another.
+                    let err = build(&plain)
+                        .unwrap()
+                        .restore(&build(&timed).unwrap().position())
+                        .unwrap_err()
+                        .to_string();
+                    assert!(err.contains("set event_time as it was"), "{err}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_without_its_time_fails_naming_the_file_the_line_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("in.txt"), "a,1\nb,x\n").unwrap();
+        std::fs::write(dir.path().join("short.txt"), "a,1\nb\n").unwrap();
+        for (file, want) in [
+            (
+                "in.txt",
+                r#"the line at byte 4, "b,x", has no event time: field 1 ("x") is not milliseconds"#,
+            ),
+            (
+                "short.txt",
+                r#"the line at byte 4, "b", has no event time: it has 1 field(s) separated by ",""#,
+            ),
+        ] {
+            let cfg = config(&format!("path = \"{file}\"\nevent_time = {{ field = 1 }}"));
+            let mut src = cfg.build(dir.path(), 0, 1, &Clock::system()).unwrap();
+            let mut batch = Batch::default();
+            let err = loop {
+                match src.poll(&mut batch, 10) {
+                    Ok(Poll::Finished) => panic!("{file} was read without an error"),
+                    Ok(_) => {}
+                    Err(e) => break e,
+                }
+            };
+            let err = err.to_string();
+            assert!(err.contains(file) && err.contains(want), "{err}");
+            assert!(ConnectorError::Input(err).is_permanent());
+        }
+        let bad = config("path = \"in.txt\"\nevent_time = { field = 1, delimiter = \"::\" }");
+        let err = bad.validate(dir.path()).unwrap_err();
+        assert!(
+            err.contains("event_time.delimiter must be one ASCII character"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn times_are_read_in_each_format() {
+        let time = |format: TimeFormat| LineTime {
+            field: 0,
+            delimiter: ",".into(),
+            format,
+        };
+        let ms = time(TimeFormat::EpochMs);
+        assert_eq!(ms.parse(b" 1700000000123 ,x"), Ok(1_700_000_000_123));
+        assert_eq!(ms.parse(b"-5"), Ok(-5));
+        assert!(ms.parse(b"1.5").is_err());
+        let s = time(TimeFormat::EpochS);
+        assert_eq!(s.parse(b"1700000000"), Ok(1_700_000_000_000));
+        assert_eq!(s.parse(b"1700000000.5"), Ok(1_700_000_000_500));
+        assert_eq!(s.parse(b"1700000000.123"), Ok(1_700_000_000_123));
+        assert_eq!(s.parse(b"-1.5"), Ok(-1_500));
+        assert!(s.parse(b"1.1234").is_err() && s.parse(b"1.x").is_err());
+        let rfc = time(TimeFormat::Rfc3339);
+        assert_eq!(
+            rfc.parse(b"2023-11-14T22:13:20.123Z"),
+            Ok(1_700_000_000_123)
+        );
+        assert_eq!(rfc.parse(b"1970-01-01T00:00:00Z"), Ok(0));
+        let err = rfc.parse(b"yesterday").unwrap_err();
+        assert!(err.contains("RFC 3339"), "{err}");
     }
 }

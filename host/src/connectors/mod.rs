@@ -89,6 +89,9 @@ pub enum ConnectorError {
     /// A configuration or a restored position that the connector cannot work with.
     #[error("{0}")]
     Invalid(String),
+    /// Input the connector cannot read as configured (a line without its timestamp).
+    #[error("{0}")]
+    Input(String),
     /// An external system (a database) refused or failed an operation.
     #[error("{message}")]
     External {
@@ -116,7 +119,7 @@ impl ConnectorError {
                     | InvalidFilename
                     | InvalidInput
             ),
-            ConnectorError::Invalid(_) => true,
+            ConnectorError::Invalid(_) | ConnectorError::Input(_) => true,
             ConnectorError::External { permanent, .. } => *permanent,
         }
     }
@@ -139,6 +142,22 @@ pub(crate) trait Source: Send {
     fn position(&self) -> SourcePosition;
     /// Continues from `position`, as returned by [`Source::position`] of the same subtask.
     fn restore(&mut self, position: &SourcePosition) -> Result<(), ConnectorError>;
+    /// Of a source that reads several splits at once and stamps their records itself: how
+    /// far all of them have come in event time, from which its watermark is made instead
+    /// of from each batch's timestamps, so that one split's records are not late behind
+    /// another's. `None`: the source does not read that way.
+    fn split_time(&self) -> Option<SplitTime> {
+        None
+    }
+}
+
+/// How far the event time of a source's splits has come (see [`Source::split_time`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SplitTime {
+    /// A split not finished has read no record yet.
+    Waiting,
+    /// Every split not finished has read a record stamped at or after this time.
+    Reached(i64),
 }
 
 /// One subtask of a sink: writes batches out.
@@ -211,10 +230,10 @@ impl SourceConfig {
         }
     }
 
-    /// Whether the records carry event time (a generator with `event_time`).
+    /// Whether the records carry event time (a file or generator source with `event_time`).
     pub fn produces_timestamps(&self) -> bool {
         match self {
-            SourceConfig::File(_) => false,
+            SourceConfig::File(c) => c.event_time.is_some(),
             SourceConfig::Generator(c) => c.event_time.is_some(),
         }
     }
@@ -237,7 +256,7 @@ impl SourceConfig {
     ) -> Result<Box<dyn Source>, ConnectorError> {
         check_subtask(subtask, parallelism)?;
         Ok(match self {
-            SourceConfig::File(c) => Box::new(c.build(base_dir, subtask, parallelism)?),
+            SourceConfig::File(c) => c.build(base_dir, subtask, parallelism)?,
             SourceConfig::Generator(c) => Box::new(c.build(subtask, parallelism, clock)?),
         })
     }

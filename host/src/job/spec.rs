@@ -417,7 +417,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             return Err(format!(
                 "source \"{}\" has a `watermark` strategy, but its records carry no event time; \
                  put the strategy on the operator that gives them one (it emits them with a \
-                 timestamp), or give a generator `event_time = {{ ... }}`",
+                 timestamp), or give the source `event_time = {{ ... }}`",
                 common.name
             ));
         }

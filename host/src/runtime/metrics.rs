@@ -30,6 +30,28 @@ pub struct VertexMetrics {
     watermarks: Vec<AtomicI64>,
     /// Of a sink: how long after their timestamps its subtasks received records (ms).
     lag: Mutex<Histogram<u64>>,
+    /// Of a WebAssembly operator, per subtask: calls into its instance and the linear
+    /// memory it holds (`u64::MAX`: not reported yet).
+    guest_calls: Vec<AtomicU64>,
+    guest_memory: Vec<AtomicU64>,
+    /// Instances renewed as their memory neared the limit.
+    guest_renewed: AtomicU64,
+}
+
+/// What a WebAssembly operator's instances use, summed over its subtasks (in the current run
+/// of the job: a restart or an upgrade starts new instances).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+pub struct GuestUsage {
+    /// Calls into the instances (`process` per batch, timers, open, close...).
+    pub calls: u64,
+    /// Bytes of linear memory the instances hold: a guest's memory grows and never shrinks,
+    /// so a leak in guest code (or its language's runtime) shows as growth here.
+    pub memory_bytes: u64,
+    /// Instances replaced by new ones of the same code because their memory reached 3/4
+    /// of the limit (state kept); counts over the whole run.
+    pub renewed: u64,
 }
 
 /// How long after their event time a sink received records: processing time at the sink
@@ -57,6 +79,41 @@ impl VertexMetrics {
         if let Some(w) = self.watermarks.get(subtask as usize) {
             w.store(t, Ordering::Relaxed);
         }
+    }
+
+    /// Subtask `subtask`'s instance has been called `calls` times and holds `memory` bytes
+    /// of linear memory.
+    pub(crate) fn set_guest_usage(&self, subtask: u32, (calls, memory): (u64, u64)) {
+        let i = subtask as usize;
+        if let (Some(c), Some(m)) = (self.guest_calls.get(i), self.guest_memory.get(i)) {
+            c.store(calls, Ordering::Relaxed);
+            m.store(memory, Ordering::Relaxed);
+        }
+    }
+
+    /// A subtask renewed its instance (see [`GuestUsage::renewed`]).
+    pub(crate) fn renewed(&self) {
+        self.guest_renewed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the vertex's WebAssembly instances have used; `None` for other vertices (and
+    /// before any subtask has reported).
+    pub fn guest_usage(&self) -> Option<GuestUsage> {
+        let mut reported = false;
+        let mut sum = GuestUsage {
+            calls: 0,
+            memory_bytes: 0,
+            renewed: self.guest_renewed.load(Ordering::Relaxed),
+        };
+        for (calls, memory) in self.guest_calls.iter().zip(&self.guest_memory) {
+            let memory = memory.load(Ordering::Relaxed);
+            if memory != u64::MAX {
+                reported = true;
+                sum.calls += calls.load(Ordering::Relaxed);
+                sum.memory_bytes += memory;
+            }
+        }
+        reported.then_some(sum)
     }
 
     /// A sink's subtask received records with timestamps `stamps` at processing time `now`.
@@ -153,6 +210,7 @@ impl Metrics {
                 records_out: v.records_out.load(Ordering::Relaxed),
                 watermark: v.watermark(),
                 event_time_lag: v.event_time_lag(),
+                guest: v.guest_usage(),
             })
             .collect()
     }
@@ -177,6 +235,9 @@ impl Metrics {
                     undeclared_states: Mutex::default(),
                     watermarks: (0..parallelism).map(|_| AtomicI64::new(i64::MIN)).collect(),
                     lag: Mutex::new(Histogram::new(2).expect("2 significant digits are valid")),
+                    guest_calls: (0..parallelism).map(|_| AtomicU64::new(0)).collect(),
+                    guest_memory: (0..parallelism).map(|_| AtomicU64::new(u64::MAX)).collect(),
+                    guest_renewed: AtomicU64::new(0),
                 })
                 .collect(),
             checkpoints: Mutex::new(CheckpointStatus::default()),

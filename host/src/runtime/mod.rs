@@ -28,7 +28,7 @@ pub(crate) use events::Events;
 pub use events::{Failure, JobEnd, JobEvent};
 pub use job::Job;
 pub(crate) use job::JobParts;
-pub use metrics::{CheckpointStatus, EventTimeLag, Metrics, VertexMetrics};
+pub use metrics::{CheckpointStatus, EventTimeLag, GuestUsage, Metrics, VertexMetrics};
 pub(crate) use running::Shared;
 pub use running::{JobControl, JobSummary, RunningJob, VertexSummary};
 pub use savepoint::{Savepoint, SavepointFailed, SavepointHandle};

@@ -181,6 +181,8 @@ pub struct VertexSummary {
     pub watermark: Option<i64>,
     /// Of a sink that received records with timestamps: how long after them.
     pub event_time_lag: Option<super::EventTimeLag>,
+    /// Of a WebAssembly operator: calls into its instances and their linear memory.
+    pub guest: Option<super::GuestUsage>,
 }
 
 /// How a job that did not fail went.

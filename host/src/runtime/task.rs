@@ -37,7 +37,7 @@ use crate::checkpoint::coordinator::TaskId;
 use crate::checkpoint::writer::{InFlight, Part, PartState, TaskSnapshot};
 use crate::checkpoint::{Barrier, BarrierKind, CheckpointMode};
 use crate::clock::Clock;
-use crate::connectors::{ConnectorError, Poll, Sink, SinkContext, Source};
+use crate::connectors::{ConnectorError, Poll, Sink, SinkContext, Source, SplitTime};
 use crate::job::spec::{JobSpec, OperatorCode, VertexKind};
 use crate::key_group::key_group_range;
 use crate::native;
@@ -55,6 +55,9 @@ const READ_AHEAD: usize = 2 * CHANNEL_CAPACITY;
 pub(crate) const SECOND_INPUT: &str = "second_input";
 /// The longest a source sleeps when it has nothing to emit, so cancellation stays prompt.
 const MAX_IDLE: Duration = Duration::from_millis(100);
+/// The share of its memory limit at which a WebAssembly operator's instance is renewed
+/// (see [`Chain::renew`]).
+const RENEW_AT: (u64, u64) = (3, 4);
 
 pub(crate) struct TaskSetup {
     pub spec: Arc<JobSpec>,
@@ -128,6 +131,9 @@ struct Chain {
     head_generator: Option<Generator>,
     /// The source heading the chain, if one does.
     source: Option<usize>,
+    /// Per stage: the code (and config, after an upgrade) of a WebAssembly operator, for a
+    /// new instance when its memory nears the limit (see [`Chain::renew`]).
+    code: Vec<Option<(OperatorComponent, Option<String>)>>,
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -265,6 +271,9 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         _ => None,
     };
     let rest: Vec<usize> = setup.chain[usize::from(source.is_some())..].to_vec();
+    let code = (rest.iter())
+        .map(|v| setup.components.get(v).map(|c| (c.clone(), None)))
+        .collect();
     let mut stages = Vec::with_capacity(rest.len());
     for &v in &rest {
         stages.push(build_stage(
@@ -298,6 +307,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         generators: Vec::new(),
         head_generator: None,
         source: source.is_some().then_some(head),
+        code,
     };
     let now = chain.clock.now_ms();
     if source.is_some() {
@@ -495,7 +505,7 @@ fn run_source(
             .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, "", e))?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            chain.push_source(&batch)?;
+            chain.push_source(&batch, source.split_time())?;
             batch.clear();
         }
         let next = chain.on_time()?;
@@ -989,7 +999,57 @@ impl Chain {
                 self.spec.vertices[v].name
             );
             self.stages[i] = Stage::Operator(Box::new(new));
+            self.code[i] = Some((component.clone(), config.clone()));
         }
+        Ok(())
+    }
+
+    /// Replaces the instance of WebAssembly operator stage `i` by a new one of the same code
+    /// when its linear memory has reached [`RENEW_AT`] of its limit, between two calls. The
+    /// host holds the operator's keyed state, timers and operator state, so the new instance
+    /// carries on with them (as after an upgrade); what the old one kept in its own memory
+    /// (fields of the operator object) starts over, as after a restore. A guest whose memory
+    /// grows with every call (a leak in its code or its language's runtime) so keeps running
+    /// instead of failing the job at the limit.
+    fn renew(&mut self, i: usize) -> Result<(), Stop> {
+        let (Some((component, config)), Stage::Operator(op)) = (&self.code[i], &mut self.stages[i])
+        else {
+            return Ok(());
+        };
+        let limit = component.limits.memory.as_u64();
+        let Some((calls, memory)) = op.guest_usage() else {
+            return Ok(());
+        };
+        if memory < limit / RENEW_AT.1 * RENEW_AT.0 {
+            return Ok(());
+        }
+        let v = self.vertices[i];
+        let Some(held) = std::mem::replace(op, Box::new(Swapping)).into_held() else {
+            return Err(self.fail(i, "renew", "this operator cannot be renewed in place"));
+        };
+        let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
+        if let Some(config) = config {
+            ctx.config = config.clone();
+        }
+        let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
+            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        new.open()
+            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        tracing::warn!(
+            subtask = self.subtask,
+            "operator \"{}\" held {} of linear memory after {} calls, {}/{} of its limit of \
+             {}: it carries on in a new instance of its code (its state is kept; fields of \
+             the operator object start over). Memory that grows with every call is a leak in \
+             the operator or its language's runtime",
+            self.spec.vertices[v].name,
+            crate::wasm::bytes(memory),
+            calls,
+            RENEW_AT.0,
+            RENEW_AT.1,
+            crate::wasm::bytes(limit),
+        );
+        self.metrics.vertices[v].renewed();
+        self.stages[i] = Stage::Operator(Box::new(new));
         Ok(())
     }
 
@@ -1098,12 +1158,16 @@ impl Chain {
     }
 
     /// What a source read: into the chain, then the watermarks it makes (with the source's
-    /// strategy).
-    fn push_source(&mut self, batch: &Batch) -> Result<(), Stop> {
+    /// strategy; `split_time` from a source that reads several splits at once).
+    fn push_source(&mut self, batch: &Batch, split_time: Option<SplitTime>) -> Result<(), Stop> {
         self.push(0, batch)?;
         if let Some(g) = &mut self.head_generator {
             let mut made = smallvec::SmallVec::<[Watermark; 2]>::new();
-            g.on_batch(batch, self.clock.now_ms(), |w| made.push(w));
+            let now = self.clock.now_ms();
+            match split_time {
+                Some(time) => g.on_split_batch(batch, time, now, |w| made.push(w)),
+                None => g.on_batch(batch, now, |w| made.push(w)),
+            }
             for w in made {
                 if let (Watermark::At(t), Some(source)) = (w, self.source) {
                     self.metrics.vertices[source].set_watermark(self.subtask, t);
@@ -1120,6 +1184,11 @@ impl Chain {
     fn emitted(&mut self, i: usize, mut out: Batch) -> Result<(), Stop> {
         let m = &self.metrics.vertices[self.vertices[i]];
         m.records_out.fetch_add(out.len() as u64, Ordering::Relaxed);
+        if let Stage::Operator(op) = &self.stages[i]
+            && let Some(usage) = op.guest_usage()
+        {
+            m.set_guest_usage(self.subtask, usage);
+        }
         let mut made = smallvec::SmallVec::<[Watermark; 2]>::new();
         if let Some(g) = &mut self.generators[i] {
             g.on_batch(&out, self.clock.now_ms(), |w| made.push(w));
@@ -1242,6 +1311,7 @@ impl Chain {
                 if let Err(e) = op.process_input(input, batch, &mut out) {
                     return Err(self.operator_failed(i, e));
                 }
+                self.renew(i)?;
                 self.emitted(i, out)
             }
             Stage::Sink(sink) => {

@@ -105,6 +105,9 @@ pub struct VertexStatus {
     /// (processing time at the sink less the record's timestamp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_time_lag: Option<crate::runtime::EventTimeLag>,
+    /// Of a WebAssembly operator: calls into its instances and the linear memory they hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<crate::runtime::GuestUsage>,
 }
 
 /// The whole status of a job.

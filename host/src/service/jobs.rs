@@ -536,6 +536,7 @@ impl Run {
                 records_out_per_second: rate.1,
                 watermark: v.watermark(),
                 event_time_lag: v.event_time_lag(),
+                guest: v.guest_usage(),
             })
             .collect()
     }

@@ -214,10 +214,12 @@ pub(crate) fn start_ticker(engine: &Engine) -> std::io::Result<()> {
 }
 
 /// Refuses growth of an instance's memories and tables beyond its limits, and more
-/// instances, memories or tables than `instances`.
+/// instances, memories or tables than `instances`; counts the linear memory it allowed.
 #[derive(Debug)]
 pub(crate) struct Limiter {
     pub limits: Limits,
+    /// Bytes of linear memory the store's memories hold (they grow, never shrink).
+    pub memory_bytes: u64,
 }
 
 impl ResourceLimiter for Limiter {
@@ -239,6 +241,7 @@ impl ResourceLimiter for Limiter {
                 ),
             ));
         }
+        self.memory_bytes += desired.saturating_sub(current) as u64;
         Ok(true)
     }
 
@@ -286,6 +289,7 @@ mod tests {
     fn growth_within_limits_is_allowed_and_beyond_is_an_error_naming_the_limit() {
         let mut l = Limiter {
             limits: Limits::default(),
+            memory_bytes: 0,
         };
         assert!(l.memory_growing(1 << 20, 2 << 20, None).unwrap());
         let err = l.memory_growing(1 << 20, 300 << 20, None).unwrap_err();

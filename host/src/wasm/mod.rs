@@ -12,6 +12,7 @@ mod operator;
 
 pub use capabilities::{DirGrant, Grants};
 pub use engine::{EngineOptions, OperatorComponent, WORLD, WasmEngine, WasmError};
+pub(crate) use limits::bytes;
 pub use limits::{Limit, Limits};
 pub(crate) use operator::WasmOperator;
 

@@ -24,6 +24,8 @@ pub(crate) struct WasmOperator {
     buf: Vec<u8>,
     /// Whether calls have an execution deadline (see [`super::EngineOptions`]).
     deadlines: bool,
+    /// Calls into the instance so far.
+    calls: u64,
 }
 
 impl WasmOperator {
@@ -87,11 +89,13 @@ impl WasmOperator {
             bindings,
             buf: Vec::new(),
             deadlines: component.deadlines,
+            calls: 0,
         })
     }
 
     /// Starts a call of `hook` (see [`HostState::begin`]), with its execution deadline.
     fn begin(&mut self, hook: Hook) {
+        self.calls += 1;
         if self.deadlines {
             self.store.set_epoch_deadline(1);
         }
@@ -369,6 +373,10 @@ impl Operator for WasmOperator {
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         self.store.data_mut().take_side_outputs()
+    }
+
+    fn guest_usage(&self) -> Option<(u64, u64)> {
+        Some((self.calls, self.store.data().memory_bytes()))
     }
 
     fn undeclared_states(&self) -> Vec<String> {

@@ -177,7 +177,10 @@ impl HostState {
             operator_names: Vec::new(),
             operator_reps: FastMap::default(),
             operator_bytes: held.operator_bytes,
-            limiter: Limiter { limits },
+            limiter: Limiter {
+                limits,
+                memory_bytes: 0,
+            },
             log,
             hook: Hook::Open,
             emitted_records: 0,
@@ -215,6 +218,11 @@ impl HostState {
     /// The resource limiter of the store.
     pub(crate) fn limiter(&mut self) -> &mut Limiter {
         &mut self.limiter
+    }
+
+    /// Bytes of linear memory the instance holds.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        self.limiter.memory_bytes
     }
 
     pub(crate) fn context(&self) -> &OperatorContext {

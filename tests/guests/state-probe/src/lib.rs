@@ -22,6 +22,7 @@
 //! | `mvlen K` | `LEN i` for a filled entry (its length, what is after the dots), or `none` |
 //! | `msize` | the number of entries |
 //! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
+//! | `leak N` | `ok`, having allocated N bytes it never frees (a leaking guest) |
 //! | `tvset X`, `trset X`, `tladd X`, `tmput K V` | `ok` |
 //! | `tvget`, `trget`, `tlget`, `tmentries` | as `vget`, `lget`, `mentries` |
 //!
@@ -120,6 +121,13 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
                 .parse()
                 .map_err(|e| Error::new(e).context(format!("timer {arg:?}")))?;
             ctx.register_event_timer(at).and_then(|()| ok())
+        }
+        "leak" => {
+            let n: usize = arg
+                .parse()
+                .map_err(|e| Error::new(e).context(format!("leak {arg:?}")))?;
+            std::mem::forget(vec![1_u8; n]);
+            ok()
         }
         "tvset" | "tvget" => {
             let tv = ctx.value_state_with_ttl::<String>("tv", ttl());
