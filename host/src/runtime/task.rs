@@ -985,14 +985,7 @@ impl Chain {
             let Some(held) = old.into_held() else {
                 return Err(self.fail(i, "upgrade", "this operator cannot be upgraded in place"));
             };
-            let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
-            if let Some(config) = config {
-                ctx.config = config.clone();
-            }
-            let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
-                .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
-            new.open()
-                .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+            let new = self.instance_with(v, component, config.as_ref(), held)?;
             tracing::info!(
                 subtask = self.subtask,
                 "operator \"{}\" runs its new code",
@@ -1002,6 +995,26 @@ impl Chain {
             self.code[i] = Some((component.clone(), config.clone()));
         }
         Ok(())
+    }
+
+    /// A new instance of `component` (with `config`, else the spec's) for operator vertex
+    /// `v`, carrying on with what an old instance `held`, opened.
+    fn instance_with(
+        &self,
+        v: usize,
+        component: &OperatorComponent,
+        config: Option<&String>,
+        held: Box<dyn std::any::Any + Send>,
+    ) -> Result<WasmOperator, Stop> {
+        let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
+        if let Some(config) = config {
+            ctx.config = config.clone();
+        }
+        let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
+            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        new.open()
+            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        Ok(new)
     }
 
     /// Replaces the instance of WebAssembly operator stage `i` by a new one of the same code
@@ -1027,14 +1040,8 @@ impl Chain {
         let Some(held) = std::mem::replace(op, Box::new(Swapping)).into_held() else {
             return Err(self.fail(i, "renew", "this operator cannot be renewed in place"));
         };
-        let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
-        if let Some(config) = config {
-            ctx.config = config.clone();
-        }
-        let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
-            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
-        new.open()
-            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        let (component, config) = (component.clone(), config.clone());
+        let new = self.instance_with(v, &component, config.as_ref(), held)?;
         tracing::warn!(
             subtask = self.subtask,
             "operator \"{}\" held {} of linear memory after {} calls, {}/{} of its limit of \
