@@ -94,6 +94,17 @@ impl std::fmt::Display for FailureKind {
 }
 
 /// An operator instance of one subtask.
+/// What an instance of guest code has used (see [`Operator::guest_usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InstanceUsage {
+    /// Calls into it so far.
+    pub calls: u64,
+    /// Bytes of linear memory it holds.
+    pub memory_bytes: u64,
+    /// Bytes of linear memory it held once instantiated.
+    pub start_bytes: u64,
+}
+
 pub trait Operator: Send {
     /// Called once before the first batch.
     fn open(&mut self) -> Result<(), OperatorError> {
@@ -176,9 +187,8 @@ pub trait Operator: Send {
         Vec::new()
     }
 
-    /// Of an operator that runs guest code: the calls into its instance so far and the
-    /// bytes of linear memory it holds.
-    fn guest_usage(&self) -> Option<(u64, u64)> {
+    /// Of an operator that runs guest code: what its instance has used.
+    fn guest_usage(&self) -> Option<InstanceUsage> {
         None
     }
 

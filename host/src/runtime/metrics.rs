@@ -7,6 +7,7 @@ use hdrhistogram::Histogram;
 
 use super::VertexSummary;
 use crate::checkpoint::HistoryEntry;
+use crate::operator::InstanceUsage;
 use crate::role::Role;
 
 /// Counters of one vertex, summed over its subtasks.
@@ -81,13 +82,12 @@ impl VertexMetrics {
         }
     }
 
-    /// Subtask `subtask`'s instance has been called `calls` times and holds `memory` bytes
-    /// of linear memory.
-    pub(crate) fn set_guest_usage(&self, subtask: u32, (calls, memory): (u64, u64)) {
+    /// Subtask `subtask`'s instance has used `usage`.
+    pub(crate) fn set_guest_usage(&self, subtask: u32, usage: InstanceUsage) {
         let i = subtask as usize;
         if let (Some(c), Some(m)) = (self.guest_calls.get(i), self.guest_memory.get(i)) {
-            c.store(calls, Ordering::Relaxed);
-            m.store(memory, Ordering::Relaxed);
+            c.store(usage.calls, Ordering::Relaxed);
+            m.store(usage.memory_bytes, Ordering::Relaxed);
         }
     }
 

@@ -1018,7 +1018,8 @@ impl Chain {
     }
 
     /// Replaces the instance of WebAssembly operator stage `i` by a new one of the same code
-    /// when its linear memory has reached [`RENEW_AT`] of its limit, between two calls. The
+    /// when its linear memory has reached [`RENEW_AT`] of its limit, between two calls, having
+    /// grown by a quarter of the limit since the instance was made. The
     /// host holds the operator's keyed state, timers and operator state, so the new instance
     /// carries on with them (as after an upgrade); what the old one kept in its own memory
     /// (fields of the operator object) starts over, as after a restore. A guest whose memory
@@ -1030,10 +1031,15 @@ impl Chain {
             return Ok(());
         };
         let limit = component.limits.memory.as_u64();
-        let Some((calls, memory)) = op.guest_usage() else {
+        let Some(usage) = op.guest_usage() else {
             return Ok(());
         };
-        if memory < limit / RENEW_AT.1 * RENEW_AT.0 {
+        // An instance that started near the limit would be renewed again and again: only
+        // one that grew by a quarter of the limit is.
+        let (calls, memory) = (usage.calls, usage.memory_bytes);
+        if memory < limit / RENEW_AT.1 * RENEW_AT.0
+            || memory.saturating_sub(usage.start_bytes) < limit / 4
+        {
             return Ok(());
         }
         let v = self.vertices[i];

@@ -12,7 +12,9 @@ use super::host::{Held, Hook, HostState, MAX_GUEST_ERROR};
 use super::interrupt;
 use super::limits::{Limit, LimitExceeded, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
-use crate::operator::{FailureKind, Operator, OperatorContext, OperatorError, Snapshot};
+use crate::operator::{
+    FailureKind, InstanceUsage, Operator, OperatorContext, OperatorError, Snapshot,
+};
 use crate::state::{FastMap, StateSetup};
 use std::path::Path;
 
@@ -26,6 +28,8 @@ pub(crate) struct WasmOperator {
     deadlines: bool,
     /// Calls into the instance so far.
     calls: u64,
+    /// Bytes of linear memory the instance held once instantiated.
+    start_bytes: u64,
 }
 
 impl WasmOperator {
@@ -84,12 +88,14 @@ impl WasmOperator {
                 message: format!("instantiation failed: {e:#}"),
             }
         })?;
+        let start_bytes = store.data().memory_bytes();
         Ok(WasmOperator {
             store,
             bindings,
             buf: Vec::new(),
             deadlines: component.deadlines,
             calls: 0,
+            start_bytes,
         })
     }
 
@@ -375,8 +381,12 @@ impl Operator for WasmOperator {
         self.store.data_mut().take_side_outputs()
     }
 
-    fn guest_usage(&self) -> Option<(u64, u64)> {
-        Some((self.calls, self.store.data().memory_bytes()))
+    fn guest_usage(&self) -> Option<InstanceUsage> {
+        Some(InstanceUsage {
+            calls: self.calls,
+            memory_bytes: self.store.data().memory_bytes(),
+            start_bytes: self.start_bytes,
+        })
     }
 
     fn undeclared_states(&self) -> Vec<String> {
