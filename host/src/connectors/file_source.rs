@@ -489,18 +489,7 @@ impl Source for FileSource {
     }
 
     fn restore(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
-        let fail = |why: String| {
-            ConnectorError::Invalid(format!(
-                "file source subtask {} of {}: cannot restore from position {position}: {why}",
-                self.subtask, self.parallelism
-            ))
-        };
-        let field = |name: &str| {
-            position
-                .get(name)
-                .and_then(serde_json::Value::as_u64)
-                .ok_or_else(|| fail("expected {\"split\": <index>, \"offset\": <bytes>}".into()))
-        };
+        let fail = |why: String| cannot_restore(self.subtask, self.parallelism, position, &why);
         if position.get("splits").is_some() {
             return Err(fail(
                 "it was taken with event_time set, which reads every split at once; set \
@@ -508,36 +497,26 @@ impl Source for FileSource {
                     .into(),
             ));
         }
+        let field = |name: &str| {
+            position
+                .get(name)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| fail("expected {\"split\": <index>, \"offset\": <bytes>}".into()))
+        };
         let (index, offset) = (field("split")?, field("offset")?);
-        let total = self.splits.len();
         let index = usize::try_from(index).unwrap_or(usize::MAX);
-        if index >= total {
-            if index == total {
-                self.seek_split(total);
-                return Ok(());
-            }
-            return Err(fail(format!(
-                "the input has only {total} splits now; did the input files change since the \
-                 position was taken?"
-            )));
+        if index == self.splits.len() {
+            self.seek_split(index);
+            return Ok(());
         }
-        if index % self.parallelism != self.subtask {
-            return Err(fail(format!(
-                "split {index} belongs to subtask {}; the position was taken at another \
-                 parallelism, which the file source cannot rescale from yet",
-                index % self.parallelism
-            )));
-        }
-        let split = self.splits[index];
-        if !(split.start..=split.end).contains(&offset) {
-            return Err(fail(format!(
-                "offset {offset} lies outside split {index} (bytes {}..{} of {}); did the input \
-                 files change since the position was taken?",
-                split.start,
-                split.end,
-                self.files[split.file].display()
-            )));
-        }
+        check_offset(
+            &self.splits,
+            &self.files,
+            (self.subtask, self.parallelism),
+            index,
+            offset,
+        )
+        .map_err(fail)?;
         self.seek_split(index);
         self.offset = offset;
         self.reader = None;
@@ -589,14 +568,6 @@ impl TimedFileSource {
             first.offset = at;
         }
         self.turn = 0;
-    }
-
-    /// Fails a restore from `position`, saying `why`.
-    fn cannot_restore(&self, position: &SourcePosition, why: &str) -> ConnectorError {
-        ConnectorError::Invalid(format!(
-            "file source subtask {} of {}: cannot restore from position {position}: {why}",
-            self.subtask, self.parallelism
-        ))
     }
 }
 
@@ -661,18 +632,19 @@ impl Source for TimedFileSource {
     }
 
     fn restore(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
-        let total = self.splits.len();
         // A position of the source without event_time: its split, then the ones after it.
         if let (Some(index), Some(offset)) = (
             position.get("split").and_then(serde_json::Value::as_u64),
             position.get("offset").and_then(serde_json::Value::as_u64),
         ) {
             let index = usize::try_from(index).unwrap_or(usize::MAX);
-            if index > total || (index < total && index % self.parallelism != self.subtask) {
-                return Err(self.cannot_restore(position, "its split is not this subtask's"));
+            if index != self.splits.len() {
+                let at = (self.subtask, self.parallelism);
+                check_offset(&self.splits, &self.files, at, index, offset)
+                    .map_err(|why| self.cannot_restore(position, &why))?;
             }
             self.start_at(index, Some(offset));
-            return self.check_cursors(position);
+            return Ok(());
         }
         let Some(listed) = position.get("splits").and_then(serde_json::Value::as_array) else {
             return Err(self.cannot_restore(
@@ -706,44 +678,70 @@ impl TimedFileSource {
     /// After a restore: every cursor is a split of this subtask, at an offset within it.
     fn check_cursors(&self, position: &SourcePosition) -> Result<(), ConnectorError> {
         for c in &self.cursors {
-            let Some(split) = self.splits.get(c.split) else {
-                return Err(self.cannot_restore(
-                    position,
-                    &format!(
-                        "the input has only {} splits now; did the input files change since \
-                         the position was taken?",
-                        self.splits.len()
-                    ),
-                ));
-            };
-            if c.split % self.parallelism != self.subtask {
-                return Err(self.cannot_restore(
-                    position,
-                    &format!(
-                        "split {} belongs to subtask {}; the position was taken at another \
-                         parallelism, which the file source cannot rescale from yet",
-                        c.split,
-                        c.split % self.parallelism
-                    ),
-                ));
-            }
-            if !(split.start..=split.end).contains(&c.offset) {
-                return Err(self.cannot_restore(
-                    position,
-                    &format!(
-                        "offset {} lies outside split {} (bytes {}..{} of {}); did the input \
-                         files change since the position was taken?",
-                        c.offset,
-                        c.split,
-                        split.start,
-                        split.end,
-                        self.files[split.file].display()
-                    ),
-                ));
-            }
+            check_offset(
+                &self.splits,
+                &self.files,
+                (self.subtask, self.parallelism),
+                c.split,
+                c.offset,
+            )
+            .map_err(|why| cannot_restore(self.subtask, self.parallelism, position, &why))?;
         }
         Ok(())
     }
+
+    /// Fails a restore from `position`, saying `why`.
+    fn cannot_restore(&self, position: &SourcePosition, why: &str) -> ConnectorError {
+        cannot_restore(self.subtask, self.parallelism, position, why)
+    }
+}
+
+/// A restore of subtask `subtask` of `parallelism` from `position` failed: `why`.
+fn cannot_restore(
+    subtask: usize,
+    parallelism: usize,
+    position: &SourcePosition,
+    why: &str,
+) -> ConnectorError {
+    ConnectorError::Invalid(format!(
+        "file source subtask {subtask} of {parallelism}: cannot restore from position \
+         {position}: {why}"
+    ))
+}
+
+/// Why subtask `subtask` of `parallelism` cannot restore to `offset` in split `index` of
+/// `splits`, if it cannot: the split is gone or another subtask's, or the offset outside it.
+fn check_offset(
+    splits: &[Split],
+    files: &[PathBuf],
+    (subtask, parallelism): (usize, usize),
+    index: usize,
+    offset: u64,
+) -> Result<(), String> {
+    let Some(split) = splits.get(index) else {
+        return Err(format!(
+            "the input has only {} splits now; did the input files change since the position \
+             was taken?",
+            splits.len()
+        ));
+    };
+    if index % parallelism != subtask {
+        return Err(format!(
+            "split {index} belongs to subtask {}; the position was taken at another \
+             parallelism, which the file source cannot rescale from yet",
+            index % parallelism
+        ));
+    }
+    if !(split.start..=split.end).contains(&offset) {
+        return Err(format!(
+            "offset {offset} lies outside split {index} (bytes {}..{} of {}); did the input \
+             files change since the position was taken?",
+            split.start,
+            split.end,
+            files[split.file].display()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -903,6 +901,33 @@ mod tests {
                 .is_err()
         );
         assert!(src.restore(&serde_json::json!({ "next": 1 })).is_err());
+        // The same for the source with event_time, from its positions and the sequential one's.
+        let timed =
+            config("path = \"in\"\nsplit_size = 4\nevent_time = { field = 0, delimiter = \" \" }");
+        let mut src = timed.build(dir.path(), 1, 2, &Clock::system()).unwrap();
+        for (position, want) in [
+            (
+                serde_json::json!({ "split": 0, "offset": 0 }),
+                "belongs to subtask 0",
+            ),
+            (
+                serde_json::json!({ "split": 10_000, "offset": 0 }),
+                "splits now",
+            ),
+            (
+                serde_json::json!({ "splits": [[1, 4], [2, 8]] }),
+                "belongs to subtask 0",
+            ),
+            (
+                serde_json::json!({ "splits": [[1, 40]] }),
+                "outside split 1",
+            ),
+            (serde_json::json!({ "splits": [[10_001, 0]] }), "splits now"),
+            (serde_json::json!({ "next": 1 }), "expected"),
+        ] {
+            let err = src.restore(&position).unwrap_err().to_string();
+            assert!(err.contains(want), "{position}: {err}");
+        }
     }
 
     #[test]
