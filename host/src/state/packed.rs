@@ -124,6 +124,11 @@ pub(crate) fn put_item(buf: &mut Vec<u8>, item: &[u8]) {
     buf.extend_from_slice(item);
 }
 
+/// The `bytes` items of `buf`.
+pub(crate) fn items(buf: &[u8]) -> Items<'_> {
+    Items(buf)
+}
+
 /// The entries of a packed map, in key order.
 pub(crate) fn map_entries(buf: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     let mut items = Items(buf);

@@ -376,6 +376,53 @@ fn maps_read_what_was_written_through_caches_and_restores() {
     }
 }
 
+/// A hot key's cached map takes many writes between checkpoints, of a few lasting entries
+/// and of many short-lived ones: its changed entries reach RocksDB in pieces (each time the
+/// distinct keys changed outgrow the map) and at the snapshot, and entries changed only before
+/// the last piece are there too.
+#[test]
+fn a_hot_map_written_many_times_between_checkpoints_keeps_every_entry() {
+    let mut rng = fastrand::Rng::with_seed(9);
+    for backend in BACKENDS {
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        let m = s.declare("m", StateKind::Map, None).unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        for step in 0..20_000 {
+            if step % 1_000 == 0 {
+                // Read (as an operator loads before it writes): the map is cached.
+                read(&mut s, m, "hot");
+            }
+            // The second half leaves m5..m9 alone: their last changes reach RocksDB in a
+            // piece written before the snapshot.
+            let mk = format!("m{}", rng.u8(..if step < 10_000 { 10 } else { 5 }));
+            let (short, gone) = (format!("t{step}"), format!("t{}", step - 1));
+            put(&mut s, m, "hot", &short, Some("short"));
+            put(&mut s, m, "hot", &gone, None);
+            model.insert(short, "short".to_string());
+            model.remove(&gone);
+            match rng.u8(..4) {
+                0 => {
+                    put(&mut s, m, "hot", &mk, None);
+                    model.remove(&mk);
+                }
+                _ => {
+                    put(&mut s, m, "hot", &mk, Some(&step.to_string()));
+                    model.insert(mk, step.to_string());
+                }
+            }
+        }
+        let entries: Vec<String> = model.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let expected = format!("{{{}}}", entries.join(", "));
+        assert_eq!(read(&mut s, m, "hot"), expected, "{backend:?}");
+        let (mut restored, _dir) = restored(&mut s, backend, &Clock::manual(0));
+        assert_eq!(
+            read(&mut restored, m, "hot"),
+            expected,
+            "{backend:?} restored"
+        );
+    }
+}
+
 #[test]
 fn redeclaring_checks_kind_and_ttl() {
     let mut s = KeyedState::new(128, 0..128);

@@ -17,9 +17,10 @@
 //! a value, rewriting one is one put, and appending to one that is not cached is one merge of
 //! the new elements (a merge operator concatenates them), whatever the list's length. (A row
 //! per element made every rewrite of a list a scan over the tombstones of its earlier
-//! rewrites.) A map read is a scan over its rows;
-//! the map is then cached whole, and writes go both to its rows and into the cached map, so
-//! a hot key's map is not scanned again batch after batch.
+//! rewrites.) A map read is a scan over its rows; the map is then cached whole, and writes
+//! to a cached map change it there, its changed entries reaching their rows when it is
+//! evicted or at a checkpoint, so a hot key's map is neither scanned nor written batch after
+//! batch.
 //!
 //! Writes go into a `WriteBatch` that the front commits at the end of each call, without a
 //! write-ahead log: a crash loses the memtable, but a restore starts from a checkpoint, which
@@ -536,6 +537,10 @@ impl Rocks {
         Ok(f(v.as_deref()))
     }
 
+    /// Applies `changes` to `key`'s map in `st` (after removing every entry if `clear`). A
+    /// cached map changes in the cache, from which the changed entries reach RocksDB when it
+    /// is evicted, at the next checkpoint, or when it outgrows the cache; other writes go to
+    /// RocksDB's rows at once.
     pub(crate) fn write_map<'a>(
         &mut self,
         st: usize,
@@ -545,10 +550,32 @@ impl Rocks {
         changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
     ) -> Result<(), StateError> {
         let len = self.prefix(st, group, key);
+        let changes: SmallVec<[Change<'_>; 8]> = changes.into_iter().collect();
+        if !clear && self.cache.promote(&self.key) {
+            let old = self.cache.get(&self.key).unwrap_or_default();
+            merge(
+                old,
+                changes.iter().copied(),
+                &mut self.scratch,
+                |_, _, _| {},
+            );
+            let map = &self.scratch;
+            if map.len() <= MAX_CACHED_MAP {
+                let map = (!map.is_empty()).then_some(&map[..]);
+                let keys = changes.iter().map(|c| c.0);
+                self.cache.put_map(&self.key, map, keys, &mut self.batch);
+                return self.flush_large_batch();
+            }
+        }
+        // Not cached, or too large now: what the cache has not written yet goes first (a
+        // clear supersedes it).
+        match clear {
+            true => self.cache.forget(&self.key),
+            false => self.cache.write_out(&self.key, &mut self.batch),
+        }
         if clear {
             self.delete_rows(len)?;
         }
-        let changes: SmallVec<[Change<'_>; 8]> = changes.into_iter().collect();
         if let Some(n) = self.large.get_mut(&self.key[..len]) {
             let removes = changes.iter().filter(|c| c.1.is_none()).count() as u32;
             match clear || *n <= removes {
@@ -565,18 +592,13 @@ impl Rocks {
             }
         }
         self.key.truncate(len);
-        if self.cache.promote(&self.key) {
-            let old = match clear {
-                true => &[][..],
-                false => self.cache.get(&self.key).unwrap_or_default(),
-            };
-            merge(old, changes, &mut self.scratch, |_, _, _| {});
+        if clear {
+            // A cleared map is known whole: cached (unchanged, as written above).
+            merge(&[], changes, &mut self.scratch, |_, _, _| {});
             let map = &self.scratch;
-            match map.len() <= MAX_CACHED_MAP {
-                true => self
-                    .cache
-                    .put(&self.key, (!map.is_empty()).then_some(map), false),
-                false => self.cache.forget(&self.key),
+            if map.len() <= MAX_CACHED_MAP {
+                self.cache
+                    .put(&self.key, (!map.is_empty()).then_some(map), false);
             }
         }
         self.flush_large_batch()
