@@ -8,11 +8,14 @@
 //! `k % parallelism`.
 //!
 //! A subtask reads its splits one after the other, unless the source stamps records with
-//! event time from a field of each line (`event_time`). Then it reads all of its splits at
-//! once, a batch from each in turn, and its watermark follows the split that is furthest
-//! behind: read one after the other, a split that starts earlier in event time than the
-//! previous one ended (the next day's file before the last hour of this one, say) would find
-//! the watermark past its records, and they would all be late.
+//! event time from a field of each line (`event_time`). Then it reads a batch from each of
+//! its splits, and from then on always from the split furthest behind in event time, and its
+//! watermark follows that split (Flink's watermark alignment of splits): read one after the
+//! other, a split that starts earlier in event time than the previous one ended (the next
+//! day's file before the last hour of this one, say) would find the watermark past its
+//! records, and they would all be late; read in turn, the byte ranges of one file in time
+//! order would each be at another time, and windows downstream would stay open from the
+//! first range's time to the last's (a key's windows of the whole file at once).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -282,7 +285,6 @@ impl FileSourceConfig {
                 parallelism,
                 time: time.clone(),
                 cursors: Vec::new(),
-                turn: 0,
                 reader: None,
             };
             source.start_at(subtask, None);
@@ -524,8 +526,9 @@ impl Source for FileSource {
     }
 }
 
-/// A file source with `event_time`: reads all of the subtask's splits at once, one batch
-/// from each in turn, and stamps each record with the time in its line.
+/// A file source with `event_time`: reads a batch from each of the subtask's splits, then
+/// from the one furthest behind in event time, and stamps each record with the time in its
+/// line.
 pub(super) struct TimedFileSource {
     files: Vec<PathBuf>,
     /// All splits of all subtasks, in order.
@@ -535,9 +538,7 @@ pub(super) struct TimedFileSource {
     time: LineTime,
     /// The subtask's splits not finished, in order.
     cursors: Vec<Cursor>,
-    /// The cursor the next poll reads from.
-    turn: usize,
-    /// The file last read (one at a time, whichever split's turn it is).
+    /// The file last read (one at a time, whichever split is read).
     reader: Option<OpenFile>,
 }
 
@@ -567,15 +568,16 @@ impl TimedFileSource {
         if let (Some(first), Some(at)) = (self.cursors.first_mut(), at) {
             first.offset = at;
         }
-        self.turn = 0;
     }
 }
 
 impl Source for TimedFileSource {
     fn poll(&mut self, out: &mut Batch, max_records: usize) -> Result<Poll, ConnectorError> {
-        while !self.cursors.is_empty() {
-            let turn = self.turn % self.cursors.len();
-            let cursor = &mut self.cursors[turn];
+        // The first split that has not read a record yet, else the one furthest behind.
+        while let Some(next) =
+            (0..self.cursors.len()).min_by_key(|&i| self.cursors[i].max.unwrap_or(i64::MIN))
+        {
+            let cursor = &mut self.cursors[next];
             let split = self.splits[cursor.split];
             let open = open_at(&mut self.reader, &self.files, split, &mut cursor.offset)?;
             let path = self.files[split.file].as_path();
@@ -601,9 +603,7 @@ impl Source for TimedFileSource {
                 cursor.offset = open.at;
             }
             if done || split_done(open, split, path)? {
-                self.cursors.remove(turn);
-            } else {
-                self.turn = turn + 1;
+                self.cursors.remove(next);
             }
             if !out.is_empty() {
                 return Ok(Poll::Ready);
@@ -669,7 +669,6 @@ impl Source for TimedFileSource {
             });
         }
         self.cursors = cursors;
-        self.turn = 0;
         self.check_cursors(position)
     }
 }
@@ -1058,7 +1057,7 @@ mod tests {
     }
 
     #[test]
-    fn with_event_time_splits_are_read_in_turn_and_their_time_follows_the_slowest() {
+    fn with_event_time_the_split_furthest_behind_is_read_and_time_follows_it() {
         // Each file's lines are in time order, so once the source says its splits have
         // reached `t`, nothing it emits after is earlier than `t`, however its splits start.
         let dir = tempfile::tempdir().unwrap();
@@ -1076,12 +1075,28 @@ mod tests {
                 }
             }
             // Every split is read before a time is given: with one split per file, the
-            // first batch (of a.txt) cannot say anything, the second (of b.txt) can.
+            // first batch (of a.txt) cannot say anything, the second (of b.txt) can; then
+            // b.txt, behind, is read to its end before a.txt goes on.
             if splits == 2 {
                 assert_eq!(times[0], (2, Some(SplitTime::Waiting)));
                 assert_eq!(times[1], (4, Some(SplitTime::Reached(10))));
-                assert_eq!(out[2].1, 0, "the second batch is b.txt's");
+                let order: Vec<i64> = out.iter().map(|(_, t)| *t).collect();
+                let b: Vec<i64> = (0..40).map(|i| i * 10).collect();
+                let a: Vec<i64> = (0..40).map(|i| 10_000 + i * 10).collect();
+                assert_eq!(order, [&a[..2], &b, &a[2..]].concat());
             }
+            // Byte ranges of one file in time order: once each has read its first batch,
+            // they are read one after the other, so what is emitted is in time order.
+            let first_round = times
+                .iter()
+                .position(|(_, t)| t != &Some(SplitTime::Waiting));
+            let rest: Vec<i64> = out[times[first_round.unwrap()].0..]
+                .iter()
+                .map(|(_, t)| *t)
+                .collect();
+            let mut ordered = rest.clone();
+            ordered.sort();
+            assert_eq!(rest, ordered, "split size {split_size}");
             assert!(
                 (times.iter()).any(|(_, t)| matches!(t, Some(SplitTime::Reached(_)))),
                 "{times:?}"
