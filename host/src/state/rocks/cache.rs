@@ -46,8 +46,8 @@ enum Dirty {
 }
 
 /// A cached map's changed map keys are deduplicated once they take more bytes than this or
-/// twice the map, and written if they still take half of that: so what the cache holds stays
-/// within three times its maps, and a map whose few entries change often is not written.
+/// the map, and written if they still take half of that: so what the cache holds stays
+/// within twice its maps, and a map whose few entries change often is not written.
 const MIN_CHANGED_KEYS: usize = 1 << 10;
 
 impl ValueCache {
@@ -131,7 +131,7 @@ impl ValueCache {
         for k in changed {
             put_item(keys, k);
         }
-        let bound = (2 * map.map_or(0, <[u8]>::len)).max(MIN_CHANGED_KEYS);
+        let bound = map.map_or(0, <[u8]>::len).max(MIN_CHANGED_KEYS);
         if keys.len() <= bound {
             return;
         }
@@ -208,12 +208,7 @@ type RowWrite<'a> = (Cow<'a, [u8]>, Option<&'a [u8]>);
 
 /// The rows of the entries of map keys `keys` (`bytes` items) of the map under `prefix`
 /// (`map`, packed): each with its value, or `None` (deleted) if the map has none.
-fn map_rows<'a>(
-    prefix: &[u8],
-    map: Option<&'a [u8]>,
-    keys: &[u8],
-    rows: &mut Vec<RowWrite<'a>>,
-) {
+fn map_rows<'a>(prefix: &[u8], map: Option<&'a [u8]>, keys: &[u8], rows: &mut Vec<RowWrite<'a>>) {
     let mut keys: Vec<&[u8]> = items(keys).collect();
     keys.sort_unstable();
     keys.dedup();
