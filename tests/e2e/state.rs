@@ -8,6 +8,7 @@
 //! blocks of filler commands on other keys, so state must survive between batches.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use crate::support::{
     Workspace, key_value, key_value_file_sink, keyed_operators, part_files, repo, toml_path, wasm,
@@ -330,13 +331,17 @@ path = {input}
         .filter(|l| l.starts_with("k\t"))
         .collect();
     let tail = answers.split_off(answers.len() - 3);
+    (tail, guest_renewed(&summary, "probe"), run)
+}
+
+/// How many times the instances of vertex `name` were renewed, from a `--summary-json` file.
+fn guest_renewed(summary: &Path, name: &str) -> u64 {
     let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
     let vertex = (summary["vertices"].as_array().unwrap().iter())
-        .find(|v| v["name"] == "probe")
+        .find(|v| v["name"] == name)
         .unwrap();
-    let renewed = vertex["guest"]["renewed"].as_u64().unwrap();
-    (tail, renewed, run)
+    vertex["guest"]["renewed"].as_u64().unwrap()
 }
 
 #[test]
@@ -362,4 +367,107 @@ fn a_guest_that_leaks_continues_in_a_new_instance_with_its_state() {
     // a quarter of it: it is never renewed (renewing it would only start it over again).
     let (tail, renewed, _) = under_a_memory_limit(PYTHON_PROBE, false);
     assert_eq!((tail, renewed), (want.to_vec(), 0));
+}
+
+/// A guest that leaks only as its timers fire (calls with no record) is renewed after those
+/// calls too: 12 event-time timers of key `k`, each leaking 3 MiB against a limit of 16 MiB
+/// as it fires, fire one at a time while the watermark passes them, in calls of their own
+/// (the records that move the watermark go to the probe's other subtask).
+#[test]
+fn a_guest_that_leaks_in_its_timers_continues_in_a_new_instance() {
+    let spec = |ws: &Workspace, input: String| {
+        let input = ws.write("steps.txt", input);
+        format!(
+            r#"
+[job]
+name = "timer-leak"
+parallelism = 2
+
+[[source]]
+name = "steps"
+type = "file"
+path = {input}
+parallelism = 1
+
+[[operator]]
+name = "parse"
+uid = "parse"
+{parse}
+input = "steps"
+parallelism = 1
+config = {{ parse = true }}
+watermark = {{ max_out_of_orderness = "0s" }}
+
+[[operator]]
+name = "probe"
+uid = "probe"
+{probe}
+input = "parse"
+edge = "key_by"
+limits = {{ memory = "16 MiB" }}
+{sink}"#,
+            input = toml_path(&input),
+            parse = wasm("weir_test_windows"),
+            probe = wasm(RUST_PROBE),
+            sink = key_value_file_sink("probe", &ws.path("out")),
+        )
+    };
+    // Which keys the other subtask than k's gets.
+    let ws = Workspace::new();
+    let keys: Vec<String> = (0..32).map(|i| format!("f{i}")).collect();
+    let mut input = String::from("k,0,vget\n");
+    for key in &keys {
+        input.push_str(&format!("{key},0,vget\n"));
+    }
+    ws.run_ok(&spec(&ws, input));
+    let parts = part_files(&ws.path("out"));
+    let subtask_of = |key: &str| {
+        let prefix = format!("{key}\t");
+        (parts.iter())
+            .find(|(_, lines)| lines.iter().any(|l| l.starts_with(&prefix)))
+            .map(|(s, _)| *s)
+            .unwrap()
+    };
+    let fillers: Vec<&String> = (keys.iter())
+        .filter(|f| subtask_of(f) != subtask_of("k"))
+        .collect();
+    assert!(
+        !fillers.is_empty(),
+        "no key of 32 goes to the other subtask"
+    );
+
+    let ws = Workspace::new();
+    let mut input = String::from("k,0,timerleak 3145728\n");
+    for i in 0..12 {
+        input.push_str(&format!("k,0,timer {}\n", i * 1_000 + 500));
+    }
+    for i in 0..12 {
+        // More than two batches later in event time: the watermark passes a timer.
+        for n in 0..9_000 {
+            let filler = fillers[n % fillers.len()];
+            input.push_str(&format!("{filler},{},vget\n", (i + 1) * 1_000));
+        }
+    }
+    let spec = ws.write("job.toml", spec(&ws, input));
+    let summary = ws.path("summary.json");
+    let args = [
+        "run",
+        "--no-progress",
+        "--summary-json",
+        summary.to_str().unwrap(),
+    ];
+    let run = crate::support::weir(&args, &spec);
+    assert!(run.success(), "{run}");
+    let mut got: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
+        .filter(|l| l.starts_with("k\t"))
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..12)
+        .map(|i| format!("k\tfired {}", i * 1_000 + 500))
+        .collect();
+    want.extend(std::iter::repeat_n("k\tok".to_owned(), 13));
+    want.sort();
+    assert_eq!(got, want);
+    let renewed = guest_renewed(&summary, "probe");
+    assert!((2..=9).contains(&renewed), "renewed {renewed} times");
 }

@@ -1018,10 +1018,11 @@ impl Chain {
     }
 
     /// Replaces the instance of WebAssembly operator stage `i` by a new one of the same code
-    /// when its linear memory has reached [`RENEW_AT`] of its limit, between two calls, having
-    /// grown by a quarter of the limit since the instance was made. The
-    /// host holds the operator's keyed state, timers and operator state, so the new instance
-    /// carries on with them (as after an upgrade); what the old one kept in its own memory
+    /// when its linear memory has reached [`RENEW_AT`] of its limit after a call (records,
+    /// event time or processing time), having grown by a quarter of the limit since the
+    /// instance was made. The host holds the operator's keyed state, timers and operator
+    /// state, so the new instance carries on with them (as after an upgrade); what the old
+    /// one kept in its own memory
     /// (fields of the operator object) starts over, as after a restore. A guest whose memory
     /// grows with every call (a leak in its code or its language's runtime) so keeps running
     /// instead of failing the job at the limit.
@@ -1236,6 +1237,7 @@ impl Chain {
                 if let Err(e) = op.on_watermark(t, &mut out) {
                     return Err(self.operator_failed(i, e));
                 }
+                self.renew(i)?;
                 self.emitted(i, out)?;
             }
             if self.generators[i].is_some() {
@@ -1269,6 +1271,7 @@ impl Chain {
                     if let Err(e) = op.on_processing_time(now, &mut out) {
                         return Err(self.operator_failed(i, e));
                     }
+                    self.renew(i)?;
                     self.emitted(i, out)?;
                 }
                 if let Stage::Operator(op) = &mut self.stages[i] {

@@ -23,6 +23,7 @@
 //! | `msize` | the number of entries |
 //! | `timer N` | `ok`; an event-time timer at N later emits `fired N` |
 //! | `leak N` | `ok`, having allocated N bytes it never frees (a leaking guest) |
+//! | `timerleak N` | `ok`; each of the key's timers then leaks N bytes as it fires |
 //! | `tvset X`, `trset X`, `tladd X`, `tmput K V` | `ok` |
 //! | `tvget`, `trget`, `tlget`, `tmentries` | as `vget`, `lget`, `mentries` |
 //!
@@ -129,6 +130,14 @@ fn run(ctx: &Context, command: &str) -> Result<String> {
             std::mem::forget(vec![1_u8; n]);
             ok()
         }
+        "timerleak" => {
+            let n: u64 = arg
+                .parse()
+                .map_err(|e| Error::new(e).context(format!("timerleak {arg:?}")))?;
+            ctx.value_state::<u64>("timerleak")
+                .set(&n)
+                .and_then(|()| ok())
+        }
         "tvset" | "tvget" => {
             let tv = ctx.value_state_with_ttl::<String>("tv", ttl());
             match cmd {
@@ -168,6 +177,9 @@ impl Operator for StateProbe {
     }
 
     fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+        if let Some(n) = ctx.value_state::<u64>("timerleak").get()? {
+            std::mem::forget(vec![1_u8; n as usize]);
+        }
         ctx.emit_display(
             Some(timer.key()),
             format_args!("fired {}", timer.timestamp()),
