@@ -188,32 +188,21 @@ const TTL_SCRIPT: &str = "\
 3900	v	tvget	b
 ";
 
-/// Runs [`TTL_SCRIPT`] through state probe `probe` on `backend` at parallelism 2 and checks
-/// every answer. A record parser with a watermark that trails by nothing stamps the steps;
-/// each new time is preceded by more filler records (key `fill`) at that time than two
-/// batches hold, so its watermark has reached the probe before the step.
-fn ttl_expires_as_the_watermark_passes(probe: &str, backend: &str) {
-    let ws = Workspace::new();
-    let steps: Vec<Vec<&str>> = TTL_SCRIPT
-        .lines()
-        .map(|l| l.split('\t').collect())
-        .collect();
-    let mut input = String::new();
-    let mut time = "";
-    for step in &steps {
-        if step[0] != time {
-            time = step[0];
-            for _ in 0..9_000 {
-                input.push_str(&format!("fill,{time},vget\n"));
-            }
-        }
-        input.push_str(&format!("{},{},{}\n", step[1], step[0], step[2]));
-    }
+/// A job at parallelism 2 that stamps `key,time,command` lines (`input`, written into `ws`)
+/// with a parser whose watermark trails by nothing, and runs the commands through state
+/// probe `probe` on `backend`, keyed; `limits` is a line for the probe (or none).
+fn stamped_probe_job(
+    ws: &Workspace,
+    input: String,
+    probe: &str,
+    backend: &str,
+    limits: &str,
+) -> String {
     let input = ws.write("steps.txt", input);
-    let spec = format!(
+    format!(
         r#"
 [job]
-name = "ttl"
+name = "stamped-probe"
 parallelism = 2
 
 [state]
@@ -240,12 +229,37 @@ uid = "probe"
 {probe}
 input = "parse"
 edge = "key_by"
+{limits}
 {sink}"#,
         input = toml_path(&input),
         parse = wasm("weir_test_windows"),
         probe = wasm(probe),
         sink = key_value_file_sink("probe", &ws.path("out")),
-    );
+    )
+}
+
+/// Runs [`TTL_SCRIPT`] through state probe `probe` on `backend` at parallelism 2 and checks
+/// every answer. A record parser with a watermark that trails by nothing stamps the steps;
+/// each new time is preceded by more filler records (key `fill`) at that time than two
+/// batches hold, so its watermark has reached the probe before the step.
+fn ttl_expires_as_the_watermark_passes(probe: &str, backend: &str) {
+    let ws = Workspace::new();
+    let steps: Vec<Vec<&str>> = TTL_SCRIPT
+        .lines()
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let mut input = String::new();
+    let mut time = "";
+    for step in &steps {
+        if step[0] != time {
+            time = step[0];
+            for _ in 0..9_000 {
+                input.push_str(&format!("fill,{time},vget\n"));
+            }
+        }
+        input.push_str(&format!("{},{},{}\n", step[1], step[0], step[2]));
+    }
+    let spec = stamped_probe_job(&ws, input, probe, backend, "");
     ws.run_ok(&spec);
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for step in &steps {
@@ -318,6 +332,17 @@ path = {input}
             sink = key_value_file_sink("probe", &ws.path("out")),
         ),
     );
+    let (run, renewed) = run_counting_renewals(&ws, &spec);
+    let mut answers: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
+        .filter(|l| l.starts_with("k\t"))
+        .collect();
+    let tail = answers.split_off(answers.len() - 3);
+    (tail, renewed, run)
+}
+
+/// Runs the job `spec` to its end; returns the run and how many times the instances of its
+/// vertex `probe` were renewed (from its `--summary-json`).
+fn run_counting_renewals(ws: &Workspace, spec: &Path) -> (crate::support::Run, u64) {
     let summary = ws.path("summary.json");
     let args = [
         "run",
@@ -325,23 +350,14 @@ path = {input}
         "--summary-json",
         summary.to_str().unwrap(),
     ];
-    let run = crate::support::weir(&args, &spec);
+    let run = crate::support::weir(&args, spec);
     assert!(run.success(), "{run}");
-    let mut answers: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
-        .filter(|l| l.starts_with("k\t"))
-        .collect();
-    let tail = answers.split_off(answers.len() - 3);
-    (tail, guest_renewed(&summary, "probe"), run)
-}
-
-/// How many times the instances of vertex `name` were renewed, from a `--summary-json` file.
-fn guest_renewed(summary: &Path, name: &str) -> u64 {
     let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     let vertex = (summary["vertices"].as_array().unwrap().iter())
-        .find(|v| v["name"] == name)
+        .find(|v| v["name"] == "probe")
         .unwrap();
-    vertex["guest"]["renewed"].as_u64().unwrap()
+    (run, vertex["guest"]["renewed"].as_u64().unwrap())
 }
 
 #[test]
@@ -375,43 +391,8 @@ fn a_guest_that_leaks_continues_in_a_new_instance_with_its_state() {
 /// (the records that move the watermark go to the probe's other subtask).
 #[test]
 fn a_guest_that_leaks_in_its_timers_continues_in_a_new_instance() {
-    let spec = |ws: &Workspace, input: String| {
-        let input = ws.write("steps.txt", input);
-        format!(
-            r#"
-[job]
-name = "timer-leak"
-parallelism = 2
-
-[[source]]
-name = "steps"
-type = "file"
-path = {input}
-parallelism = 1
-
-[[operator]]
-name = "parse"
-uid = "parse"
-{parse}
-input = "steps"
-parallelism = 1
-config = {{ parse = true }}
-watermark = {{ max_out_of_orderness = "0s" }}
-
-[[operator]]
-name = "probe"
-uid = "probe"
-{probe}
-input = "parse"
-edge = "key_by"
-limits = {{ memory = "16 MiB" }}
-{sink}"#,
-            input = toml_path(&input),
-            parse = wasm("weir_test_windows"),
-            probe = wasm(RUST_PROBE),
-            sink = key_value_file_sink("probe", &ws.path("out")),
-        )
-    };
+    let limits = "limits = { memory = \"16 MiB\" }";
+    let spec = |ws: &Workspace, input| stamped_probe_job(ws, input, RUST_PROBE, "memory", limits);
     // Which keys the other subtask than k's gets.
     let ws = Workspace::new();
     let keys: Vec<String> = (0..32).map(|i| format!("f{i}")).collect();
@@ -449,15 +430,7 @@ limits = {{ memory = "16 MiB" }}
         }
     }
     let spec = ws.write("job.toml", spec(&ws, input));
-    let summary = ws.path("summary.json");
-    let args = [
-        "run",
-        "--no-progress",
-        "--summary-json",
-        summary.to_str().unwrap(),
-    ];
-    let run = crate::support::weir(&args, &spec);
-    assert!(run.success(), "{run}");
+    let (_, renewed) = run_counting_renewals(&ws, &spec);
     let mut got: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
         .filter(|l| l.starts_with("k\t"))
         .collect();
@@ -468,6 +441,5 @@ limits = {{ memory = "16 MiB" }}
     want.extend(std::iter::repeat_n("k\tok".to_owned(), 13));
     want.sort();
     assert_eq!(got, want);
-    let renewed = guest_renewed(&summary, "probe");
     assert!((2..=9).contains(&renewed), "renewed {renewed} times");
 }

@@ -28,6 +28,9 @@ const KEYS: u64 = 10_000;
 const PER_MS: u64 = 10;
 /// How much earlier than its place an event's time may be (ms); the watermark trails by it.
 const DISORDER_MS: u64 = 1_000;
+
+/// A file source's `split_size` above any generated file's size.
+const ONE_SPLIT_PER_FILE: u64 = 1 << 40;
 /// The tumbling windows' size, the sliding windows' size and slide (ms).
 const TUMBLING_MS: i64 = 60_000;
 const SLIDE_MS: i64 = 10_000;
@@ -372,6 +375,9 @@ type = "file"
 path = {path}
 # Each line `key,timestamp` is stamped by the source, which makes watermarks per split.
 event_time = {{ field = 1 }}
+# One split per file, as Flink's TextLineInputFormat reads them: the two files, one per
+# subtask, are at the same event time as they are read.
+split_size = {ONE_SPLIT_PER_FILE}
 watermark = {{ max_out_of_orderness = "{DISORDER_MS}ms" }}
 
 [[operator]]
