@@ -37,6 +37,16 @@ fn expected(clicks: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 /// The lines of `clicks` that are not `<user> <page>`.
+/// Held by each test that runs the example's jobs: they write into the example's own
+/// `output/` directories, and two runs of one job at once would write the same part files.
+static EXAMPLE_OUTPUT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The example's directory, for as long as the guard is held.
+fn example() -> (std::path::PathBuf, std::sync::MutexGuard<'static, ()>) {
+    let guard = EXAMPLE_OUTPUT.lock().unwrap_or_else(|e| e.into_inner());
+    (repo().join("examples/clickstream"), guard)
+}
+
 fn malformed(clicks: &str) -> Vec<&str> {
     clicks
         .lines()
@@ -46,7 +56,7 @@ fn malformed(clicks: &str) -> Vec<&str> {
 
 #[test]
 fn the_example_prints_the_expected_profiles() {
-    let example = repo().join("examples/clickstream");
+    let (example, _output) = example();
     let clicks = std::fs::read_to_string(example.join("clicks.txt")).expect("clicks.txt");
     let want = expected(&clicks);
     assert!(want.len() > 3 && want.values().any(|v| v.len() > 10));
@@ -105,7 +115,7 @@ fn the_expected_profiles_follow_the_documented_rules() {
 
 #[test]
 fn the_sessions_example_prints_each_users_sessions() {
-    let example = repo().join("examples/clickstream");
+    let (example, _output) = example();
     let clicks = std::fs::read_to_string(example.join("sessions.txt")).expect("sessions.txt");
     // Sessions computed here: a user's clicks no more than 30 minutes apart, in time order.
     const GAP: i64 = 30 * 60 * 1000;
@@ -137,19 +147,12 @@ fn the_sessions_example_prints_each_users_sessions() {
     assert!(want.len() > 8, "the sample has several sessions per user");
 
     let ws = Workspace::new();
-    let summary = ws.path("summary.json");
-    let args = [
-        "run",
-        "--no-progress",
-        "--summary-json",
-        summary.to_str().unwrap(),
-    ];
     let now_ms = || {
         let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         since.unwrap().as_millis() as f64
     };
     let started = now_ms();
-    let run = weir(&args, &example.join("sessions.toml"));
+    let run = ws.run_with_summary(&example.join("sessions.toml"));
     let ended = now_ms();
     assert!(run.success(), "{run}");
     // The sample is one batch: one watermark, a minute behind its latest click, which
@@ -164,8 +167,7 @@ fn the_sessions_example_prints_each_users_sessions() {
         })
         .max()
         .unwrap();
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let summary = ws.summary();
     let watermark = |name: &str| {
         let vertices = summary["vertices"].as_array().unwrap();
         let v = vertices.iter().find(|v| v["name"] == name).unwrap();
@@ -211,7 +213,7 @@ fn the_sessions_example_prints_each_users_sessions() {
 fn the_python_and_javascript_examples_print_what_the_rust_one_prints() {
     // examples/clickstream/{python,js}: the profiles (map and list state, a side output)
     // and the sessions (event time parsed by the guest, a session window of the host).
-    let example = repo().join("examples/clickstream");
+    let (example, _output) = example();
     let printed = |spec: &std::path::Path| {
         let run = weir(&["run", "--no-progress"], spec);
         assert!(run.success(), "{}: {run}", spec.display());
