@@ -93,7 +93,6 @@ impl std::fmt::Display for FailureKind {
     }
 }
 
-/// An operator instance of one subtask.
 /// What an instance of guest code has used (see [`Operator::guest_usage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InstanceUsage {
@@ -105,6 +104,7 @@ pub(crate) struct InstanceUsage {
     pub start_bytes: u64,
 }
 
+/// An operator instance of one subtask.
 pub trait Operator: Send {
     /// Called once before the first batch.
     fn open(&mut self) -> Result<(), OperatorError> {

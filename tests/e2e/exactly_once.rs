@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     Workspace, count_words, key_value, key_value_file_sink, keyed_probe_operators, part_files,
-    part_text, toml_path, wasm, weir_command, word_count_operators,
+    part_text, toml_path, wasm, word_count_operators,
 };
 
 /// Deterministic text of `lines` lines over a skewed vocabulary of 2000 words.
@@ -94,14 +94,7 @@ fn start(ws: &Workspace, spec: &Path) -> Child {
 }
 
 pub(crate) fn command(ws: &Workspace, spec: &Path) -> Command {
-    let summary = ws.path("summary.json");
-    let args = [
-        "run",
-        "--no-progress",
-        "--summary-json",
-        summary.to_str().unwrap(),
-    ];
-    let mut cmd = weir_command(&args, spec);
+    let mut cmd = ws.summary_command(spec);
     cmd.stdout(Stdio::piped());
     cmd
 }
@@ -542,8 +535,7 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
         stderr.contains(&format!("skipping checkpoint {newest}")) && stderr.contains("CRC-32"),
         "the damaged checkpoint is skipped with the reason: {stderr}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(ws.path("summary.json")).unwrap()).unwrap();
+    let summary = ws.summary();
     assert_eq!(summary["checkpoints"]["restored_from"], older);
     assert_exactly_once(&ws, &expected);
 }
@@ -937,8 +929,7 @@ parallelism = 1
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("restoring checkpoint"), "{stderr}");
     assert!(part_text(&ws.path("out-a"), 0) == small, "committed once");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(ws.path("summary.json")).unwrap()).unwrap();
+    let summary = ws.summary();
     let a = summary["vertices"]
         .as_array()
         .unwrap()

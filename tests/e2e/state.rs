@@ -343,17 +343,9 @@ path = {input}
 /// Runs the job `spec` to its end; returns the run and how many times the instances of its
 /// vertex `probe` were renewed (from its `--summary-json`).
 fn run_counting_renewals(ws: &Workspace, spec: &Path) -> (crate::support::Run, u64) {
-    let summary = ws.path("summary.json");
-    let args = [
-        "run",
-        "--no-progress",
-        "--summary-json",
-        summary.to_str().unwrap(),
-    ];
-    let run = crate::support::weir(&args, spec);
+    let run = ws.run_with_summary(spec);
     assert!(run.success(), "{run}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let summary = ws.summary();
     let vertex = (summary["vertices"].as_array().unwrap().iter())
         .find(|v| v["name"] == "probe")
         .unwrap();

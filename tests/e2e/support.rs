@@ -126,6 +126,33 @@ impl Workspace {
         assert!(run.success(), "the job failed:\n{spec}\n{run}");
         run
     }
+
+    /// The command `weir run` on `spec`, writing the job's summary into the workspace's
+    /// `summary.json` (read it with [`Workspace::summary`]).
+    pub fn summary_command(&self, spec: &Path) -> Command {
+        let summary = self.path("summary.json");
+        let args = [
+            "run",
+            "--no-progress",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ];
+        weir_command(&args, spec)
+    }
+
+    /// Runs [`Workspace::summary_command`] to its end.
+    pub fn run_with_summary(&self, spec: &Path) -> Run {
+        let output = (self.summary_command(spec).output()).expect("cannot start the weir binary");
+        Run { output }
+    }
+
+    /// The summary the last job wrote (see [`Workspace::summary_command`]).
+    pub fn summary(&self) -> serde_json::Value {
+        let path = self.path("summary.json");
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("weir wrote no summary {}: {e}", path.display()));
+        serde_json::from_slice(&bytes).expect("the summary is JSON")
+    }
 }
 
 /// `weir <args> <spec>`, with a compiled-component cache shared by the tests.

@@ -684,7 +684,7 @@ impl TimedFileSource {
                 c.split,
                 c.offset,
             )
-            .map_err(|why| cannot_restore(self.subtask, self.parallelism, position, &why))?;
+            .map_err(|why| self.cannot_restore(position, &why))?;
         }
         Ok(())
     }

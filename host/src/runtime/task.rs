@@ -1022,10 +1022,9 @@ impl Chain {
     /// event time or processing time), having grown by a quarter of the limit since the
     /// instance was made. The host holds the operator's keyed state, timers and operator
     /// state, so the new instance carries on with them (as after an upgrade); what the old
-    /// one kept in its own memory
-    /// (fields of the operator object) starts over, as after a restore. A guest whose memory
-    /// grows with every call (a leak in its code or its language's runtime) so keeps running
-    /// instead of failing the job at the limit.
+    /// one kept in its own memory (fields of the operator object) starts over, as after a
+    /// restore. A guest whose memory grows with every call (a leak in its code or its
+    /// language's runtime) so keeps running instead of failing the job at the limit.
     fn renew(&mut self, i: usize) -> Result<(), Stop> {
         let (Some((component, config)), Stage::Operator(op)) = (&self.code[i], &mut self.stages[i])
         else {
