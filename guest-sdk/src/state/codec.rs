@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use weir_wire::extend_bytes;
 
 /// How an operator's state values (and map keys) are encoded.
 ///
@@ -74,12 +75,14 @@ impl Span {
         self.start as usize
     }
 
+    #[inline(always)]
     pub(crate) fn get(self, buf: &[u8]) -> &[u8] {
         &buf[self.start as usize..(self.start + self.len) as usize]
     }
 }
 
-/// Appends to a `Vec` without taking it over (postcard's own `ExtendFlavor` consumes it).
+/// Appends to a `Vec` without taking it over (postcard's own `ExtendFlavor` consumes it),
+/// short pieces without a `memory.copy` ([`extend_bytes`]).
 struct Append<'a>(&'a mut Vec<u8>);
 
 impl postcard::ser_flavors::Flavor for Append<'_> {
@@ -87,7 +90,7 @@ impl postcard::ser_flavors::Flavor for Append<'_> {
 
     #[inline(always)]
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(data);
+        extend_bytes(self.0, data);
         Ok(())
     }
 
@@ -102,6 +105,16 @@ impl postcard::ser_flavors::Flavor for Append<'_> {
     }
 }
 
+impl cbor4ii::core::enc::Write for Append<'_> {
+    type Error = std::convert::Infallible;
+
+    #[inline(always)]
+    fn push(&mut self, input: &[u8]) -> Result<(), Self::Error> {
+        extend_bytes(self.0, input);
+        Ok(())
+    }
+}
+
 /// Encodes `value` with `codec` at the end of `buf`; on error `buf` is left as it was.
 #[inline]
 pub(crate) fn encode<T: Serialize + ?Sized>(
@@ -111,7 +124,9 @@ pub(crate) fn encode<T: Serialize + ?Sized>(
 ) -> Result<Span, CodecError> {
     let start = buf.len();
     let result = match codec {
-        Codec::Cbor => cbor4ii::serde::to_writer(&mut *buf, &value).map_err(|e| error(codec, e)),
+        Codec::Cbor => value
+            .serialize(&mut cbor4ii::serde::Serializer::new(Append(buf)))
+            .map_err(|e| error(codec, e)),
         Codec::Postcard => {
             postcard::serialize_with_flavor(value, Append(buf)).map_err(|e| error(codec, e))
         }
