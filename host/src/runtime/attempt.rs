@@ -100,7 +100,7 @@ pub(super) fn spawn(
                     continue;
                 }
                 let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-                let budget = debloat::new_budget();
+                let budget = debloat::new_budget(spec.buffer_debloat_target.is_some());
                 senders.push((tx, Arc::clone(&budget)));
                 inputs[conn.to_chain][d as usize].push((rx, budget, conn.input));
             }

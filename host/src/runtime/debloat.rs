@@ -29,10 +29,22 @@ pub(crate) const PERIOD: Duration = Duration::from_millis(200);
 /// two ends.
 pub(crate) type Budget = Arc<AtomicUsize>;
 
-/// A new channel's budget: full batches until its receiver has measured itself.
-pub(crate) fn new_budget() -> Budget {
-    Arc::new(AtomicUsize::new(BATCH_RECORDS))
+/// A new channel's budget: full batches without debloating; with it, [`START_BATCH`] until
+/// its receiver has measured itself.
+pub(crate) fn new_budget(debloating: bool) -> Budget {
+    Arc::new(AtomicUsize::new(if debloating {
+        START_BATCH
+    } else {
+        BATCH_RECORDS
+    }))
 }
+
+/// What a debloated channel's batches hold before the first measurement. Starting with full
+/// batches would queue 8 × 4,096 records in front of every receiver before it measured
+/// anything: behind a slow guest (a JavaScript word count splits 32,768 lines into about
+/// 200,000 words) the first checkpoint's barrier waited about 50 s. Fast receivers get full
+/// batches at their first measurement ([`Debloater::took`] raises a budget at once).
+pub(crate) const START_BATCH: usize = 256;
 
 /// The batch size that queues about `target` of work in a channel whose receiver takes
 /// `rate` records per second from it, within [`MIN_BATCH`, `BATCH_RECORDS`].
@@ -68,9 +80,16 @@ impl Debloater {
         }
         for (budget, taken) in self.budgets.iter().zip(&mut self.taken) {
             let rate = *taken as f64 / elapsed.as_secs_f64();
-            // Halfway to the new value: one period of bursty input does not swing it.
+            // Up at once (a small budget caps the rate it measures, so growing halfway per
+            // period would take seconds to reach full batches), down halfway: one period of
+            // bursty input does not shrink it.
             let now = budget.load(Ordering::Relaxed);
-            let next = (now + self::budget(rate, self.target)).div_ceil(2);
+            let wanted = self::budget(rate, self.target);
+            let next = if wanted > now {
+                wanted
+            } else {
+                (now + wanted).div_ceil(2)
+            };
             budget.store(next.clamp(MIN_BATCH, BATCH_RECORDS), Ordering::Relaxed);
             *taken = 0;
         }
@@ -94,14 +113,16 @@ mod tests {
     }
 
     #[test]
-    fn the_receiver_moves_each_inputs_budget_halfway_each_period() {
-        let budgets = vec![new_budget(), new_budget()];
+    fn the_receiver_lowers_each_inputs_budget_halfway_and_raises_it_at_once() {
+        let budgets = vec![new_budget(false), new_budget(true)];
+        assert_eq!(budgets[1].load(Ordering::Relaxed), START_BATCH);
         let mut d = Debloater::new(Duration::from_secs(1), budgets.clone());
         d.since = Instant::now() - PERIOD * 5; // 1 s
         d.taken[0] = 2_000;
         d.took(1, 5_000_000);
         // Input 0: 2,000 records/s, 250 a batch; halfway from 4,096.
         assert_eq!(budgets[0].load(Ordering::Relaxed), 2_173);
+        // Input 1: 5M records/s, full batches at once from the start's 256.
         assert_eq!(budgets[1].load(Ordering::Relaxed), BATCH_RECORDS);
         assert_eq!(d.taken, [0, 0], "counts start over");
     }

@@ -229,7 +229,7 @@ mod tests {
             "c".into(),
             None,
             EdgeKind::KeyBy,
-            txs.into_iter().map(|tx| (tx, new_budget())).collect(),
+            txs.into_iter().map(|tx| (tx, new_budget(false))).collect(),
             128,
         )]);
         let mut b = Batch::default();
@@ -261,7 +261,7 @@ mod tests {
             "count".into(),
             None,
             EdgeKind::KeyBy,
-            vec![(tx, new_budget())],
+            vec![(tx, new_budget(false))],
             128,
         )]);
         let mut b = Batch::default();
@@ -278,14 +278,14 @@ mod tests {
                 "main".into(),
                 None,
                 EdgeKind::Forward,
-                vec![(main_tx, new_budget())],
+                vec![(main_tx, new_budget(false))],
                 128,
             ),
             Target::new(
                 "late".into(),
                 Some("late".into()),
                 EdgeKind::Forward,
-                vec![(late_tx, new_budget())],
+                vec![(late_tx, new_budget(false))],
                 128,
             ),
         ]);
@@ -312,7 +312,7 @@ mod tests {
             "c".into(),
             None,
             EdgeKind::KeyBy,
-            txs.into_iter().map(|tx| (tx, new_budget())).collect(),
+            txs.into_iter().map(|tx| (tx, new_budget(false))).collect(),
             128,
         )]);
         // Keys of subtask 0 only: subtask 1's channel has nothing pending.
@@ -346,7 +346,7 @@ mod tests {
             "c".into(),
             None,
             EdgeKind::Forward,
-            vec![(tx, new_budget())],
+            vec![(tx, new_budget(false))],
             128,
         )]);
         assert!(out.end().is_err());
@@ -356,7 +356,7 @@ mod tests {
     fn a_smaller_budget_cuts_smaller_batches_on_every_edge() {
         for edge in [EdgeKind::Forward, EdgeKind::Rebalance, EdgeKind::KeyBy] {
             let (tx, rx) = bounded(100);
-            let budget = new_budget();
+            let budget = new_budget(false);
             let mut out = Output::new(vec![Target::new(
                 "c".into(),
                 None,
