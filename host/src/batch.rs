@@ -3,7 +3,7 @@
 //! A batch keeps all keys and values in one byte buffer and a small fixed-size entry per
 //! record, so building, sending and reading a batch allocates per batch, never per record.
 
-use weir_wire::{DecodeError, Kind, OutputReader, RecordRef, extend_bytes};
+use weir_wire::{DecodeError, Kind, OutputReader, RecordRef};
 
 /// Records a batch aims to hold before it is sent on.
 pub const BATCH_RECORDS: usize = 4096;
@@ -57,7 +57,7 @@ impl Batch {
     /// Appends a copy of `rec`.
     pub fn push(&mut self, rec: &RecordRef<'_>) {
         self.push_with(rec.kind, rec.key, rec.timestamp, |buf| {
-            extend_bytes(buf, rec.value)
+            buf.extend_from_slice(rec.value)
         });
     }
 
@@ -72,7 +72,7 @@ impl Batch {
         let (key_at, key_len) = match key {
             Some(k) => {
                 let at = self.data.len();
-                extend_bytes(&mut self.data, k);
+                self.data.extend_from_slice(k);
                 (at as u32, k.len() as u32)
             }
             None => (0, NO_KEY),
