@@ -49,6 +49,16 @@ impl Batch {
         self.entries.len() >= BATCH_RECORDS || self.data.len() >= BATCH_BYTES
     }
 
+    /// Takes the batch, leaving an empty one with room for as many records and bytes: a
+    /// channel's next batch is usually about as large, and so fills without reallocating.
+    pub fn take_keeping_room(&mut self) -> Batch {
+        let room = Batch {
+            data: Vec::with_capacity(self.data.len()),
+            entries: Vec::with_capacity(self.entries.len()),
+        };
+        std::mem::replace(self, room)
+    }
+
     pub fn clear(&mut self) {
         self.data.clear();
         self.entries.clear();

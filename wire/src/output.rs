@@ -122,6 +122,7 @@ pub struct OutputReader<'a> {
 
 impl<'a> OutputReader<'a> {
     /// Reads the records `buf` holds.
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         OutputReader {
             r: Reader::new(buf, "output"),
@@ -162,6 +163,7 @@ impl<'a> OutputReader<'a> {
 impl<'a> Iterator for OutputReader<'a> {
     type Item = Result<(Option<&'a [u8]>, RecordRef<'a>), DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.r.is_empty() {
             return None;

@@ -43,6 +43,7 @@ pub fn build(
                 count,
                 slots: Slots::default(),
                 counts: Vec::new(),
+                record_slots: Vec::new(),
             }))
         }
         other => Err(OperatorError::Contract(format!(
@@ -157,6 +158,8 @@ struct CountWords {
     count: StateId,
     slots: Slots,
     counts: Vec<u64>,
+    /// The slot of each record's key in `slots` (one hash per record).
+    record_slots: Vec<u32>,
 }
 
 impl Operator for CountWords {
@@ -176,6 +179,7 @@ impl Operator for CountWords {
         // As a guest does: the batch's distinct keys, their counts read in one call and
         // written back in one.
         self.slots.clear();
+        self.record_slots.clear();
         let mut index: FastMap<&[u8], u32> =
             FastMap::with_capacity_and_hasher(input.len(), Default::default());
         for rec in input.iter() {
@@ -183,9 +187,10 @@ impl Operator for CountWords {
                 OperatorError::Contract("count_words got a record without a key".into())
             })?;
             let (slots, state) = (&mut self.slots, &self.state);
-            index
+            let slot = *index
                 .entry(key)
                 .or_insert_with(|| slots.push(key, state.key_group(key)));
+            self.record_slots.push(slot);
         }
         let counts = &mut self.counts;
         counts.clear();
@@ -194,9 +199,9 @@ impl Operator for CountWords {
                 counts.push(v.map_or(0, |v| decode_cbor_u64(v).0))
             })
             .map_err(|e| OperatorError::Contract(e.to_string()))?;
-        for rec in input.iter() {
+        for (rec, &slot) in input.iter().zip(&self.record_slots) {
             let key = rec.key.unwrap_or_default();
-            let n = &mut counts[index[key] as usize];
+            let n = &mut counts[slot as usize];
             *n += 1;
             let kind = if *n == 1 {
                 Kind::Insert

@@ -94,7 +94,7 @@ impl Target {
     }
 
     fn send(&mut self, i: usize) -> Result<(), Disconnected> {
-        let batch = std::mem::take(&mut self.pending[i]);
+        let batch = self.pending[i].take_keeping_room();
         self.senders[i]
             .send(Message::Data(batch))
             .map_err(|_| Disconnected)

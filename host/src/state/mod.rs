@@ -960,7 +960,7 @@ impl KeyedState {
         };
         match self.kind(id) {
             StateKind::Value => {
-                let mut ops = Vec::new();
+                let mut ops = Vec::with_capacity(slots.len());
                 for op in read_value_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
                     let v = match op {

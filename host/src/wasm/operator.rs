@@ -18,12 +18,17 @@ use crate::operator::{
 use crate::state::{FastMap, StateSetup};
 use std::path::Path;
 
+/// A record without key in [`WasmOperator::record_slots`].
+const NO_KEY: u32 = u32::MAX;
+
 /// Runs one instance of an operator component for one subtask.
 pub(crate) struct WasmOperator {
     store: Store<HostState>,
     bindings: Processor,
     /// Reused encoding buffer for batches.
     buf: Vec<u8>,
+    /// Reused: the key slot of each record of the batch being encoded, [`NO_KEY`] for none.
+    record_slots: Vec<u32>,
     /// Whether calls have an execution deadline (see [`super::EngineOptions`]).
     deadlines: bool,
     /// Calls into the instance so far.
@@ -93,6 +98,7 @@ impl WasmOperator {
             store,
             bindings,
             buf: Vec::new(),
+            record_slots: Vec::new(),
             deadlines: component.deadlines,
             calls: 0,
             start_bytes,
@@ -292,16 +298,19 @@ impl Operator for WasmOperator {
         writer.from_input(which);
         let mut slots: FastMap<&[u8], u32> =
             FastMap::with_capacity_and_hasher(input.len(), Default::default());
-        for rec in input.iter() {
-            if let Some(key) = rec.key {
-                slots.entry(key).or_insert_with(|| {
+        // Keys precede records in the buffer: one pass finds each record's slot (one hash
+        // per record), the second writes the records.
+        self.record_slots.clear();
+        self.record_slots
+            .extend(input.iter().map(|rec| match rec.key {
+                Some(key) => *slots.entry(key).or_insert_with(|| {
                     data.add_key(key);
                     writer.key(key)
-                });
-            }
-        }
-        for rec in input.iter() {
-            let slot = rec.key.map(|k| slots[k]);
+                }),
+                None => NO_KEY,
+            }));
+        for (rec, &slot) in input.iter().zip(&self.record_slots) {
+            let slot = (slot != NO_KEY).then_some(slot);
             if let (Some(slot), Some(ts)) = (slot, rec.timestamp) {
                 data.note_time(slot, ts);
             }
