@@ -147,8 +147,89 @@ pub(crate) fn encode<T: Serialize + ?Sized>(
 #[inline]
 pub(crate) fn decode<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, CodecError> {
     match codec {
-        Codec::Cbor => cbor4ii::serde::from_slice(bytes).map_err(|e| error(codec, e)),
+        Codec::Cbor => {
+            if let Some(int) = cbor_int(bytes)
+                && let Ok(value) = T::deserialize(CborInt(int))
+            {
+                return Ok(value);
+            }
+            cbor4ii::serde::from_slice(bytes).map_err(|e| error(codec, e))
+        }
         Codec::Postcard => postcard::from_bytes(bytes).map_err(|e| error(codec, e)),
+    }
+}
+
+/// An integer, the commonest state value (counts, sums, timestamps), decoded without cbor4ii:
+/// its reader copies an integer's bytes with a copy of variable length, which in a guest is a
+/// `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every count of 24 or more.
+#[derive(Clone, Copy)]
+enum Int {
+    Unsigned(u64),
+    Negative(i64),
+}
+
+/// The integer `bytes` encode when they are exactly one CBOR integer (major type 0 or 1) that
+/// fits in 64 bits.
+#[inline(always)]
+fn cbor_int(bytes: &[u8]) -> Option<Int> {
+    let (&first, rest) = bytes.split_first()?;
+    let n = match (first & 0x1f, rest.len()) {
+        (n @ 0..=23, 0) => u64::from(n),
+        (24, 1) => u64::from(rest[0]),
+        (25, 2) => u64::from(u16::from_be_bytes([rest[0], rest[1]])),
+        (26, 4) => u64::from(u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]])),
+        (27, 8) => u64::from_be_bytes([
+            rest[0], rest[1], rest[2], rest[3], rest[4], rest[5], rest[6], rest[7],
+        ]),
+        _ => return None,
+    };
+    match first >> 5 {
+        0 => Some(Int::Unsigned(n)),
+        // CBOR's negative integers are -1 - n.
+        1 => i64::try_from(n).ok().map(|n| Int::Negative(-1 - n)),
+        _ => None,
+    }
+}
+
+/// Hands an integer to the type being decoded; when the type does not take one, [`decode`]
+/// falls back to cbor4ii, which decides as before (the tests check that both agree).
+struct CborInt(Int);
+
+impl<'de> serde::Deserializer<'de> for CborInt {
+    type Error = serde::de::value::Error;
+
+    #[inline(always)]
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, v: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Int::Unsigned(n) => v.visit_u64(n),
+            Int::Negative(n) => v.visit_i64(n),
+        }
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(self, v: V) -> Result<V::Value, Self::Error> {
+        v.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        v: V,
+    ) -> Result<V::Value, Self::Error> {
+        v.visit_newtype_struct(self)
+    }
+
+    // cbor4ii decodes floats from CBOR floats only; so does this.
+    fn deserialize_f32<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("not a float"))
+    }
+
+    fn deserialize_f64<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("not a float"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
     }
 }
 
@@ -199,6 +280,78 @@ mod tests {
         let python = b"\xa5ecount\x03dnamecannescore\xfb\x3f\xf8\x00\x00\x00\x00\x00\x00dtags\x81aafparent\xf6";
         assert_eq!(buf, python);
         assert_eq!(decode::<Profile>(Codec::Cbor, python).unwrap(), p);
+    }
+
+    /// What `decode` answers for `bytes` as cbor4ii alone does, with its error if any.
+    fn same_as_cbor4ii<T>(bytes: &[u8])
+    where
+        T: DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let ours = decode::<T>(Codec::Cbor, bytes).map_err(|e| e.to_string());
+        let theirs =
+            cbor4ii::serde::from_slice::<T>(bytes).map_err(|e| error(Codec::Cbor, e).to_string());
+        assert_eq!(
+            ours,
+            theirs,
+            "{bytes:02x?} as {}",
+            std::any::type_name::<T>()
+        );
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Count(u64);
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    #[serde(untagged)]
+    enum Loose {
+        Number(i64),
+        Text(String),
+    }
+
+    #[test]
+    fn integers_decode_as_cbor4ii_decodes_them() {
+        let ints: &[i128] = &[
+            0,
+            1,
+            23,
+            24,
+            255,
+            256,
+            65_535,
+            65_536,
+            1 << 32,
+            i64::MAX as i128,
+            u64::MAX as i128,
+            -1,
+            -24,
+            -25,
+            -256,
+            -257,
+            -65_537,
+            i64::MIN as i128,
+            -(1 << 64),
+        ];
+        for &i in ints {
+            let mut buf = Vec::new();
+            encode(Codec::Cbor, &i, &mut buf).unwrap();
+            same_as_cbor4ii::<u64>(&buf);
+            same_as_cbor4ii::<i64>(&buf);
+            same_as_cbor4ii::<u8>(&buf);
+            same_as_cbor4ii::<i32>(&buf);
+            same_as_cbor4ii::<i128>(&buf);
+            same_as_cbor4ii::<Option<u64>>(&buf);
+            same_as_cbor4ii::<Count>(&buf);
+            same_as_cbor4ii::<Loose>(&buf);
+            same_as_cbor4ii::<bool>(&buf);
+            same_as_cbor4ii::<f64>(&buf);
+            same_as_cbor4ii::<char>(&buf);
+            same_as_cbor4ii::<String>(&buf);
+            same_as_cbor4ii::<()>(&buf);
+            same_as_cbor4ii::<Vec<u64>>(&buf);
+        }
+        // Not one integer: a longer form with bytes after it, and a truncated one.
+        same_as_cbor4ii::<u64>(&[0x18, 0x20, 0x00]);
+        same_as_cbor4ii::<u64>(&[0x19, 0x01]);
     }
 
     #[test]
