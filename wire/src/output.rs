@@ -1,7 +1,9 @@
 //! Output (guest to host): records leaving an operator, each with its optional side-output
 //! name, until the end of the buffer.
 
-use crate::primitives::{DecodeError, NONE, Reader, put_bytes, put_i64, put_u8, put_u32};
+use crate::primitives::{
+    DecodeError, NONE, Reader, SHORT, copy_short, put_bytes, put_i64, put_u8, put_u32,
+};
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
 /// Accumulates records leaving an operator.
@@ -15,6 +17,12 @@ impl OutputWriter {
     /// Adds `rec`, to the side output named `side_output` or (`None`) to the main output.
     #[inline]
     pub fn push(&mut self, side_output: Option<&str>, rec: &RecordRef<'_>) {
+        if side_output.is_none()
+            && rec.key.is_none_or(|k| k.len() <= SHORT)
+            && rec.value.len() <= SHORT
+        {
+            return self.push_short(rec);
+        }
         let b = &mut self.buf;
         put_u8(
             b,
@@ -35,6 +43,34 @@ impl OutputWriter {
             put_i64(b, ts);
         }
         put_bytes(b, rec.value);
+        self.records += 1;
+    }
+
+    /// [`push`](Self::push) of a record to the main output whose key and value are short:
+    /// the buffer grows once, by the most such a record takes, and the record is written with
+    /// fixed-size moves (see [`SHORT`]).
+    #[inline(always)]
+    fn push_short(&mut self, rec: &RecordRef<'_>) {
+        const MOST: usize = 1 + (4 + SHORT) + 8 + (4 + SHORT);
+        let b = &mut self.buf;
+        let at = b.len();
+        b.extend_from_slice(&[0; MOST]);
+        let dst: &mut [u8; MOST] = (&mut b[at..at + MOST]).try_into().expect("MOST bytes");
+        dst[0] = header(rec.kind, rec.key.is_some(), rec.timestamp.is_some(), false);
+        let mut n = 1;
+        if let Some(key) = rec.key {
+            dst[n..n + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+            copy_short(&mut dst[n + 4..], key);
+            n += 4 + key.len();
+        }
+        if let Some(ts) = rec.timestamp {
+            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
+            n += 8;
+        }
+        dst[n..n + 4].copy_from_slice(&(rec.value.len() as u32).to_le_bytes());
+        copy_short(&mut dst[n + 4..], rec.value);
+        n += 4 + rec.value.len();
+        b.truncate(at + n);
         self.records += 1;
     }
 
@@ -209,5 +245,46 @@ mod tests {
         assert!(bad.next().unwrap().is_ok());
         assert!(bad.next().unwrap().is_err());
         assert!(bad.next().is_none());
+    }
+
+    #[test]
+    fn short_and_long_records_read_back_as_written() {
+        // Around SHORT, with and without key and timestamp, to the main and a side output.
+        let bytes: Vec<u8> = (0..=40).collect();
+        let mut records = Vec::new();
+        for key_len in [
+            None,
+            Some(0),
+            Some(1),
+            Some(3),
+            Some(8),
+            Some(16),
+            Some(17),
+            Some(40),
+        ] {
+            for value_len in [0, 1, 4, 9, 15, 16, 17, 33] {
+                for timestamp in [None, Some(-1), Some(i64::MAX)] {
+                    let rec = RecordRef {
+                        kind: Kind::UpdateAfter,
+                        key: key_len.map(|n| &bytes[1..=n]),
+                        timestamp,
+                        value: &bytes[2..2 + value_len],
+                    };
+                    records.push((None, rec));
+                    records.push((Some("late"), rec));
+                }
+            }
+        }
+        let mut w = OutputWriter::default();
+        for (side, rec) in &records {
+            w.push(*side, rec);
+        }
+        assert_eq!(w.records(), records.len());
+        let buf = w.take();
+        let read: Vec<_> = OutputReader::new(&buf).map(Result::unwrap).collect();
+        let written: Vec<_> = (records.iter())
+            .map(|(side, rec)| (side.map(str::as_bytes), *rec))
+            .collect();
+        assert_eq!(read, written);
     }
 }

@@ -203,12 +203,12 @@ pub fn extend_bytes(buf: &mut Vec<u8>, b: &[u8]) {
 /// `memory.copy`, which wasmtime runs as a call out of the guest (about 38 instructions
 /// under callgrind, more than the rest of writing a short word), and most keys, words and
 /// numbers are this short.
-const SHORT: usize = 16;
+pub(crate) const SHORT: usize = 16;
 
 /// Copies `b` (at most [`SHORT`] bytes) to the start of `dst` with at most two fixed-size
 /// moves, overlapping as `b`'s length needs.
 #[inline(always)]
-fn copy_short(dst: &mut [u8], b: &[u8]) {
+pub(crate) fn copy_short(dst: &mut [u8], b: &[u8]) {
     let n = b.len();
     match n {
         0 => {}
