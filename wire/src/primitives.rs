@@ -198,9 +198,9 @@ pub fn extend_bytes(buf: &mut Vec<u8>, b: &[u8]) {
     buf.truncate(at + b.len());
 }
 
-/// Up to this many bytes, [`put_bytes`] and [`extend_bytes`] copy with fixed-size moves: in
-/// a WebAssembly guest, `extend_from_slice` of a length the compiler does not know is a
-/// `memory.copy`, which wasmtime runs as a call out of the guest (about 38 instructions
+/// Up to this many bytes, [`put_bytes`], [`extend_bytes`] and `OutputWriter::push` (keys and
+/// values) copy with fixed-size moves: in a WebAssembly guest, `extend_from_slice` of a
+/// length the compiler does not know is a `memory.copy`, which wasmtime runs as a call out of the guest (about 38 instructions
 /// under callgrind, more than the rest of writing a short word), and most keys, words and
 /// numbers are this short.
 pub(crate) const SHORT: usize = 16;

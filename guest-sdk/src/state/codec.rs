@@ -349,6 +349,10 @@ mod tests {
             same_as_cbor4ii::<()>(&buf);
             same_as_cbor4ii::<Vec<u64>>(&buf);
         }
+        // Longer forms than needed (another encoder may write them): 5, 5 and -1.
+        same_as_cbor4ii::<u64>(&[0x18, 0x05]);
+        same_as_cbor4ii::<u64>(&[0x1b, 0, 0, 0, 0, 0, 0, 0, 0x05]);
+        same_as_cbor4ii::<i64>(&[0x38, 0x00]);
         // Not one integer: a longer form with bytes after it, and a truncated one.
         same_as_cbor4ii::<u64>(&[0x18, 0x20, 0x00]);
         same_as_cbor4ii::<u64>(&[0x19, 0x01]);
