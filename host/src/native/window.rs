@@ -592,16 +592,21 @@ impl WindowOperator {
                 .register_timer(self.domain, end - 1, key)
                 .map_err(OperatorError::timers)?;
         }
-        let cleanup = (end - 1).saturating_add(self.lateness);
+        let [_, cleanup] = self.timer_times(end);
         (self.state)
             .register_timer(self.domain, cleanup, key)
             .map_err(OperatorError::timers)
     }
 
+    /// The times of the timers of a window ending (exclusively) at `end`: its firing and
+    /// its cleanup.
+    fn timer_times(&self, end: i64) -> [i64; 2] {
+        [end - 1, (end - 1).saturating_add(self.lateness)]
+    }
+
     /// Deletes the timers of `win` of `key`.
     fn delete_timers(&mut self, win: &Win, key: &[u8]) -> Result<(), OperatorError> {
-        let cleanup = win.max_timestamp().saturating_add(self.lateness);
-        for ts in [win.max_timestamp(), cleanup] {
+        for ts in self.timer_times(win.end) {
             (self.state)
                 .delete_timer(self.domain, ts, key)
                 .map_err(OperatorError::timers)?;
@@ -684,6 +689,7 @@ impl WindowOperator {
             }
         }
         let starts: Vec<i64> = gone.iter().map(|w| w.start).collect();
+        let deleted: Vec<i64> = gone.iter().flat_map(|w| self.timer_times(w.end)).collect();
         // Their timers go; those of the merged session are registered below.
         for w in &gone {
             self.delete_timers(w, key)?;
@@ -709,8 +715,14 @@ impl WindowOperator {
         if self.has_fired(end) {
             refire.push((slot, start));
         }
-        // A deleted timer may have been another session's too: register every one again.
-        let ends: Vec<i64> = windows.iter().map(|w| w.end).collect();
+        // A deleted timer may have been another session's too (a timer is a key and a time):
+        // register the merged session's timers and those of sessions sharing a deleted
+        // time, not every session's (that made each record cost as many timer writes as the
+        // key had sessions open, which grow while the watermark lags).
+        let ends: Vec<i64> = (windows.iter())
+            .map(|w| w.end)
+            .filter(|&e| e == end || self.timer_times(e).iter().any(|t| deleted.contains(t)))
+            .collect();
         for end in ends {
             self.register_timers(end, key)?;
         }
@@ -1369,6 +1381,25 @@ mod tests {
                 s(Insert, "a", "1000,1150,3")
             ]
         );
+    }
+
+    #[test]
+    fn a_merge_keeps_the_timer_another_session_shares() {
+        // Gap 100, lateness 150: [0, 100) cleans up at 249, when [150, 250) fires. A record
+        // at 10 grows the first into [0, 110), deleting its timers at 99 and 249; the second
+        // must still fire at 249.
+        let out = sessions(
+            150,
+            &[
+                ("a", 0),
+                ("a", 150),
+                ("a", 10),
+                ("watermark", 249),
+                ("close", 0),
+            ],
+        );
+        let s = |v: &str| (Kind::Insert, "a".to_string(), v.to_string());
+        assert_eq!(out, [s("0,110,2"), s("150,250,1")]);
     }
 
     #[test]
