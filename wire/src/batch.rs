@@ -135,28 +135,32 @@ impl<'a> BatchReader<'a> {
 
     #[inline]
     fn read_record(&mut self) -> Result<BatchRecord<'a>, DecodeError> {
-        let h = self.r.u8()?;
-        let slot = if h & HAS_KEY != 0 {
-            let slot = self.r.u32()?;
-            if slot as usize >= self.keys.len() {
-                return Err(self.r.error());
-            }
-            Some(slot)
+        // On failure the position is at the start of the field that failed.
+        self.read_lean().ok_or_else(|| self.r.error())
+    }
+
+    #[inline(always)]
+    fn read_lean(&mut self) -> Option<BatchRecord<'a>> {
+        let r = &mut self.r;
+        let h = r.lean_u8()?;
+        let (slot, key) = if h & HAS_KEY != 0 {
+            let slot = r.lean_u32()?;
+            (Some(slot), Some(*self.keys.get(slot as usize)?))
         } else {
-            None
+            (None, None)
         };
         let timestamp = if h & HAS_TIMESTAMP != 0 {
-            Some(self.r.i64()?)
+            Some(r.lean_i64()?)
         } else {
             None
         };
-        let value = self.r.bytes()?;
-        Ok(BatchRecord {
+        let value = r.lean_bytes()?;
+        Some(BatchRecord {
             slot,
             input: u8::from(h & SECOND_INPUT != 0),
             record: RecordRef {
                 kind: Kind::from_bits(h),
-                key: slot.map(|s| self.keys[s as usize]),
+                key,
                 timestamp,
                 value,
             },

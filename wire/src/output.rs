@@ -167,24 +167,31 @@ impl<'a> OutputReader<'a> {
 
     #[inline]
     fn read(&mut self) -> Result<(Option<&'a [u8]>, RecordRef<'a>), DecodeError> {
-        let h = self.r.u8()?;
+        // On failure the position is at the start of the field that failed.
+        self.read_lean().ok_or_else(|| self.r.error())
+    }
+
+    #[inline(always)]
+    fn read_lean(&mut self) -> Option<(Option<&'a [u8]>, RecordRef<'a>)> {
+        let r = &mut self.r;
+        let h = r.lean_u8()?;
         let side = if h & TO_SIDE_OUTPUT != 0 {
-            Some(self.r.bytes()?)
+            Some(r.lean_bytes()?)
         } else {
             None
         };
         let key = if h & HAS_KEY != 0 {
-            Some(self.r.bytes()?)
+            Some(r.lean_bytes()?)
         } else {
             None
         };
         let timestamp = if h & HAS_TIMESTAMP != 0 {
-            Some(self.r.i64()?)
+            Some(r.lean_i64()?)
         } else {
             None
         };
-        let value = self.r.bytes()?;
-        Ok((
+        let value = r.lean_bytes()?;
+        Some((
             side,
             RecordRef {
                 kind: Kind::from_bits(h),

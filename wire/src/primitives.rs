@@ -114,6 +114,56 @@ impl<'a> Reader<'a> {
         self.take(len as usize).map(Some)
     }
 
+    // The `lean_*` readers are for the per-record loops (`OutputReader`, `BatchReader`):
+    // they return `Option`, advance only on success and leave the error (at the start of
+    // the field that failed) to the caller's one cold path, which keeps the loop to a bounds
+    // test and a load per field. (The `Result` readers above, written over them, made the
+    // word-count guest's per-batch loops slower under Cranelift, so both stay.)
+
+    /// The first `N` bytes at the current position, without reading them.
+    #[inline(always)]
+    fn peek<const N: usize>(&self) -> Option<(&'a [u8; N], &'a [u8])> {
+        self.buf.get(self.pos..)?.split_first_chunk::<N>()
+    }
+
+    /// Reads a `u8`; `None` at the end of the buffer.
+    #[inline(always)]
+    pub(crate) fn lean_u8(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    /// Reads a little-endian `u32`; `None` past the end of the buffer.
+    #[inline(always)]
+    pub(crate) fn lean_u32(&mut self) -> Option<u32> {
+        let (b, _) = self.peek::<4>()?;
+        self.pos += 4;
+        Some(u32::from_le_bytes(*b))
+    }
+
+    /// Reads a little-endian `s64`; `None` past the end of the buffer.
+    #[inline(always)]
+    pub(crate) fn lean_i64(&mut self) -> Option<i64> {
+        let (b, _) = self.peek::<8>()?;
+        self.pos += 8;
+        Some(i64::from_le_bytes(*b))
+    }
+
+    /// Reads `bytes` that must be present; `None` when they are absent or run past the end
+    /// of the buffer.
+    #[inline(always)]
+    pub(crate) fn lean_bytes(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.peek::<4>()?;
+        let len = u32::from_le_bytes(*len);
+        if len == NONE {
+            return None;
+        }
+        let bytes = rest.get(..len as usize)?;
+        self.pos += 4 + len as usize;
+        Some(bytes)
+    }
+
     /// A count of following entries, each at least `min_entry` bytes long; rejects counts the
     /// rest of the buffer cannot hold, so a hostile count cannot make the reader allocate.
     #[inline]
