@@ -587,12 +587,12 @@ impl WindowOperator {
     /// Registers the timers of `key`'s window ending (exclusively) at `end`: its firing
     /// unless it fired, its cleanup.
     fn register_timers(&mut self, end: i64, key: &[u8]) -> Result<(), OperatorError> {
+        let [fire, cleanup] = self.timer_times(end);
         if !self.has_fired(end) {
             (self.state)
-                .register_timer(self.domain, end - 1, key)
+                .register_timer(self.domain, fire, key)
                 .map_err(OperatorError::timers)?;
         }
-        let [_, cleanup] = self.timer_times(end);
         (self.state)
             .register_timer(self.domain, cleanup, key)
             .map_err(OperatorError::timers)
