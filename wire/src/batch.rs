@@ -1,7 +1,9 @@
 //! Batches (host to guest): the key table, then records that refer to keys by slot.
 
 use crate::key_table::read_key_table;
-use crate::primitives::{DecodeError, Reader, put_bytes, put_i64, put_u8, put_u32};
+use crate::primitives::{
+    DecodeError, Reader, SHORT, copy_short, put_bytes, put_i64, put_u8, put_u32,
+};
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, SECOND_INPUT, header};
 
 /// Writes a batch: first the key table, then records that refer to keys by slot.
@@ -53,6 +55,9 @@ impl BatchWriter {
             self.records_at = Some(self.buf.len());
             put_u32(&mut self.buf, 0);
         }
+        if value.len() <= SHORT {
+            return self.record_short(slot, kind, timestamp, value);
+        }
         put_u8(
             &mut self.buf,
             header(kind, slot.is_some(), timestamp.is_some(), false) | self.input_bits,
@@ -64,6 +69,38 @@ impl BatchWriter {
             put_i64(&mut self.buf, ts);
         }
         put_bytes(&mut self.buf, value);
+        self.records += 1;
+    }
+
+    /// [`record`](Self::record) of a value of at most [`SHORT`] bytes: the buffer grows once,
+    /// by the most such a record takes, and the record is written with fixed-size moves.
+    #[inline(always)]
+    fn record_short(
+        &mut self,
+        slot: Option<u32>,
+        kind: Kind,
+        timestamp: Option<i64>,
+        value: &[u8],
+    ) {
+        const MOST: usize = 1 + 4 + 8 + (4 + SHORT);
+        let b = &mut self.buf;
+        let at = b.len();
+        b.extend_from_slice(&[0; MOST]);
+        let dst: &mut [u8; MOST] = (&mut b[at..at + MOST]).try_into().expect("MOST bytes");
+        dst[0] = header(kind, slot.is_some(), timestamp.is_some(), false) | self.input_bits;
+        let mut n = 1;
+        if let Some(slot) = slot {
+            dst[n..n + 4].copy_from_slice(&slot.to_le_bytes());
+            n += 4;
+        }
+        if let Some(ts) = timestamp {
+            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
+            n += 8;
+        }
+        dst[n..n + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        copy_short(&mut dst[n + 4..], value);
+        n += 4 + value.len();
+        b.truncate(at + n);
         self.records += 1;
     }
 
@@ -225,6 +262,43 @@ mod tests {
             (rec.record.kind, rec.record.timestamp, rec.record.value),
             (Kind::Delete, Some(7), &b"v"[..])
         );
+    }
+
+    #[test]
+    fn short_and_long_values_read_back_as_written() {
+        // Values around SHORT, with and without slot and timestamp, from both inputs.
+        for input in [0, 1] {
+            let mut w = BatchWriter::new(Vec::new());
+            w.from_input(input);
+            let keys = [w.key(b"k0"), w.key(b"k1")];
+            let mut written = Vec::new();
+            for len in 0..=2 * SHORT + 8 {
+                let value: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+                let slot = [None, Some(keys[0]), Some(keys[1])][len % 3];
+                let timestamp = [None, Some(-1), Some(i64::MAX), Some(len as i64)][len % 4];
+                let kind = [Kind::Insert, Kind::Delete, Kind::UpdateAfter][len % 3];
+                w.record(slot, kind, timestamp, &value);
+                written.push((slot, kind, timestamp, value));
+            }
+            let buf = w.finish();
+            let mut r = BatchReader::new(&buf, Vec::new()).unwrap();
+            assert_eq!(r.len(), written.len());
+            for (slot, kind, timestamp, value) in &written {
+                let rec = r.next().unwrap().unwrap();
+                let key = slot.map(|s| [&b"k0"[..], &b"k1"[..]][s as usize]);
+                assert_eq!((rec.slot, rec.input), (*slot, input));
+                assert_eq!(
+                    rec.record,
+                    RecordRef {
+                        kind: *kind,
+                        key,
+                        timestamp: *timestamp,
+                        value,
+                    }
+                );
+            }
+            assert!(r.next().is_none());
+        }
     }
 
     #[test]
