@@ -112,9 +112,16 @@ impl<'a> Context<'a> {
         // Every record after the first: a state already declared the same way.
         if let Ok(core) = self.core.try_borrow() {
             let codec = self.codec.get().unwrap_or(core.codec);
-            if let Some(i) = (core.states.iter())
-                .position(|s| s.name == name && s.kind == kind && s.ttl == ttl && s.codec == codec)
-            {
+            let same = |s: &StateEntry| s.is(name, kind, ttl, codec);
+            // An operator uses its states in the same order for every record: the state
+            // after the last one looked up is tried first, the others scanned for.
+            let next = core.next_state.get();
+            let found = match core.states.get(next) {
+                Some(s) if same(s) => Some(next),
+                _ => core.states.iter().position(same),
+            };
+            if let Some(i) = found {
+                core.next_state.set(i + 1);
                 return StateId(Ok(i));
             }
         }

@@ -4,7 +4,7 @@
 //! The component export (`wit.rs`) and the test harness (`testing.rs`) both drive an
 //! [`Instance`]; only the [`Backend`] differs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::mem;
 
@@ -26,6 +26,8 @@ pub(crate) struct Core {
     /// The operator's state codec ([`Operator::STATE_CODEC`]).
     pub(crate) codec: Codec,
     pub(crate) states: Vec<StateEntry>,
+    /// The index after the state looked up last (see `Context::state_id`).
+    pub(crate) next_state: Cell<usize>,
     /// Declared operator states: name and backend handle.
     /// Operator states declared so far: name, mode, handle.
     pub(crate) operator_states: Vec<(String, Redistribution, usize)>,
@@ -48,6 +50,7 @@ impl Core {
             backend,
             codec,
             states: Vec::new(),
+            next_state: Cell::new(0),
             operator_states: Vec::new(),
             epoch: 0,
             output: OutputWriter::default(),

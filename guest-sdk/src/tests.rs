@@ -678,3 +678,46 @@ fn point_reads_of_a_large_map_cost_what_is_read() {
         }
     );
 }
+
+#[test]
+fn states_used_in_any_order_each_keep_their_own_values() {
+    /// Adds one to each state the record's value names, in that order; emits the sums.
+    #[derive(Default)]
+    struct Tally;
+    impl Operator for Tally {
+        fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+            let mut sums = Vec::new();
+            for name in rec.value_str()?.split(' ') {
+                // A name inside the record: its bytes, not its address, name the state.
+                let state = ctx.value_state::<u64>(name);
+                let n = state.get()?.unwrap_or(0) + 1;
+                state.set(&n)?;
+                sums.push(format!("{name}={n}"));
+            }
+            ctx.emit(rec.key(), sums.join(" "))
+        }
+    }
+    let mut h = Harness::<Tally>::new();
+    let out = h.process([
+        ("k", "a b c"),
+        ("k", "a b c"),
+        ("k", "c a"),
+        ("j", "b"),
+        ("k", "b b c"),
+        ("k", "count total"),
+        ("k", "total count a"),
+    ]);
+    assert_eq!(
+        values(&out),
+        [
+            "a=1 b=1 c=1",
+            "a=2 b=2 c=2",
+            "c=3 a=3",
+            "b=1",
+            "b=3 b=4 c=4",
+            "count=1 total=1",
+            "total=2 count=2 a=4",
+        ]
+    );
+    assert_eq!(h.value_state::<u64>("c", "k"), Some(4));
+}

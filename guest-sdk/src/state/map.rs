@@ -6,7 +6,9 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_wire::{DecodeError, MapLoad, MapOp, Reader, put_map_op, read_map_load};
+use weir_wire::{
+    DecodeError, MapLoad, MapOp, Reader, cmp_bytes, eq_bytes, put_map_op, read_map_load,
+};
 
 use super::codec::{Codec, CodecError, Span, decode, encode};
 use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
@@ -130,8 +132,8 @@ impl MapCache {
         // Lookups are binary searches. The hosts send each map in key order; sorted here
         // only if one does not.
         let entries = &mut self.stored[first..];
-        if !entries.is_sorted_by(|a, b| a.0.get(buf) <= b.0.get(buf)) {
-            entries.sort_unstable_by(|a, b| a.0.get(buf).cmp(b.0.get(buf)));
+        if !entries.is_sorted_by(|a, b| cmp_bytes(a.0.get(buf), b.0.get(buf)).is_le()) {
+            entries.sort_unstable_by(|a, b| cmp_bytes(a.0.get(buf), b.0.get(buf)));
         }
         let s = &mut self.slots[slot];
         (s.first, s.len) = (first as u32, n as u32);
@@ -159,14 +161,14 @@ impl MapCache {
                 Some(&i)
                     if changes
                         .get(i as usize)
-                        .is_some_and(|c| c.key.get(arena) == key) =>
+                        .is_some_and(|c| eq_bytes(c.key.get(arena), key)) =>
                 {
                     return Some(i as usize);
                 }
                 Some(_) => {}
             }
         }
-        changes.iter().position(|c| c.key.get(arena) == key)
+        changes.iter().position(|c| eq_bytes(c.key.get(arena), key))
     }
 
     /// Records change `change` of `slot`: in place of the one at `at`, or appended.
@@ -214,7 +216,7 @@ impl MapCache {
             return Found::Fetch;
         }
         let stored = self.stored(slot);
-        let at = stored.binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key));
+        let at = stored.binary_search_by(|(k, _)| cmp_bytes(k.get(&batch.buf), key));
         Found::Stored(at.ok().map(|i| stored[i].1))
     }
 
@@ -244,7 +246,7 @@ impl MapCache {
                     .filter(|c| {
                         let key = c.key.get(&batch.arena);
                         stored
-                            .binary_search_by(|(k, _)| k.get(&batch.buf).cmp(key))
+                            .binary_search_by(|(k, _)| cmp_bytes(k.get(&batch.buf), key))
                             .is_ok()
                     })
                     .count()
@@ -264,7 +266,7 @@ impl MapCache {
                 )
             })
             .collect();
-        changes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        changes.sort_unstable_by(|a, b| cmp_bytes(a.0, b.0));
         let stored: &[(Span, Span)] = if self.slots[slot as usize].cleared {
             &[]
         } else {
@@ -281,7 +283,7 @@ impl MapCache {
                 (None, None) => break,
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
-                (Some(s), Some(c)) => s.0.cmp(c.0),
+                (Some(s), Some(c)) => cmp_bytes(s.0, c.0),
             };
             if order != Ordering::Greater {
                 let s = stored.next();

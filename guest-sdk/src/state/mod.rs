@@ -24,6 +24,8 @@ use value::ValueCache;
 
 pub use codec::{Codec, CodecError};
 
+use weir_wire::eq_bytes;
+
 use crate::backend::{Backend, StateKind};
 use crate::{Error, Result, Ttl};
 
@@ -147,6 +149,15 @@ impl StateEntry {
                 StateKind::Map => Cache::Map(MapCache::default()),
             },
         }
+    }
+
+    /// Whether this is the state `name` declared with `kind`, `ttl` and `codec`.
+    #[inline(always)]
+    pub(crate) fn is(&self, name: &str, kind: StateKind, ttl: Option<Ttl>, codec: Codec) -> bool {
+        eq_bytes(self.name.as_bytes(), name.as_bytes())
+            && self.kind == kind
+            && self.ttl == ttl
+            && self.codec == codec
     }
 
     pub(crate) fn handle(&self) -> usize {
