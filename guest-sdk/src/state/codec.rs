@@ -115,9 +115,29 @@ impl cbor4ii::core::enc::Write for Append<'_> {
     }
 }
 
-/// Encodes `value` with `codec` at the end of `buf`; on error `buf` is left as it was.
-#[inline]
+/// Encodes `value` with `codec` at the end of `buf`; on error `buf` is left as it was. An
+/// integer is written inline (see [`IntProbe`]), the rest in a call.
+#[inline(always)]
 pub(crate) fn encode<T: Serialize + ?Sized>(
+    codec: Codec,
+    value: &T,
+    buf: &mut Vec<u8>,
+) -> Result<Span, CodecError> {
+    if codec == Codec::Cbor
+        && let Ok(int) = value.serialize(IntProbe)
+    {
+        let start = buf.len();
+        put_cbor_int(buf, int);
+        return Ok(Span {
+            start: start as u32,
+            len: (buf.len() - start) as u32,
+        });
+    }
+    encode_any(codec, value, buf)
+}
+
+#[inline(never)]
+fn encode_any<T: Serialize + ?Sized>(
     codec: Codec,
     value: &T,
     buf: &mut Vec<u8>,
@@ -143,25 +163,31 @@ pub(crate) fn encode<T: Serialize + ?Sized>(
     }
 }
 
-/// Decodes a `T` that `codec` encoded into `bytes`.
-#[inline]
+/// Decodes a `T` that `codec` encoded into `bytes`: an integer inline (see [`Int`]), the rest
+/// in a call.
+#[inline(always)]
 pub(crate) fn decode<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, CodecError> {
+    if codec == Codec::Cbor
+        && let Some(int) = cbor_int(bytes)
+        && let Ok(value) = T::deserialize(CborInt(int))
+    {
+        return Ok(value);
+    }
+    decode_any(codec, bytes)
+}
+
+#[inline(never)]
+fn decode_any<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, CodecError> {
     match codec {
-        Codec::Cbor => {
-            if let Some(int) = cbor_int(bytes)
-                && let Ok(value) = T::deserialize(CborInt(int))
-            {
-                return Ok(value);
-            }
-            cbor4ii::serde::from_slice(bytes).map_err(|e| error(codec, e))
-        }
+        Codec::Cbor => cbor4ii::serde::from_slice(bytes).map_err(|e| error(codec, e)),
         Codec::Postcard => postcard::from_bytes(bytes).map_err(|e| error(codec, e)),
     }
 }
 
-/// An integer, the commonest state value (counts, sums, timestamps), decoded without cbor4ii:
-/// its reader copies an integer's bytes with a copy of variable length, which in a guest is a
-/// `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every count of 24 or more.
+/// An integer, the commonest state value (counts, sums, timestamps), encoded and decoded
+/// without cbor4ii: its reader copies an integer's bytes with a copy of variable length, which
+/// in a guest is a `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every
+/// count of 24 or more, and its writer, where it is not inlined, is a call per integer.
 #[derive(Clone, Copy)]
 enum Int {
     Unsigned(u64),
@@ -188,6 +214,208 @@ fn cbor_int(bytes: &[u8]) -> Option<Int> {
         // CBOR's negative integers are -1 - n.
         1 => i64::try_from(n).ok().map(|n| Int::Negative(-1 - n)),
         _ => None,
+    }
+}
+
+/// Appends `int` as cbor4ii writes it: the shortest CBOR head, with one growth of `buf`.
+#[inline(always)]
+fn put_cbor_int(buf: &mut Vec<u8>, int: Int) {
+    let (major, n) = match int {
+        Int::Unsigned(n) => (0, n),
+        Int::Negative(n) => (0x20, (-1 - n) as u64),
+    };
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 9]);
+    let head: &mut [u8; 9] = (&mut buf[at..at + 9]).try_into().expect("9 bytes");
+    let len = match n {
+        0..=23 => {
+            head[0] = major | n as u8;
+            1
+        }
+        24..=0xff => {
+            head[..2].copy_from_slice(&[major | 24, n as u8]);
+            2
+        }
+        0x100..=0xffff => {
+            head[0] = major | 25;
+            head[1..3].copy_from_slice(&(n as u16).to_be_bytes());
+            3
+        }
+        0x1_0000..=0xffff_ffff => {
+            head[0] = major | 26;
+            head[1..5].copy_from_slice(&(n as u32).to_be_bytes());
+            5
+        }
+        _ => {
+            head[0] = major | 27;
+            head[1..9].copy_from_slice(&n.to_be_bytes());
+            9
+        }
+    };
+    buf.truncate(at + len);
+}
+
+/// Takes the value being encoded when it is an integer of at most 64 bits (through options
+/// and newtypes, which CBOR writes as their content), else fails and [`encode`] falls back to
+/// cbor4ii: its writer is a call per piece, with the piece on the stack.
+struct IntProbe;
+
+/// What [`IntProbe`] fails with.
+#[derive(Debug)]
+struct NotInt;
+
+impl std::fmt::Display for NotInt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not an integer")
+    }
+}
+
+impl std::error::Error for NotInt {}
+
+impl serde::ser::Error for NotInt {
+    fn custom<M: std::fmt::Display>(_: M) -> Self {
+        NotInt
+    }
+}
+
+macro_rules! not_int {
+    ($($method:ident($($arg:ty),*)),* $(,)?) => {
+        $(
+            fn $method(self $(, _: $arg)*) -> Result<Int, NotInt> {
+                Err(NotInt)
+            }
+        )*
+    };
+}
+
+impl serde::Serializer for IntProbe {
+    type Ok = Int;
+    type Error = NotInt;
+    type SerializeSeq = serde::ser::Impossible<Int, NotInt>;
+    type SerializeTuple = serde::ser::Impossible<Int, NotInt>;
+    type SerializeTupleStruct = serde::ser::Impossible<Int, NotInt>;
+    type SerializeTupleVariant = serde::ser::Impossible<Int, NotInt>;
+    type SerializeMap = serde::ser::Impossible<Int, NotInt>;
+    type SerializeStruct = serde::ser::Impossible<Int, NotInt>;
+    type SerializeStructVariant = serde::ser::Impossible<Int, NotInt>;
+
+    #[inline(always)]
+    fn serialize_u64(self, v: u64) -> Result<Int, NotInt> {
+        Ok(Int::Unsigned(v))
+    }
+
+    #[inline(always)]
+    fn serialize_i64(self, v: i64) -> Result<Int, NotInt> {
+        Ok(if v < 0 {
+            Int::Negative(v)
+        } else {
+            Int::Unsigned(v as u64)
+        })
+    }
+
+    #[inline(always)]
+    fn serialize_u8(self, v: u8) -> Result<Int, NotInt> {
+        self.serialize_u64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_u16(self, v: u16) -> Result<Int, NotInt> {
+        self.serialize_u64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_u32(self, v: u32) -> Result<Int, NotInt> {
+        self.serialize_u64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_i8(self, v: i8) -> Result<Int, NotInt> {
+        self.serialize_i64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_i16(self, v: i16) -> Result<Int, NotInt> {
+        self.serialize_i64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_i32(self, v: i32) -> Result<Int, NotInt> {
+        self.serialize_i64(v.into())
+    }
+
+    #[inline(always)]
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Int, NotInt> {
+        value.serialize(self)
+    }
+
+    #[inline(always)]
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        value: &T,
+    ) -> Result<Int, NotInt> {
+        value.serialize(self)
+    }
+
+    not_int! {
+        serialize_bool(bool), serialize_i128(i128), serialize_u128(u128), serialize_f32(f32),
+        serialize_f64(f64), serialize_char(char), serialize_str(&str), serialize_bytes(&[u8]),
+        serialize_none(), serialize_unit(), serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str),
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<Int, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, NotInt> {
+        Err(NotInt)
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotInt> {
+        Err(NotInt)
     }
 }
 
@@ -306,6 +534,77 @@ mod tests {
     enum Loose {
         Number(i64),
         Text(String),
+    }
+
+    /// Encodes `value` after three bytes already in the buffer and checks that the span holds
+    /// exactly the bytes cbor4ii writes for it.
+    fn encodes_as_cbor4ii<T: Serialize + std::fmt::Debug>(value: &T) {
+        let mut buf = b"xyz".to_vec();
+        let span = encode(Codec::Cbor, value, &mut buf).unwrap();
+        let theirs = cbor4ii::serde::to_vec(Vec::new(), value).unwrap();
+        assert_eq!(span.get(&buf), theirs, "{value:?}");
+        assert_eq!(buf.len(), 3 + theirs.len(), "{value:?}");
+    }
+
+    #[derive(serde::Serialize, Debug)]
+    struct Total(i64);
+
+    #[derive(serde::Serialize, Debug)]
+    struct Pair {
+        a: u64,
+    }
+
+    #[test]
+    fn integers_encode_as_cbor4ii_encodes_them() {
+        let ints: &[i128] = &[
+            0,
+            1,
+            23,
+            24,
+            255,
+            256,
+            65_535,
+            65_536,
+            u32::MAX as i128,
+            1 << 32,
+            i64::MAX as i128,
+            u64::MAX as i128,
+            -1,
+            -24,
+            -25,
+            -256,
+            -257,
+            -65_537,
+            -(1 << 32) - 1,
+            i64::MIN as i128,
+        ];
+        for &i in ints {
+            macro_rules! each_type {
+                ($($t:ty),*) => {$(
+                    if let Ok(v) = <$t>::try_from(i) {
+                        encodes_as_cbor4ii(&v);
+                        encodes_as_cbor4ii(&Some(v));
+                    }
+                )*};
+            }
+            each_type!(u8, u16, u32, u64, i8, i16, i32, i64);
+            if let Ok(v) = i64::try_from(i) {
+                encodes_as_cbor4ii(&Total(v));
+                encodes_as_cbor4ii(&Some(Some(v)));
+                encodes_as_cbor4ii(&Pair { a: v as u64 });
+            }
+            encodes_as_cbor4ii(&i);
+        }
+        // What is not an integer goes to cbor4ii.
+        encodes_as_cbor4ii(&None::<u64>);
+        encodes_as_cbor4ii(&Some(None::<u64>));
+        encodes_as_cbor4ii(&true);
+        encodes_as_cbor4ii(&1.5f64);
+        encodes_as_cbor4ii(&'x');
+        encodes_as_cbor4ii(&"text");
+        encodes_as_cbor4ii(&());
+        encodes_as_cbor4ii(&vec![1u64, 300]);
+        encodes_as_cbor4ii(&(7u64, -7i64));
     }
 
     #[test]
