@@ -288,6 +288,18 @@ macro_rules! not_int {
     };
 }
 
+/// Serializer methods of narrower integers that hand the value on widened.
+macro_rules! widen {
+    ($($method:ident($t:ty) => $wide:ident),* $(,)?) => {
+        $(
+            #[inline(always)]
+            fn $method(self, v: $t) -> Result<Int, NotInt> {
+                self.$wide(v.into())
+            }
+        )*
+    };
+}
+
 impl serde::Serializer for IntProbe {
     type Ok = Int;
     type Error = NotInt;
@@ -313,34 +325,10 @@ impl serde::Serializer for IntProbe {
         })
     }
 
-    #[inline(always)]
-    fn serialize_u8(self, v: u8) -> Result<Int, NotInt> {
-        self.serialize_u64(v.into())
-    }
-
-    #[inline(always)]
-    fn serialize_u16(self, v: u16) -> Result<Int, NotInt> {
-        self.serialize_u64(v.into())
-    }
-
-    #[inline(always)]
-    fn serialize_u32(self, v: u32) -> Result<Int, NotInt> {
-        self.serialize_u64(v.into())
-    }
-
-    #[inline(always)]
-    fn serialize_i8(self, v: i8) -> Result<Int, NotInt> {
-        self.serialize_i64(v.into())
-    }
-
-    #[inline(always)]
-    fn serialize_i16(self, v: i16) -> Result<Int, NotInt> {
-        self.serialize_i64(v.into())
-    }
-
-    #[inline(always)]
-    fn serialize_i32(self, v: i32) -> Result<Int, NotInt> {
-        self.serialize_i64(v.into())
+    widen! {
+        serialize_u8(u8) => serialize_u64, serialize_u16(u16) => serialize_u64,
+        serialize_u32(u32) => serialize_u64, serialize_i8(i8) => serialize_i64,
+        serialize_i16(i16) => serialize_i64, serialize_i32(i32) => serialize_i64,
     }
 
     #[inline(always)]
@@ -536,6 +524,31 @@ mod tests {
         Text(String),
     }
 
+    /// Integers at the edges of CBOR's head lengths, of both signs, and beyond 64 bits.
+    const INTS: &[i128] = &[
+        0,
+        1,
+        23,
+        24,
+        255,
+        256,
+        65_535,
+        65_536,
+        u32::MAX as i128,
+        1 << 32,
+        i64::MAX as i128,
+        u64::MAX as i128,
+        -1,
+        -24,
+        -25,
+        -256,
+        -257,
+        -65_537,
+        -(1 << 32) - 1,
+        i64::MIN as i128,
+        -(1 << 64),
+    ];
+
     /// Encodes `value` after three bytes already in the buffer and checks that the span holds
     /// exactly the bytes cbor4ii writes for it.
     fn encodes_as_cbor4ii<T: Serialize + std::fmt::Debug>(value: &T) {
@@ -556,29 +569,7 @@ mod tests {
 
     #[test]
     fn integers_encode_as_cbor4ii_encodes_them() {
-        let ints: &[i128] = &[
-            0,
-            1,
-            23,
-            24,
-            255,
-            256,
-            65_535,
-            65_536,
-            u32::MAX as i128,
-            1 << 32,
-            i64::MAX as i128,
-            u64::MAX as i128,
-            -1,
-            -24,
-            -25,
-            -256,
-            -257,
-            -65_537,
-            -(1 << 32) - 1,
-            i64::MIN as i128,
-        ];
-        for &i in ints {
+        for &i in INTS {
             macro_rules! each_type {
                 ($($t:ty),*) => {$(
                     if let Ok(v) = <$t>::try_from(i) {
@@ -609,28 +600,7 @@ mod tests {
 
     #[test]
     fn integers_decode_as_cbor4ii_decodes_them() {
-        let ints: &[i128] = &[
-            0,
-            1,
-            23,
-            24,
-            255,
-            256,
-            65_535,
-            65_536,
-            1 << 32,
-            i64::MAX as i128,
-            u64::MAX as i128,
-            -1,
-            -24,
-            -25,
-            -256,
-            -257,
-            -65_537,
-            i64::MIN as i128,
-            -(1 << 64),
-        ];
-        for &i in ints {
+        for &i in INTS {
             let mut buf = Vec::new();
             encode(Codec::Cbor, &i, &mut buf).unwrap();
             same_as_cbor4ii::<u64>(&buf);
