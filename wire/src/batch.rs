@@ -2,7 +2,7 @@
 
 use crate::key_table::read_key_table;
 use crate::primitives::{
-    DecodeError, Reader, SHORT, copy_short, put_bytes, put_i64, put_u8, put_u32,
+    DecodeError, Reader, SHORT, put_bytes, put_i64, put_short_tail, put_u8, put_u32,
 };
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, SECOND_INPUT, header};
 
@@ -93,13 +93,7 @@ impl BatchWriter {
             dst[n..n + 4].copy_from_slice(&slot.to_le_bytes());
             n += 4;
         }
-        if let Some(ts) = timestamp {
-            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
-            n += 8;
-        }
-        dst[n..n + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        copy_short(&mut dst[n + 4..], value);
-        n += 4 + value.len();
+        let n = put_short_tail(dst, n, timestamp, value);
         b.truncate(at + n);
         self.records += 1;
     }

@@ -2,7 +2,8 @@
 //! name, until the end of the buffer.
 
 use crate::primitives::{
-    DecodeError, NONE, Reader, SHORT, copy_short, put_bytes, put_i64, put_u8, put_u32,
+    DecodeError, NONE, Reader, SHORT, copy_short, put_bytes, put_i64, put_short_tail, put_u8,
+    put_u32,
 };
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
@@ -63,13 +64,7 @@ impl OutputWriter {
             copy_short(&mut dst[n + 4..], key);
             n += 4 + key.len();
         }
-        if let Some(ts) = rec.timestamp {
-            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
-            n += 8;
-        }
-        dst[n..n + 4].copy_from_slice(&(rec.value.len() as u32).to_le_bytes());
-        copy_short(&mut dst[n + 4..], rec.value);
-        n += 4 + rec.value.len();
+        let n = put_short_tail(dst, n, rec.timestamp, rec.value);
         b.truncate(at + n);
         self.records += 1;
     }
