@@ -339,6 +339,32 @@ fn reads_only_store_nothing() {
 }
 
 #[test]
+fn a_list_read_has_room_for_the_next_element() {
+    /// Keeps the last three values of each key: read, push, write back.
+    #[derive(Default)]
+    struct LastThree;
+    impl Operator for LastThree {
+        fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+            let last = ctx.list_state::<String>("last");
+            let mut items = last.get()?;
+            if items.capacity() == items.len() {
+                return Err(format!("no room after {} items", items.len()).into());
+            }
+            items.push(rec.value_str()?.to_owned());
+            let keep = items.len().saturating_sub(3);
+            last.update(&items[keep..])
+        }
+    }
+    let mut h = Harness::<LastThree>::new();
+    // Empty, loaded, loaded and changed in the batch, replaced in the batch.
+    h.process([("k", "a"), ("k", "b")]);
+    h.process([("k", "c"), ("k", "d"), ("j", "e")]);
+    h.process([("k", "f")]);
+    assert_eq!(h.list_state::<String>("last", "k"), ["c", "d", "f"]);
+    assert_eq!(h.list_state::<String>("last", "j"), ["e"]);
+}
+
+#[test]
 fn close_may_emit_but_has_no_key() {
     #[derive(Default)]
     struct Closer;

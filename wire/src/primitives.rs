@@ -164,6 +164,12 @@ impl<'a> Reader<'a> {
         Some(bytes)
     }
 
+    /// The bytes from this reader's position to `later`'s, a reader over the same buffer
+    /// that has read on.
+    pub(crate) fn between(&self, later: &Reader<'a>) -> &'a [u8] {
+        &self.buf[self.pos..later.pos]
+    }
+
     /// A count of following entries, each at least `min_entry` bytes long; rejects counts the
     /// rest of the buffer cannot hold, so a hostile count cannot make the reader allocate.
     #[inline]

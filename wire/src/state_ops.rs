@@ -25,15 +25,43 @@ pub enum ValueOp<'a> {
 }
 
 /// One change to a list state, as read back with its elements.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListOp<'a> {
     /// The key's list is now empty.
     Clear,
     /// The key's list is now these elements.
-    Replace(Vec<&'a [u8]>),
+    Replace(Elements<'a>),
     /// These elements go at the end of the key's list.
-    Append(Vec<&'a [u8]>),
+    Append(Elements<'a>),
 }
+
+/// The elements of a list op, read where they are in the buffer (checked when the op was
+/// read, so that iterating cannot fail): no allocation per op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Elements<'a> {
+    /// `n × bytes`, as the buffer has them.
+    bytes: &'a [u8],
+    n: u32,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.bytes.split_first_chunk::<4>()?;
+        let (item, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
+        self.bytes = rest;
+        self.n -= 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.n as usize, Some(self.n as usize))
+    }
+}
+
+impl ExactSizeIterator for Elements<'_> {}
 
 /// What a list change does, for [`put_list_op`], which takes the elements of a replace or an
 /// append separately so that a writer need not collect them.
@@ -150,13 +178,16 @@ pub fn read_list_ops(
 }
 
 /// `u32 n, n × bytes`.
-fn read_elements<'a>(r: &mut Reader<'a>) -> Result<Vec<&'a [u8]>, DecodeError> {
+fn read_elements<'a>(r: &mut Reader<'a>) -> Result<Elements<'a>, DecodeError> {
     let n = r.count(4)?;
-    let mut elems = Vec::with_capacity(n);
+    let start = *r;
     for _ in 0..n {
-        elems.push(r.bytes()?);
+        r.bytes()?;
     }
-    Ok(elems)
+    Ok(Elements {
+        bytes: start.between(r),
+        n: n as u32,
+    })
 }
 
 /// Iterates `(slot, op)` of a map-state store buffer.
@@ -191,12 +222,20 @@ mod tests {
         put_list_op(&mut b, 1, ListWrite::Clear, std::iter::empty());
         put_list_op(&mut b, 2, ListWrite::Replace, [&b"c"[..]].into_iter());
         let ops: Vec<_> = read_list_ops(&b).map(Result::unwrap).collect();
+        let ops: Vec<_> = ops
+            .into_iter()
+            .map(|(slot, op)| match op {
+                ListOp::Clear => (slot, "clear", vec![]),
+                ListOp::Replace(e) => (slot, "replace", e.collect()),
+                ListOp::Append(e) => (slot, "append", e.collect::<Vec<_>>()),
+            })
+            .collect();
         assert_eq!(
             ops,
-            vec![
-                (1, ListOp::Append(vec![b"a", b"b"])),
-                (1, ListOp::Clear),
-                (2, ListOp::Replace(vec![b"c"]))
+            [
+                (1, "append", vec![&b"a"[..], b"b"]),
+                (1, "clear", vec![]),
+                (2, "replace", vec![b"c"])
             ]
         );
 

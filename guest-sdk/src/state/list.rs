@@ -179,6 +179,9 @@ impl<'c, T: Serialize + DeserializeOwned> ListState<'c, T> {
 
     /// The list of the current key, oldest first (empty if it has none).
     ///
+    /// The vector has room for one more element, so that the common "read the list, push
+    /// the new element, write it back with [`update`](Self::update)" does not reallocate it.
+    ///
     /// ```
     /// # use weir_sdk::prelude::*;
     /// # #[derive(Default)] struct Op;
@@ -209,7 +212,7 @@ impl<'c, T: Serialize + DeserializeOwned> ListState<'c, T> {
                 &cache.stored[s.first as usize..(s.first + s.len) as usize]
             };
             let added = cache.added(slot);
-            let mut out = Vec::with_capacity(stored.len() + added.len());
+            let mut out = Vec::with_capacity(stored.len() + added.len() + 1);
             let elems = stored
                 .iter()
                 .map(|s| s.get(&batch.buf))

@@ -978,13 +978,17 @@ impl KeyedState {
             // one slot is one backend write. Ops of a slot spread over several runs are
             // written run after run, which applies them in order all the same.
             StateKind::List => {
-                let (mut runs, mut elems) = (Vec::<Run>::new(), Vec::<&[u8]>::new());
+                // A run and an element per slot, usually: sized so, they need not grow.
+                let (mut runs, mut elems) = (
+                    Vec::<Run>::with_capacity(slots.len()),
+                    Vec::<&[u8]>::with_capacity(slots.len()),
+                );
                 for op in read_list_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
                     let run = Run::of(&mut runs, slots.check(slot)?, elems.len());
                     let added = match op {
-                        ListOp::Clear => Vec::new(),
-                        ListOp::Replace(new) => new,
+                        ListOp::Clear => None,
+                        ListOp::Replace(new) => Some(new),
                         ListOp::Append(new) => {
                             elems.extend(new);
                             run.end = elems.len();
@@ -994,7 +998,7 @@ impl KeyedState {
                     // Clear or replace: what the run added before is gone.
                     elems.truncate(run.start);
                     run.clear = true;
-                    elems.extend(added);
+                    elems.extend(added.into_iter().flatten());
                     run.end = elems.len();
                 }
                 if let Some(e) = runs.iter().find_map(|r| {
@@ -1025,7 +1029,10 @@ impl KeyedState {
                 self.commit()
             }
             StateKind::Map => {
-                let (mut runs, mut entries) = (Vec::<Run>::new(), Vec::new());
+                let (mut runs, mut entries) = (
+                    Vec::<Run>::with_capacity(slots.len()),
+                    Vec::with_capacity(slots.len()),
+                );
                 for op in read_map_ops(changes) {
                     let (slot, op) = op.map_err(bad)?;
                     let run = Run::of(&mut runs, slots.check(slot)?, entries.len());

@@ -12,6 +12,10 @@ use smallvec::SmallVec;
 /// A put (`Some` value) or a removal of a map key.
 pub(crate) type Change<'c> = (&'c [u8], Option<&'c [u8]>);
 
+/// The least a key's buffer allocates. Grown by Vec's doubling from its first few bytes
+/// (8, 16, 32, 64), a small list or map was reallocated on most of its first writes.
+const MIN_CAPACITY: usize = 64;
+
 #[derive(Debug, Default)]
 pub(crate) struct Packed {
     /// Elements, or entries for a map.
@@ -71,14 +75,23 @@ impl Packed {
         map_entries(&self.buf)
     }
 
+    /// Makes room for `additional` more bytes: [`MIN_CAPACITY`] at first, then doubling.
+    fn reserve(&mut self, additional: usize) {
+        if self.buf.capacity() - self.buf.len() < additional {
+            self.buf.reserve(additional.max(MIN_CAPACITY));
+        }
+    }
+
     /// Appends a list element.
     pub(crate) fn push(&mut self, element: &[u8]) {
+        self.reserve(4 + element.len());
         put_item(&mut self.buf, element);
         self.n += 1;
     }
 
     /// Appends a map entry; the caller keeps the entries in key order.
     pub(crate) fn push_entry(&mut self, key: &[u8], value: &[u8]) {
+        self.reserve(8 + key.len() + value.len());
         put_item(&mut self.buf, key);
         put_item(&mut self.buf, value);
         self.n += 1;
@@ -105,7 +118,7 @@ impl Packed {
     /// Applies puts (`Some`) and removals (`None`) of map keys, later ones winning over
     /// earlier ones of the same key. `changed(key, old, new)` is called with each entry's
     /// value before and after (`None`: absent), for byte counts. `scratch` is a buffer to
-    /// reuse.
+    /// reuse for every key's map.
     pub(crate) fn apply<'c>(
         &mut self,
         changes: impl IntoIterator<Item = Change<'c>>,
@@ -113,7 +126,12 @@ impl Packed {
         changed: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>),
     ) {
         let (added, removed) = merge(&self.buf, changes, scratch, changed);
-        std::mem::swap(&mut self.buf, scratch);
+        // Copied back rather than swapped: each buffer keeps the capacity it grew to (the
+        // key's map's, the largest map's for `scratch`), so that steady writes reallocate
+        // neither. A swap handed each key the previous key's buffer, often too small.
+        self.buf.clear();
+        self.reserve(scratch.len());
+        self.buf.extend_from_slice(scratch);
         self.n = self.n + added - removed;
     }
 }
