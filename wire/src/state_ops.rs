@@ -255,6 +255,32 @@ mod tests {
         assert!(read_map_ops(&[0, 0, 0, 0, 9]).next().unwrap().is_err());
     }
 
+    /// A list op's elements are checked when the op is read, since iterating them cannot
+    /// fail: a buffer cut anywhere in them, or counting more than it holds, is an error.
+    #[test]
+    fn list_ops_with_cut_or_overcounted_elements_are_errors() {
+        let mut b = Vec::new();
+        put_list_op(
+            &mut b,
+            1,
+            ListWrite::Append,
+            [&b"ab"[..], b"cde"].into_iter(),
+        );
+        for cut in 6..b.len() {
+            let first = read_list_ops(&b[..cut]).next().unwrap();
+            assert!(first.is_err(), "cut at {cut} of {}", b.len());
+        }
+        let mut over = b.clone();
+        over[5] = 3;
+        assert!(read_list_ops(&over).next().unwrap().is_err());
+        let (_, op) = read_list_ops(&b).next().unwrap().unwrap();
+        let ListOp::Append(elems) = op else {
+            panic!("{op:?}")
+        };
+        assert_eq!(elems.len(), 2);
+        assert_eq!(elems.collect::<Vec<_>>(), [&b"ab"[..], b"cde"]);
+    }
+
     /// The op bytes of `wit/stream.wit`: the host and guests of other versions rely on them.
     #[test]
     fn op_bytes_are_as_documented() {
