@@ -329,6 +329,9 @@ fn reads_only_store_nothing() {
             ctx.value_state::<String>("v").get()?;
             ctx.list_state::<String>("l").get()?;
             ctx.map_state::<String, String>("m").entries()?;
+            // Appending nothing writes nothing either.
+            ctx.list_state::<String>("l")
+                .add_all(Vec::<String>::new())?;
             Ok(())
         }
     }

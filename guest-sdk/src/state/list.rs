@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, ListWrite, Reader, put_list_op};
 
 use super::codec::{Span, decode, encode};
-use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
+use super::{Access, Batch, Cache, Overlays, StateId, decode_error, encode_error, expect_end};
 use crate::{Context, Result};
 
 #[derive(Clone, Copy, Debug)]
@@ -111,12 +111,18 @@ impl Access<'_> {
         I: IntoIterator,
         I::Item: Borrow<Q>,
     {
-        let slot = self.slot;
+        let (slot, codec, name) = (self.slot, self.codec, self.name);
+        let Cache::List(cache) = &mut *self.cache else {
+            unreachable!("state kinds are checked when a handle is made");
+        };
+        // The slot is touched and its overlay found once for all the items (touching it for
+        // none writes nothing: its changes are empty).
+        self.batch.touch(slot);
+        let overlay = cache.overlay(slot);
         for item in items {
-            let span = encode(self.codec, item.borrow(), &mut self.batch.arena)
-                .map_err(|e| self.encode_error(e))?;
-            self.list_cache().overlay(slot).push(span);
-            self.batch.touch(slot);
+            let span = encode(codec, item.borrow(), &mut self.batch.arena)
+                .map_err(|e| encode_error(name, e))?;
+            overlay.push(span);
         }
         Ok(())
     }

@@ -266,12 +266,16 @@ impl<'x> Access<'x> {
     }
 
     fn encode_error(&self, e: CodecError) -> Error {
-        Error::new(e).context(format!("state \"{}\": cannot encode the value", self.name))
+        encode_error(self.name, e)
     }
 
     fn decode_error(&self, e: CodecError) -> Error {
         decode_error(self.name, e)
     }
+}
+
+fn encode_error(name: &str, e: CodecError) -> Error {
+    Error::new(e).context(format!("state \"{name}\": cannot encode the value"))
 }
 
 fn decode_error(name: &str, e: CodecError) -> Error {
