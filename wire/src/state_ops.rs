@@ -221,13 +221,11 @@ mod tests {
         put_list_op(&mut b, 1, ListWrite::Append, [&b"a"[..], b"b"].into_iter());
         put_list_op(&mut b, 1, ListWrite::Clear, std::iter::empty());
         put_list_op(&mut b, 2, ListWrite::Replace, [&b"c"[..]].into_iter());
-        let ops: Vec<_> = read_list_ops(&b).map(Result::unwrap).collect();
-        let ops: Vec<_> = ops
-            .into_iter()
-            .map(|(slot, op)| match op {
-                ListOp::Clear => (slot, "clear", vec![]),
-                ListOp::Replace(e) => (slot, "replace", e.collect()),
-                ListOp::Append(e) => (slot, "append", e.collect::<Vec<_>>()),
+        let ops: Vec<_> = read_list_ops(&b)
+            .map(|op| match op.unwrap() {
+                (slot, ListOp::Clear) => (slot, "clear", vec![]),
+                (slot, ListOp::Replace(e)) => (slot, "replace", e.collect()),
+                (slot, ListOp::Append(e)) => (slot, "append", e.collect::<Vec<_>>()),
             })
             .collect();
         assert_eq!(
