@@ -32,7 +32,7 @@ pub use key_table::read_key_table;
 pub use map_load::{LARGE_MAP, MAP_LOAD_LIMIT, MapLoad, read_map_load};
 pub use output::{OutputReader, OutputWriter};
 pub use primitives::{
-    DecodeError, NONE, Reader, cmp_bytes, eq_bytes, extend_bytes, put_bytes, put_i64,
+    CheckedItems, DecodeError, NONE, Reader, cmp_bytes, eq_bytes, extend_bytes, put_bytes, put_i64,
     put_opt_bytes, put_u8, put_u32,
 };
 pub use record::{Kind, RecordRef};

@@ -182,6 +182,36 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The `bytes` items (each a length and its bytes, none absent) of a buffer known to hold
+/// whole items: one its own writer made, or one a [`Reader`] has read through. Iterating does
+/// not check them again (a length past the end panics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedItems<'a>(&'a [u8]);
+
+impl<'a> CheckedItems<'a> {
+    /// The items of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        CheckedItems(bytes)
+    }
+
+    /// The bytes not iterated yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+impl<'a> Iterator for CheckedItems<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.0.split_first_chunk::<4>()?;
+        let (item, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
+        self.0 = rest;
+        Some(item)
+    }
+}
+
 /// Iterates the entries of a buffer that `read_one` decodes one at a time, until the end of
 /// the buffer or the first error (after which the rest cannot be trusted).
 pub(crate) fn read_entries<'a, T>(

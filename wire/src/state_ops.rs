@@ -5,7 +5,9 @@
 //! map's put), so the op bytes are written and read only here, one type per kind: a list op
 //! cannot be written where a map op was meant.
 
-use crate::primitives::{DecodeError, Reader, put_bytes, put_u8, put_u32, read_entries};
+use crate::primitives::{
+    CheckedItems, DecodeError, Reader, put_bytes, put_u8, put_u32, read_entries,
+};
 
 // The op bytes of `wit/stream.wit`, per state kind.
 const CLEAR: u8 = 0;
@@ -39,8 +41,7 @@ pub enum ListOp<'a> {
 /// read, so that iterating cannot fail): no allocation per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Elements<'a> {
-    /// `n × bytes`, as the buffer has them.
-    bytes: &'a [u8],
+    items: CheckedItems<'a>,
     n: u32,
 }
 
@@ -49,9 +50,7 @@ impl<'a> Iterator for Elements<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        let (len, rest) = self.bytes.split_first_chunk::<4>()?;
-        let (item, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
-        self.bytes = rest;
+        let item = self.items.next()?;
         self.n -= 1;
         Some(item)
     }
@@ -185,7 +184,7 @@ fn read_elements<'a>(r: &mut Reader<'a>) -> Result<Elements<'a>, DecodeError> {
         r.bytes()?;
     }
     Ok(Elements {
-        bytes: start.between(r),
+        items: CheckedItems::new(start.between(r)),
         n: n as u32,
     })
 }

@@ -8,6 +8,7 @@
 use std::cmp::Ordering;
 
 use smallvec::SmallVec;
+use weir_wire::CheckedItems;
 
 /// A put (`Some` value) or a removal of a map key.
 pub(crate) type Change<'c> = (&'c [u8], Option<&'c [u8]>);
@@ -25,24 +26,9 @@ pub(crate) struct Packed {
 
 /// The map entry at byte `at` of `buf` and where the next one starts.
 fn entry_at(buf: &[u8], at: usize) -> Option<(&[u8], &[u8], usize)> {
-    let mut items = Items(buf.get(at..)?);
+    let mut items = CheckedItems::new(buf.get(at..)?);
     let (k, v) = (items.next()?, items.next()?);
-    Some((k, v, buf.len() - items.0.len()))
-}
-
-/// The `bytes` items of a buffer this module wrote.
-pub(crate) struct Items<'a>(&'a [u8]);
-
-impl<'a> Iterator for Items<'a> {
-    type Item = &'a [u8];
-
-    #[inline]
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let (len, rest) = self.0.split_first_chunk::<4>()?;
-        let (item, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
-        self.0 = rest;
-        Some(item)
-    }
+    Some((k, v, buf.len() - items.rest().len()))
 }
 
 impl Packed {
@@ -66,8 +52,8 @@ impl Packed {
     }
 
     /// A list's elements.
-    pub(crate) fn elements(&self) -> Items<'_> {
-        Items(&self.buf)
+    pub(crate) fn elements(&self) -> CheckedItems<'_> {
+        CheckedItems::new(&self.buf)
     }
 
     /// A map's entries, in key order.
@@ -142,14 +128,9 @@ pub(crate) fn put_item(buf: &mut Vec<u8>, item: &[u8]) {
     buf.extend_from_slice(item);
 }
 
-/// The `bytes` items of `buf`.
-pub(crate) fn items(buf: &[u8]) -> Items<'_> {
-    Items(buf)
-}
-
 /// The entries of a packed map, in key order.
 pub(crate) fn map_entries(buf: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    let mut items = Items(buf);
+    let mut items = CheckedItems::new(buf);
     std::iter::from_fn(move || Some((items.next()?, items.next()?)))
 }
 

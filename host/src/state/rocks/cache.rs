@@ -4,8 +4,9 @@
 use std::borrow::Cow;
 
 use rocksdb::WriteBatch;
+use weir_wire::CheckedItems;
 
-use crate::state::packed::{items, map_entries, put_item};
+use crate::state::packed::{map_entries, put_item};
 use crate::state::{FastMap, Key};
 
 /// The values of value states, lists and maps last read or written, in front of RocksDB, so
@@ -135,7 +136,7 @@ impl ValueCache {
         if keys.len() <= bound {
             return;
         }
-        let mut distinct: Vec<&[u8]> = items(keys).collect();
+        let mut distinct: Vec<&[u8]> = CheckedItems::new(keys).collect();
         distinct.sort_unstable();
         distinct.dedup();
         let mut deduplicated = Vec::with_capacity(keys.len());
@@ -209,7 +210,7 @@ type RowWrite<'a> = (Cow<'a, [u8]>, Option<&'a [u8]>);
 /// The rows of the entries of map keys `keys` (`bytes` items) of the map under `prefix`
 /// (`map`, packed): each with its value, or `None` (deleted) if the map has none.
 fn map_rows<'a>(prefix: &[u8], map: Option<&'a [u8]>, keys: &[u8], rows: &mut Vec<RowWrite<'a>>) {
-    let mut keys: Vec<&[u8]> = items(keys).collect();
+    let mut keys: Vec<&[u8]> = CheckedItems::new(keys).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut entries = map_entries(map.unwrap_or_default()).peekable();
