@@ -11,7 +11,7 @@ use weir_wire::{
 };
 
 use super::codec::{Codec, CodecError, Span, decode, encode};
-use super::{Access, Batch, Cache, Overlays, StateId, decode_error, expect_end};
+use super::{Access, Batch, Cache, Overlays, StateId, decode_error, encode_error, expect_end};
 use crate::fxhash::{FxMap, hash_bytes};
 use crate::{Context, Error, Result};
 
@@ -345,8 +345,9 @@ impl Access<'_> {
     {
         // The key is encoded into the arena for the lookup and then dropped again, unless a
         // point read keeps it.
+        let name = self.name;
         let kspan =
-            encode(self.codec, key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+            encode(self.codec, key, &mut self.batch.arena).map_err(|e| encode_error(name, e))?;
         let slot = self.slot;
         let find = |a: &Self| {
             a.cache
@@ -420,9 +421,9 @@ impl Access<'_> {
         Q: Serialize + ?Sized,
         W: Serialize + ?Sized,
     {
-        let slot = self.slot;
+        let (slot, name) = (self.slot, self.name);
         let mut kspan =
-            encode(self.codec, key, &mut self.batch.arena).map_err(|e| self.encode_error(e))?;
+            encode(self.codec, key, &mut self.batch.arena).map_err(|e| encode_error(name, e))?;
         let existing =
             self.cache
                 .map()
@@ -433,7 +434,7 @@ impl Access<'_> {
         }
         let vspan = match value {
             Some(v) => Some(
-                encode(self.codec, v, &mut self.batch.arena).map_err(|e| self.encode_error(e))?,
+                encode(self.codec, v, &mut self.batch.arena).map_err(|e| encode_error(name, e))?,
             ),
             None => None,
         };

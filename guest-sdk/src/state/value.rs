@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, Reader, ValueOp, put_value_op};
 
 use super::codec::{Span, decode, encode};
-use super::{Access, Batch, Cache, StateId, expect_end};
+use super::{Access, Batch, Cache, StateId, decode_error, encode_error, expect_end};
 use crate::{Context, Result};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -147,9 +147,10 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
                 Val::Written(span) => span.get(&a.batch.arena),
                 Val::Absent | Val::Unknown => return Ok(None),
             };
+            let name = a.name;
             decode(a.codec, bytes)
                 .map(Some)
-                .map_err(|e| a.decode_error(e))
+                .map_err(|e| decode_error(name, e))
         })
     }
 
@@ -174,7 +175,9 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
         Q: Serialize + ?Sized,
     {
         self.ctx.with_state(&self.id, |a| {
-            let span = encode(a.codec, value, &mut a.batch.arena).map_err(|e| a.encode_error(e))?;
+            let name = a.name;
+            let span =
+                encode(a.codec, value, &mut a.batch.arena).map_err(|e| encode_error(name, e))?;
             let slot = a.slot;
             a.value_cache().slots[slot as usize] = Val::Written(span);
             a.batch.touch(slot);
