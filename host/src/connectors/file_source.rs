@@ -333,7 +333,7 @@ fn read_line(open: &mut OpenFile, path: &Path, out: &mut Batch) -> Result<u64, C
     let mut read = Ok(0);
     out.push_with(Kind::Insert, None, None, |buf| {
         let from = buf.len();
-        read = open.reader.read_until(b'\n', buf);
+        read = read_until_newline(&mut open.reader, buf);
         if buf[from..].ends_with(b"\n") {
             buf.pop();
             if buf[from..].ends_with(b"\r") {
@@ -344,6 +344,29 @@ fn read_line(open: &mut OpenFile, path: &Path, out: &mut Batch) -> Result<u64, C
     let n = read.map_err(|e| ConnectorError::file("read", path, e))? as u64;
     open.at += n;
     Ok(n)
+}
+
+/// `read_until(b'\n', buf)` of [`BufRead`], with `memchr`'s vectorized search for the line
+/// end (a third of the file source's cost per line was std's search).
+fn read_until_newline(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), available.is_empty()),
+        };
+        buf.extend_from_slice(&available[..used]);
+        reader.consume(used);
+        read += used;
+        if done {
+            return Ok(read);
+        }
+    }
 }
 
 /// Whether `open`'s reader has nothing left of `split`.
@@ -751,6 +774,32 @@ mod tests {
 
     fn config(toml_text: &str) -> SourceConfig {
         toml::from_str(&format!("type = \"file\"\n{toml_text}")).unwrap()
+    }
+
+    #[test]
+    fn lines_are_read_across_buffer_refills() {
+        let text = b"first line\nsecond, longer line\r\n\nlast without newline";
+        // A buffer smaller than most lines: every line end is found after a refill.
+        let mut reader = BufReader::with_capacity(4, &text[..]);
+        let mut lines = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            let n = read_until_newline(&mut reader, &mut line).unwrap();
+            assert_eq!(n, line.len());
+            if n == 0 {
+                break;
+            }
+            lines.push(String::from_utf8(line).unwrap());
+        }
+        assert_eq!(
+            lines,
+            [
+                "first line\n",
+                "second, longer line\r\n",
+                "\n",
+                "last without newline"
+            ]
+        );
     }
 
     fn drain(source: &mut dyn Source, max: usize) -> Vec<String> {
