@@ -554,12 +554,13 @@ impl<'a> Context<'a> {
                  before this operator",
             ));
         };
-        self.core()?.timer(TimerOp {
+        let op = TimerOp {
             register,
             domain,
             slot,
             timestamp,
-        });
+        };
+        self.core()?.timer(op, self.keys.len());
         Ok(())
     }
 
@@ -597,15 +598,16 @@ impl<'a> Context<'a> {
     /// Deletes the current key's event-time timer at `timestamp`, if any.
     ///
     /// "Delete my previous timer, register a new one" per record is cheap: both are noted in
-    /// the SDK, only the last change per key and timestamp of a batch reaches the host, with
-    /// the batch's other timer changes in one call, and the host finds a timer by hash and
+    /// the SDK, a change of a timer that one of the key's last eight changes in the batch
+    /// names takes that change's place (so one change per timer reaches the host, not two
+    /// per record), the batch's timer changes go in one call, and the host finds a timer by hash and
     /// orders timers in a heap that a delete does not search (deleted timers leave the heap
     /// later, in bulk). Measured in the host (`cargo xtask bench-state`, 2M records over 10k
     /// keys): about 95 ns per record for the delete and the register, against about 45 ns
     /// for a value-state write; over 1M keys, where every access misses the CPU caches, about
     /// 650 against 200. On the account scorer, which does it for every record (`cargo xtask
-    /// bench-operators --callgrind`), timers were about 1,500 instructions per record, firing
-    /// included, against about 4,500 for reading and writing its five states. With RocksDB
+    /// bench-operators --callgrind`), timers are about 850 instructions per record (230 in the
+    /// SDK, 620 in the host, firing included) of its 17,000. With RocksDB
     /// state the host keeps the earliest timers in memory (`[state] timer_cache`, 65,536 per
     /// time domain) at the same cost; beyond, a timer is a RocksDB row, and registering or
     /// deleting one costs less than a value-state write to RocksDB (1M keys: about 3.2 µs

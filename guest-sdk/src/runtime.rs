@@ -5,7 +5,6 @@
 //! [`Instance`]; only the [`Backend`] differs.
 
 use std::cell::{Cell, RefCell};
-use std::collections::hash_map::Entry;
 use std::mem;
 
 use weir_wire::{
@@ -13,9 +12,13 @@ use weir_wire::{
 };
 
 use crate::backend::Backend;
-use crate::fxhash::FxMap;
 use crate::state::StateEntry;
 use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
+
+/// How many of a key's latest timer changes in a batch a new change of it looks through for one
+/// of the same timer (see `Core::timer_ops`).
+const TIMER_LOOKBACK: usize = 8;
+const NO_TIMER_OP: u32 = u32::MAX;
 
 /// Output is sent to the host whenever this many bytes are buffered, and at the end of a batch.
 pub(crate) const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
@@ -34,12 +37,16 @@ pub(crate) struct Core {
     /// Incremented per batch; state caches of an older epoch are stale.
     pub(crate) epoch: u64,
     pub(crate) output: OutputWriter,
-    /// This batch's timer changes, the last one per key, domain and time: a timer's fate
-    /// depends on that one only, so "delete my previous timer, register a new one" per
-    /// record sends the host one change per timer, not two per record.
-    timer_ops: Vec<TimerOp>,
-    /// Where each `(slot, domain, timestamp)` is in `timer_ops`.
-    timer_index: FxMap<(u32, TimeDomain, i64), usize>,
+    /// This batch's timer changes, each with the index of the previous change of its key
+    /// slot ([`NO_TIMER_OP`]: none). A change of a timer that one of its key's last
+    /// [`TIMER_LOOKBACK`] changes names replaces that change: a timer's fate depends on the
+    /// last one only, so "delete my previous timer, register a new one" per record sends the
+    /// host one change per timer, not two per record, and registering one time per record
+    /// (the end of a window) sends one. Changes further back are sent as they come; the host
+    /// applies them in order, to the same end.
+    timer_ops: Vec<(TimerOp, u32)>,
+    /// Per key slot, the index of its last change in `timer_ops`.
+    timer_last: Vec<u32>,
     timer_changes: Vec<u8>,
     store_buf: Vec<u8>,
 }
@@ -55,7 +62,7 @@ impl Core {
             epoch: 0,
             output: OutputWriter::default(),
             timer_ops: Vec::new(),
-            timer_index: FxMap::default(),
+            timer_last: Vec::new(),
             timer_changes: Vec::new(),
             store_buf: Vec::new(),
         }
@@ -65,18 +72,35 @@ impl Core {
         self.epoch += 1;
         self.output.clear();
         self.timer_ops.clear();
-        self.timer_index.clear();
+        self.timer_last.clear();
     }
 
     /// Records a timer change of this batch.
-    pub(crate) fn timer(&mut self, op: TimerOp) {
-        match self.timer_index.entry((op.slot, op.domain, op.timestamp)) {
-            Entry::Occupied(at) => self.timer_ops[*at.get()] = op,
-            Entry::Vacant(at) => {
-                at.insert(self.timer_ops.len());
-                self.timer_ops.push(op);
-            }
+    /// Notes timer change `op` of a batch with `n_keys` key slots.
+    pub(crate) fn timer(&mut self, op: TimerOp, n_keys: usize) {
+        let slot = op.slot as usize;
+        // Sized once per batch (slots are below `n_keys`, from the batch's key table).
+        let slots = n_keys.max(slot + 1);
+        if self.timer_last.len() < slots {
+            self.timer_last.resize(slots, NO_TIMER_OP);
         }
+        // A short walk back rather than a hash map of every change: this is on the path of
+        // every record of an operator with a timer per record (measured on the account
+        // scorer, `cargo xtask bench-operators --callgrind`: 356 instructions per record with
+        // the map).
+        let mut at = self.timer_last[slot];
+        for _ in 0..TIMER_LOOKBACK {
+            let Some((earlier, previous)) = self.timer_ops.get_mut(at as usize) else {
+                break;
+            };
+            if earlier.domain == op.domain && earlier.timestamp == op.timestamp {
+                *earlier = op;
+                return;
+            }
+            at = *previous;
+        }
+        self.timer_ops.push((op, self.timer_last[slot]));
+        self.timer_last[slot] = (self.timer_ops.len() - 1) as u32;
     }
 
     #[inline(always)]
@@ -96,7 +120,7 @@ impl Core {
             epoch,
             output,
             timer_ops,
-            timer_index,
+            timer_last,
             timer_changes,
             store_buf,
             ..
@@ -108,10 +132,10 @@ impl Core {
         }
         if !timer_ops.is_empty() {
             timer_changes.clear();
-            for op in timer_ops.drain(..) {
+            for (op, _) in timer_ops.drain(..) {
                 put_timer_op(timer_changes, op);
             }
-            timer_index.clear();
+            timer_last.clear();
             backend.update_timers(keys, timer_changes);
         }
         if !output.is_empty() {

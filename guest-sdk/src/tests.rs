@@ -263,6 +263,73 @@ impl Operator for Busy {
     }
 }
 
+/// Per record, deletes the key's timer of the previous record and registers one at the
+/// record's time (its value), as an operator with an inactivity timer does.
+#[derive(Default)]
+struct Inactivity;
+
+impl Operator for Inactivity {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let last = ctx.value_state::<i64>("last");
+        if let Some(previous) = last.get()? {
+            ctx.delete_event_timer(previous)?;
+        }
+        let t = rec.value_str()?.parse()?;
+        last.set(&t)?;
+        ctx.register_event_timer(t)
+    }
+}
+
+#[test]
+fn replacing_a_timer_per_record_sends_one_change_per_timer() {
+    let mut h = Harness::<Inactivity>::new();
+    let inputs = (1..=100).flat_map(|t| [("a", t.to_string()), ("b", (t + 1000).to_string())]);
+    let inputs: Vec<Input> = inputs.map(|(k, v)| Input::keyed(k, v)).collect();
+    h.process(inputs);
+    // Each record's register is replaced by the next record's delete of it: one change per
+    // record (two per record, had both been sent), and the last timer of each key stands.
+    assert_eq!(h.take_calls().timer_changes, 200);
+    assert_eq!(h.event_timers("a"), [100]);
+    assert_eq!(h.event_timers("b"), [1100]);
+}
+
+/// `timer N` registers timers 1..=N of the key, `delete N` deletes them, in one record.
+#[derive(Default)]
+struct ManyTimers;
+
+impl Operator for ManyTimers {
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let (what, n) = rec
+            .value_str()?
+            .split_once(' ')
+            .ok_or("`timer N` or `delete N`")?;
+        for t in 1..=n.parse::<i64>()? {
+            match what {
+                "timer" => ctx.register_event_timer(t)?,
+                _ => ctx.delete_event_timer(t)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn timer_changes_beyond_the_lookback_apply_in_order() {
+    let mut h = Harness::<ManyTimers>::new();
+    // The deletes of the first timers come more than the SDK looks back after their
+    // registers: both reach the host, which must end with exactly the timers left.
+    h.process([
+        Input::keyed("k", "timer 30"),
+        Input::keyed("j", "timer 2"),
+        Input::keyed("k", "delete 25"),
+        Input::keyed("j", "delete 1"),
+    ]);
+    assert_eq!(h.event_timers("k"), [26, 27, 28, 29, 30]);
+    assert_eq!(h.event_timers("j"), [2]);
+    h.process([Input::keyed("k", "delete 30"), Input::keyed("k", "timer 1")]);
+    assert_eq!(h.event_timers("k"), [1]);
+}
+
 #[test]
 fn host_calls_per_batch_do_not_grow_with_records() {
     let mut h = Harness::<Busy>::new();
@@ -280,6 +347,8 @@ fn host_calls_per_batch_do_not_grow_with_records() {
             store: 3,
             emit: 1,
             timers: 1,
+            // one timer per key, registered by each of its records
+            timer_changes: 37,
             ..HostCalls::default()
         }
     );

@@ -58,6 +58,8 @@ pub(crate) struct HostCalls {
     pub(crate) store: usize,
     pub(crate) emit: usize,
     pub(crate) timers: usize,
+    /// Timer changes in all `timers` calls.
+    pub(crate) timer_changes: usize,
 }
 
 /// An empty map, for keys without a stored one.
@@ -360,6 +362,7 @@ impl Backend for MemoryBackend {
         store.calls.timers += 1;
         for op in read_timer_ops(changes) {
             let op = op.expect("weir-sdk bug: malformed timer changes");
+            store.calls.timer_changes += 1;
             let timer = (op.domain, op.timestamp, key_at(keys, op.slot).to_vec());
             if op.register {
                 store.timers.insert(timer);
