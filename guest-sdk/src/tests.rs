@@ -634,7 +634,8 @@ fn config_and_open_context() {
 }
 
 /// Runs a script line per record on a map of strings per key (`put k v`, `remove k`, `clear`,
-/// `get k`, `contains k`, `empty`, `entries`) and emits what the reads return.
+/// `get k`, `contains k`, `empty`, `entries`; `bump k` reads `k` and puts it back with an `x`
+/// appended, `take k` reads and removes it) and emits what the reads return.
 #[derive(Default)]
 struct MapScript;
 
@@ -648,6 +649,15 @@ impl Operator for MapScript {
             (Some("remove"), Some(k), _) => return m.remove(k),
             (Some("clear"), ..) => return m.clear(),
             (Some("get"), Some(k), _) => format!("{:?}", m.get(k)?),
+            (Some("bump"), Some(k), _) => {
+                let v = m.get(k)?.unwrap_or_default() + "x";
+                return m.put(k, &v);
+            }
+            (Some("take"), Some(k), _) => {
+                let v = m.get(k)?;
+                m.remove(k)?;
+                format!("{v:?}")
+            }
             (Some("contains"), Some(k), _) => m.contains(k)?.to_string(),
             (Some("empty"), ..) => m.is_empty()?.to_string(),
             (Some("entries"), ..) => format!("{:?}", m.entries()?),
@@ -669,6 +679,8 @@ fn map_script_model(
         "remove" => drop(map.remove(w[1])),
         "clear" => map.clear(),
         "get" => return Some(format!("{:?}", map.get(w[1]))),
+        "bump" => map.entry(w[1].into()).or_default().push('x'),
+        "take" => return Some(format!("{:?}", map.remove(w[1]))),
         "contains" => return Some(map.contains_key(w[1]).to_string()),
         "empty" => return Some(map.is_empty().to_string()),
         _ => {
@@ -678,6 +690,49 @@ fn map_script_model(
         }
     }
     None
+}
+
+/// Read, modify, write of a few map keys, many times per key and batch (so that a key's
+/// changes are indexed), mixed with the other operations, against a model.
+#[test]
+fn maps_read_modified_and_written_in_one_batch_keep_every_change() {
+    let mut h = Harness::<MapScript>::new();
+    let mut model: Vec<std::collections::BTreeMap<String, String>> = vec![Default::default(); 2];
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rand = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for batch in 0..100 {
+        let (mut inputs, mut expected) = (Vec::new(), Vec::new());
+        for _ in 0..120 {
+            let k = rand(2) as usize;
+            let mk = format!("m{}", rand(12));
+            let line = match rand(16) {
+                0 if rand(4) == 0 => "clear".to_string(),
+                0..=5 => format!("bump {mk}"),
+                6 | 7 => format!("take {mk}"),
+                8 | 9 => format!("put {mk} v"),
+                10 => format!("remove {mk}"),
+                11 | 12 => format!("get {mk}"),
+                13 => format!("contains {mk}"),
+                14 => "empty".to_string(),
+                _ => "entries".to_string(),
+            };
+            if let Some(out) = map_script_model(&mut model[k], &line) {
+                expected.push(out);
+            }
+            inputs.push(Input::keyed(format!("key{k}"), line));
+        }
+        let out = h.process(inputs);
+        assert_eq!(values(&out), expected, "batch {batch}");
+    }
+    for (k, m) in model.iter().enumerate() {
+        let stored = h.map_state::<String, String>("m", format!("key{k}"));
+        assert_eq!(stored, m.clone().into_iter().collect::<Vec<_>>());
+    }
 }
 
 /// Maps that grow past what the host sends whole (16 KiB) and shrink again, read by point
