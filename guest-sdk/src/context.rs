@@ -600,9 +600,9 @@ impl<'a> Context<'a> {
     /// "Delete my previous timer, register a new one" per record is cheap: both are noted in
     /// the SDK, a change of a timer that one of the key's last eight changes in the batch
     /// names takes that change's place (so one change per timer reaches the host, not two
-    /// per record), the batch's timer changes go in one call, and the host finds a timer by hash and
-    /// orders timers in a heap that a delete does not search (deleted timers leave the heap
-    /// later, in bulk). Measured in the host (`cargo xtask bench-state`, 2M records over 10k
+    /// per record), the batch's timer changes go in one call, and the host finds a timer by
+    /// hash and orders timers in a heap that a delete does not search (deleted timers leave
+    /// the heap later, in bulk). Measured in the host (`cargo xtask bench-state`, 2M records over 10k
     /// keys): about 95 ns per record for the delete and the register, against about 45 ns
     /// for a value-state write; over 1M keys, where every access misses the CPU caches, about
     /// 650 against 200. On the account scorer, which does it for every record (`cargo xtask

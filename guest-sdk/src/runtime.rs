@@ -75,8 +75,7 @@ impl Core {
         self.timer_last.clear();
     }
 
-    /// Records a timer change of this batch.
-    /// Notes timer change `op` of a batch with `n_keys` key slots.
+    /// Records timer change `op` of a batch with `n_keys` key slots.
     pub(crate) fn timer(&mut self, op: TimerOp, n_keys: usize) {
         let slot = op.slot as usize;
         // Sized once per batch (slots are below `n_keys`, from the batch's key table).

@@ -692,21 +692,42 @@ fn map_script_model(
     None
 }
 
+/// Runs one batch of [`MapScript`] lines (key index, line) and checks what it emits against
+/// the models of the keys' maps (`key0`, `key1`, ...), which the lines change.
+fn run_map_script(
+    h: &mut Harness<MapScript>,
+    model: &mut [std::collections::BTreeMap<String, String>],
+    lines: Vec<(usize, String)>,
+    batch: usize,
+) {
+    let mut expected = Vec::new();
+    let mut inputs = Vec::new();
+    for (k, line) in lines {
+        expected.extend(map_script_model(&mut model[k], &line));
+        inputs.push(Input::keyed(format!("key{k}"), line));
+    }
+    assert_eq!(values(&h.process(inputs)), expected, "batch {batch}");
+}
+
+/// A reproducible generator: `rand(n)` is below `n`.
+fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 /// Read, modify, write of a few map keys, many times per key and batch (so that a key's
 /// changes are indexed), mixed with the other operations, against a model.
 #[test]
 fn maps_read_modified_and_written_in_one_batch_keep_every_change() {
     let mut h = Harness::<MapScript>::new();
     let mut model: Vec<std::collections::BTreeMap<String, String>> = vec![Default::default(); 2];
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut rand = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
     for batch in 0..100 {
-        let (mut inputs, mut expected) = (Vec::new(), Vec::new());
+        let mut lines = Vec::new();
         for _ in 0..120 {
             let k = rand(2) as usize;
             let mk = format!("m{}", rand(12));
@@ -721,13 +742,9 @@ fn maps_read_modified_and_written_in_one_batch_keep_every_change() {
                 14 => "empty".to_string(),
                 _ => "entries".to_string(),
             };
-            if let Some(out) = map_script_model(&mut model[k], &line) {
-                expected.push(out);
-            }
-            inputs.push(Input::keyed(format!("key{k}"), line));
+            lines.push((k, line));
         }
-        let out = h.process(inputs);
-        assert_eq!(values(&out), expected, "batch {batch}");
+        run_map_script(&mut h, &mut model, lines, batch);
     }
     for (k, m) in model.iter().enumerate() {
         let stored = h.map_state::<String, String>("m", format!("key{k}"));
@@ -741,16 +758,10 @@ fn maps_read_modified_and_written_in_one_batch_keep_every_change() {
 fn large_maps_read_what_was_written() {
     let mut h = Harness::<MapScript>::new();
     let mut model: Vec<std::collections::BTreeMap<String, String>> = vec![Default::default(); 3];
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut rand = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
     let mut large_seen = 0;
     for batch in 0..300 {
-        let (mut inputs, mut expected) = (Vec::new(), Vec::new());
+        let mut lines = Vec::new();
         for _ in 0..40 {
             let k = rand(3) as usize;
             let mk = format!("m{}", rand(60));
@@ -763,13 +774,9 @@ fn large_maps_read_what_was_written() {
                 18 => "empty".to_string(),
                 _ => "entries".to_string(),
             };
-            if let Some(out) = map_script_model(&mut model[k], &line) {
-                expected.push(out);
-            }
-            inputs.push(Input::keyed(format!("key{k}"), line));
+            lines.push((k, line));
         }
-        let out = h.process(inputs);
-        assert_eq!(values(&out), expected, "batch {batch}");
+        run_map_script(&mut h, &mut model, lines, batch);
         let large = |m: &std::collections::BTreeMap<String, String>| {
             m.iter()
                 .map(|(k, v)| 8 + 1 + k.len() + 2 + v.len())
