@@ -602,14 +602,14 @@ impl<'a> Context<'a> {
     /// names takes that change's place (so one change per timer reaches the host, not two
     /// per record), the batch's timer changes go in one call, and the host finds a timer by
     /// hash and orders timers in a heap that a delete does not search (deleted timers leave
-    /// the heap later, in bulk). Measured in the host (`cargo xtask bench-state`, 2M records over 10k
-    /// keys): about 95 ns per record for the delete and the register, against about 45 ns
-    /// for a value-state write; over 1M keys, where every access misses the CPU caches, about
-    /// 650 against 200. On the account scorer, which does it for every record (`cargo xtask
-    /// bench-operators --callgrind`), timers are about 850 instructions per record (230 in the
-    /// SDK, 620 in the host, firing included) of its 17,000. With RocksDB
-    /// state the host keeps the earliest timers in memory (`[state] timer_cache`, 65,536 per
-    /// time domain) at the same cost; beyond, a timer is a RocksDB row, and registering or
+    /// the heap later, in bulk). Measured in the host (`cargo xtask bench-state`, 2M records
+    /// over 10k keys): about 95 ns per record for the delete and the register, against about
+    /// 45 ns for a value-state write; over 1M keys, where every access misses the CPU caches,
+    /// about 650 against 200. On the account scorer, which does it for every record (`cargo
+    /// xtask bench-operators --callgrind`), timers are about 830 instructions per record (230
+    /// in the SDK, 600 in the host, firing included) of its 16,600. With RocksDB state the
+    /// host keeps the earliest timers in memory (`[state] timer_cache`, 65,536 per time
+    /// domain) at the same cost; beyond, a timer is a RocksDB row, and registering or
     /// deleting one costs less than a value-state write to RocksDB (1M keys: about 3.2 µs
     /// for the pair, against 5.2 µs for the write).
     ///

@@ -18,6 +18,7 @@ use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution
 /// How many of a key's latest timer changes in a batch a new change of it looks through for one
 /// of the same timer (see `Core::timer_ops`).
 const TIMER_LOOKBACK: usize = 8;
+/// A key slot without a timer change in the batch.
 const NO_TIMER_OP: u32 = u32::MAX;
 
 /// Output is sent to the host whenever this many bytes are buffered, and at the end of a batch.
@@ -45,7 +46,7 @@ pub(crate) struct Core {
     /// (the end of a window) sends one. Changes further back are sent as they come; the host
     /// applies them in order, to the same end.
     timer_ops: Vec<(TimerOp, u32)>,
-    /// Per key slot, the index of its last change in `timer_ops`.
+    /// Per key slot, the index of its last change in `timer_ops`; `begin` clears both.
     timer_last: Vec<u32>,
     timer_changes: Vec<u8>,
     store_buf: Vec<u8>,
@@ -119,7 +120,6 @@ impl Core {
             epoch,
             output,
             timer_ops,
-            timer_last,
             timer_changes,
             store_buf,
             ..
@@ -134,7 +134,6 @@ impl Core {
             for (op, _) in timer_ops.drain(..) {
                 put_timer_op(timer_changes, op);
             }
-            timer_last.clear();
             backend.update_timers(keys, timer_changes);
         }
         if !output.is_empty() {
