@@ -145,6 +145,28 @@ fn a_new_rust_project_builds_and_runs() {
     assert!(text.contains("counter/build/counter.wasm"), "{text}");
     let ran = weir_in(ws.dir(), &["run", "--no-progress", "counter/job.toml"]);
     assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+
+    // The build takes the project's cargo configuration (the template's sets its flags),
+    // although weir runs in another directory: a flag rustc rejects fails it.
+    let config = ws.path("counter/.cargo/config.toml");
+    let flags = std::fs::read_to_string(&config).expect("the template's cargo config");
+    assert!(flags.contains("inline-threshold"), "{flags}");
+    std::fs::write(
+        &config,
+        "[target.wasm32-wasip2]\nrustflags = [\"-Cno-such-flag\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(weir_bin())
+        .args(["--cache-dir"])
+        .arg(release_dir().join("e2e-component-cache"))
+        .args(["build", "counter"])
+        .env("CARGO_TARGET_DIR", ws.path("bad-flags-target"))
+        .current_dir(ws.dir())
+        .output()
+        .expect("start weir");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "built with a bad flag: {err}");
+    assert!(err.contains("no-such-flag"), "{err}");
 }
 
 #[test]
