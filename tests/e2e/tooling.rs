@@ -1,6 +1,7 @@
 //! `weir new` and `weir build`: a new project in each language passes its own test, builds
 //! into a component, and its job runs.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::support::{Workspace, release_dir, weir_bin};
@@ -126,16 +127,18 @@ fn a_new_javascript_project_tests_builds_and_runs() {
 fn a_new_rust_project_builds_and_runs() {
     let ws = Workspace::new();
     weir_in(ws.dir(), &["new", "--lang", "rust", "counter"]);
+    let build = |target: &Path| {
+        Command::new(weir_bin())
+            .args(["--cache-dir"])
+            .arg(release_dir().join("e2e-component-cache"))
+            .args(["build", "counter"])
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(ws.dir())
+            .output()
+            .expect("start weir")
+    };
     // The project's own target directory, shared by CI runs.
-    let target = release_dir().join("../weir-new-target");
-    let out = Command::new(weir_bin())
-        .args(["--cache-dir"])
-        .arg(release_dir().join("e2e-component-cache"))
-        .args(["build", "counter"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(ws.dir())
-        .output()
-        .expect("start weir");
+    let out = build(&release_dir().join("../weir-new-target"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -156,14 +159,7 @@ fn a_new_rust_project_builds_and_runs() {
         "[target.wasm32-wasip2]\nrustflags = [\"-Cno-such-flag\"]\n",
     )
     .unwrap();
-    let out = Command::new(weir_bin())
-        .args(["--cache-dir"])
-        .arg(release_dir().join("e2e-component-cache"))
-        .args(["build", "counter"])
-        .env("CARGO_TARGET_DIR", ws.path("bad-flags-target"))
-        .current_dir(ws.dir())
-        .output()
-        .expect("start weir");
+    let out = build(&ws.path("bad-flags-target"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "built with a bad flag: {err}");
     assert!(err.contains("no-such-flag"), "{err}");

@@ -767,7 +767,7 @@ mod tests {
 const RUST_CARGO_CONFIG: &str = r#"# LLVM inlines more than by default (a threshold of 225) before the code becomes WebAssembly:
 # every call left in a component is a real call in wasmtime, with a check of the call
 # deadline at its entry. weir's account scorer and top-N run 7 % fewer instructions per
-# record with it, the word count 1 % (README, Performance); components grow by up to 90 %.
+# record with it, the word count under 1 % (README, Performance); components grow by up to 90 %.
 [target.wasm32-wasip2]
 rustflags = ["-Cllvm-args=-inline-threshold=2000"]
 "#;
@@ -870,4 +870,22 @@ test("counts per key", () => {{
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
         (".gitignore".into(), "/build\n/node_modules\n".into()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RUST_CARGO_CONFIG;
+
+    fn guest_rustflags(config: &str) -> toml::Value {
+        let config: toml::Table = toml::from_str(config).expect("valid TOML");
+        config["target"]["wasm32-wasip2"]["rustflags"].clone()
+    }
+
+    /// Projects from `weir new` build with the flags weir's own operators are measured with.
+    #[test]
+    fn the_rust_template_has_the_repositorys_guest_flags() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../.cargo/config.toml");
+        let repo = std::fs::read_to_string(path).expect("the repository's cargo config");
+        assert_eq!(guest_rustflags(RUST_CARGO_CONFIG), guest_rustflags(&repo));
+    }
 }
