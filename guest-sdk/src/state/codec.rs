@@ -116,18 +116,15 @@ impl cbor4ii::core::enc::Write for Append<'_> {
 }
 
 /// Encodes `value` with `codec` at the end of `buf`; on error `buf` is left as it was. An
-/// integer is written inline (see [`IntProbe`]), the rest in a call.
+/// integer or a string is written inline (see [`Direct`]), the rest in a call.
 #[inline(always)]
 pub(crate) fn encode<T: Serialize + ?Sized>(
     codec: Codec,
     value: &T,
     buf: &mut Vec<u8>,
 ) -> Result<Span, CodecError> {
-    if codec == Codec::Cbor
-        && let Ok(int) = value.serialize(IntProbe)
-    {
-        let start = buf.len();
-        put_cbor_int(buf, int);
+    let start = buf.len();
+    if codec == Codec::Cbor && value.serialize(Direct(buf)).is_ok() {
         return Ok(Span {
             start: start as u32,
             len: (buf.len() - start) as u32,
@@ -184,10 +181,10 @@ fn decode_any<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, Code
     }
 }
 
-/// An integer, the commonest state value (counts, sums, timestamps), encoded and decoded
-/// without cbor4ii: its reader copies an integer's bytes with a copy of variable length, which
-/// in a guest is a `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every
-/// count of 24 or more, and its writer, where it is not inlined, is a call per integer.
+/// An integer, the commonest state value (counts, sums, timestamps), decoded without
+/// cbor4ii: its reader copies an integer's bytes with a copy of variable length, which in a
+/// guest is a `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every count
+/// of 24 or more. (Integers are encoded without it too, by [`Direct`].)
 #[derive(Clone, Copy)]
 enum Int {
     Unsigned(u64),
@@ -217,13 +214,10 @@ fn cbor_int(bytes: &[u8]) -> Option<Int> {
     }
 }
 
-/// Appends `int` as cbor4ii writes it: the shortest CBOR head, with one growth of `buf`.
+/// Appends the CBOR head of major type `major` (in its top three bits) and argument `n` as
+/// cbor4ii writes it: the shortest form, with one growth of `buf`.
 #[inline(always)]
-fn put_cbor_int(buf: &mut Vec<u8>, int: Int) {
-    let (major, n) = match int {
-        Int::Unsigned(n) => (0, n),
-        Int::Negative(n) => (0x20, (-1 - n) as u64),
-    };
+fn put_head(buf: &mut Vec<u8>, major: u8, n: u64) {
     let at = buf.len();
     buf.extend_from_slice(&[0; 9]);
     let head: &mut [u8; 9] = (&mut buf[at..at + 9]).try_into().expect("9 bytes");
@@ -255,34 +249,35 @@ fn put_cbor_int(buf: &mut Vec<u8>, int: Int) {
     buf.truncate(at + len);
 }
 
-/// Takes the value being encoded when it is an integer of at most 64 bits (through options
-/// and newtypes, which CBOR writes as their content), else fails and [`encode`] falls back to
-/// cbor4ii: its writer is a call per piece, with the piece on the stack.
-struct IntProbe;
+/// Writes the value being encoded when it is an integer of at most 64 bits or a string
+/// (through options and newtypes, which CBOR writes as their content: the commonest state
+/// values and map keys), else fails having written nothing and [`encode`] falls back to
+/// cbor4ii, whose writer is a call per piece, with the piece on the stack.
+struct Direct<'b>(&'b mut Vec<u8>);
 
-/// What [`IntProbe`] fails with.
+/// What [`Direct`] fails with.
 #[derive(Debug)]
-struct NotInt;
+struct NotDirect;
 
-impl std::fmt::Display for NotInt {
+impl std::fmt::Display for NotDirect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("not an integer")
+        f.write_str("not an integer or a string")
     }
 }
 
-impl std::error::Error for NotInt {}
+impl std::error::Error for NotDirect {}
 
-impl serde::ser::Error for NotInt {
+impl serde::ser::Error for NotDirect {
     fn custom<M: std::fmt::Display>(_: M) -> Self {
-        NotInt
+        NotDirect
     }
 }
 
-macro_rules! not_int {
+macro_rules! not_direct {
     ($($method:ident($($arg:ty),*)),* $(,)?) => {
         $(
-            fn $method(self $(, _: $arg)*) -> Result<Int, NotInt> {
-                Err(NotInt)
+            fn $method(self $(, _: $arg)*) -> Result<(), NotDirect> {
+                Err(NotDirect)
             }
         )*
     };
@@ -293,36 +288,45 @@ macro_rules! widen {
     ($($method:ident($t:ty) => $wide:ident),* $(,)?) => {
         $(
             #[inline(always)]
-            fn $method(self, v: $t) -> Result<Int, NotInt> {
+            fn $method(self, v: $t) -> Result<(), NotDirect> {
                 self.$wide(v.into())
             }
         )*
     };
 }
 
-impl serde::Serializer for IntProbe {
-    type Ok = Int;
-    type Error = NotInt;
-    type SerializeSeq = serde::ser::Impossible<Int, NotInt>;
-    type SerializeTuple = serde::ser::Impossible<Int, NotInt>;
-    type SerializeTupleStruct = serde::ser::Impossible<Int, NotInt>;
-    type SerializeTupleVariant = serde::ser::Impossible<Int, NotInt>;
-    type SerializeMap = serde::ser::Impossible<Int, NotInt>;
-    type SerializeStruct = serde::ser::Impossible<Int, NotInt>;
-    type SerializeStructVariant = serde::ser::Impossible<Int, NotInt>;
+impl serde::Serializer for Direct<'_> {
+    type Ok = ();
+    type Error = NotDirect;
+    type SerializeSeq = serde::ser::Impossible<(), NotDirect>;
+    type SerializeTuple = serde::ser::Impossible<(), NotDirect>;
+    type SerializeTupleStruct = serde::ser::Impossible<(), NotDirect>;
+    type SerializeTupleVariant = serde::ser::Impossible<(), NotDirect>;
+    type SerializeMap = serde::ser::Impossible<(), NotDirect>;
+    type SerializeStruct = serde::ser::Impossible<(), NotDirect>;
+    type SerializeStructVariant = serde::ser::Impossible<(), NotDirect>;
 
     #[inline(always)]
-    fn serialize_u64(self, v: u64) -> Result<Int, NotInt> {
-        Ok(Int::Unsigned(v))
+    fn serialize_u64(self, v: u64) -> Result<(), NotDirect> {
+        put_head(self.0, 0, v);
+        Ok(())
     }
 
     #[inline(always)]
-    fn serialize_i64(self, v: i64) -> Result<Int, NotInt> {
-        Ok(if v < 0 {
-            Int::Negative(v)
-        } else {
-            Int::Unsigned(v as u64)
-        })
+    fn serialize_i64(self, v: i64) -> Result<(), NotDirect> {
+        // CBOR's negative integers are -1 - n.
+        match u64::try_from(v) {
+            Ok(n) => put_head(self.0, 0, n),
+            Err(_) => put_head(self.0, 0x20, (-1 - v) as u64),
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn serialize_str(self, v: &str) -> Result<(), NotDirect> {
+        put_head(self.0, 0x60, v.len() as u64);
+        extend_bytes(self.0, v.as_bytes());
+        Ok(())
     }
 
     widen! {
@@ -332,7 +336,7 @@ impl serde::Serializer for IntProbe {
     }
 
     #[inline(always)]
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Int, NotInt> {
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), NotDirect> {
         value.serialize(self)
     }
 
@@ -341,13 +345,13 @@ impl serde::Serializer for IntProbe {
         self,
         _: &'static str,
         value: &T,
-    ) -> Result<Int, NotInt> {
+    ) -> Result<(), NotDirect> {
         value.serialize(self)
     }
 
-    not_int! {
+    not_direct! {
         serialize_bool(bool), serialize_i128(i128), serialize_u128(u128), serialize_f32(f32),
-        serialize_f64(f64), serialize_char(char), serialize_str(&str), serialize_bytes(&[u8]),
+        serialize_f64(f64), serialize_char(char), serialize_bytes(&[u8]),
         serialize_none(), serialize_unit(), serialize_unit_struct(&'static str),
         serialize_unit_variant(&'static str, u32, &'static str),
     }
@@ -358,24 +362,24 @@ impl serde::Serializer for IntProbe {
         _: u32,
         _: &'static str,
         _: &T,
-    ) -> Result<Int, NotInt> {
-        Err(NotInt)
+    ) -> Result<(), NotDirect> {
+        Err(NotDirect)
     }
 
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotInt> {
-        Err(NotInt)
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotDirect> {
+        Err(NotDirect)
     }
 
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotInt> {
-        Err(NotInt)
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotDirect> {
+        Err(NotDirect)
     }
 
     fn serialize_tuple_struct(
         self,
         _: &'static str,
         _: usize,
-    ) -> Result<Self::SerializeTupleStruct, NotInt> {
-        Err(NotInt)
+    ) -> Result<Self::SerializeTupleStruct, NotDirect> {
+        Err(NotDirect)
     }
 
     fn serialize_tuple_variant(
@@ -384,16 +388,20 @@ impl serde::Serializer for IntProbe {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Self::SerializeTupleVariant, NotInt> {
-        Err(NotInt)
+    ) -> Result<Self::SerializeTupleVariant, NotDirect> {
+        Err(NotDirect)
     }
 
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotInt> {
-        Err(NotInt)
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotDirect> {
+        Err(NotDirect)
     }
 
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, NotInt> {
-        Err(NotInt)
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStruct, NotDirect> {
+        Err(NotDirect)
     }
 
     fn serialize_struct_variant(
@@ -402,8 +410,8 @@ impl serde::Serializer for IntProbe {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Self::SerializeStructVariant, NotInt> {
-        Err(NotInt)
+    ) -> Result<Self::SerializeStructVariant, NotDirect> {
+        Err(NotDirect)
     }
 }
 
@@ -586,16 +594,33 @@ mod tests {
             }
             encodes_as_cbor4ii(&i);
         }
-        // What is not an integer goes to cbor4ii.
+        // What is not an integer or a string goes to cbor4ii.
         encodes_as_cbor4ii(&None::<u64>);
         encodes_as_cbor4ii(&Some(None::<u64>));
         encodes_as_cbor4ii(&true);
         encodes_as_cbor4ii(&1.5f64);
         encodes_as_cbor4ii(&'x');
-        encodes_as_cbor4ii(&"text");
         encodes_as_cbor4ii(&());
         encodes_as_cbor4ii(&vec![1u64, 300]);
         encodes_as_cbor4ii(&(7u64, -7i64));
+    }
+
+    #[derive(serde::Serialize, Debug)]
+    struct Name(String);
+
+    #[test]
+    fn strings_encode_as_cbor4ii_encodes_them() {
+        // Lengths at each width of the CBOR head: in the byte, then 1, 2 and 4 more bytes.
+        for len in [0, 1, 16, 17, 23, 24, 255, 256, 65_535, 65_536] {
+            let text: String = "é".repeat(len / 2) + &"x".repeat(len % 2);
+            encodes_as_cbor4ii(&text);
+            encodes_as_cbor4ii(&text.as_str());
+            encodes_as_cbor4ii(&Some(text.as_str()));
+            encodes_as_cbor4ii(&Name(text.clone()));
+            let mut buf = Vec::new();
+            let span = encode(Codec::Cbor, &text, &mut buf).unwrap();
+            assert_eq!(decode::<String>(Codec::Cbor, span.get(&buf)).unwrap(), text);
+        }
     }
 
     #[test]

@@ -63,8 +63,10 @@ pub(crate) struct HostState {
     table: ResourceTable,
     ctx: OperatorContext,
     state: KeyedState,
-    /// Declared states by resource rep.
-    declared: Vec<StateId>,
+    /// Declared states by resource rep, with the length of each one's last `load` answer:
+    /// the next answer starts at that capacity (about 5/4 of it) rather than growing by
+    /// doubling, a copy of the answer so far each time.
+    declared: Vec<(StateId, usize)>,
     /// The distinct keys of the current call.
     slots: Slots,
     /// Whether a call that may use state, timers and output is in progress (not `open`).

@@ -36,12 +36,12 @@ impl HostState {
             .state
             .declare(&name, kind, ttl)
             .map_err(|e| wasmtime::format_err!("{e}"))?;
-        self.declared.push(id);
+        self.declared.push((id, 0));
         Ok((self.declared.len() - 1) as u32)
     }
 
     fn state_id(&self, rep: u32, kind: StateKind) -> wasmtime::Result<StateId> {
-        let id = *self
+        let (id, _) = *self
             .declared
             .get(rep as usize)
             .ok_or_else(|| wasmtime::format_err!("unknown state handle {rep}"))?;
@@ -63,10 +63,12 @@ impl HostState {
 
     fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
         let id = self.state_id(rep, kind)?;
-        let mut buf = Vec::new();
+        let last = self.declared[rep as usize].1;
+        let mut buf = Vec::with_capacity(last + last / 4);
         self.state
             .load(id, &self.slots, MAP_LOAD_LIMIT, &mut buf)
             .map_err(|e| self.state_error(id, e))?;
+        self.declared[rep as usize].1 = buf.len();
         Ok(buf)
     }
 
