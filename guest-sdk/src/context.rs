@@ -607,7 +607,7 @@ impl<'a> Context<'a> {
     /// 45 ns for a value-state write; over 1M keys, where every access misses the CPU caches,
     /// about 650 against 200. On the account scorer, which does it for every record (`cargo
     /// xtask bench-operators --callgrind`), timers are about 820 instructions per record (220
-    /// in the SDK, 600 in the host, firing included) of its 15,400. With RocksDB state the
+    /// in the SDK, 620 in the host, firing included) of its 15,300. With RocksDB state the
     /// host keeps the earliest timers in memory (`[state] timer_cache`, 65,536 per time
     /// domain) at the same cost; beyond, a timer is a RocksDB row, and registering or
     /// deleting one costs less than a value-state write to RocksDB (1M keys: about 3.2 µs
