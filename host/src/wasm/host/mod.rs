@@ -63,10 +63,8 @@ pub(crate) struct HostState {
     table: ResourceTable,
     ctx: OperatorContext,
     state: KeyedState,
-    /// Declared states by resource rep, with the length of each one's last `load` answer:
-    /// the next answer starts at that capacity (about 5/4 of it) rather than growing by
-    /// doubling, a copy of the answer so far each time.
-    declared: Vec<(StateId, usize)>,
+    /// Declared states by resource rep.
+    declared: Vec<Declared>,
     /// The distinct keys of the current call.
     slots: Slots,
     /// Whether a call that may use state, timers and output is in progress (not `open`).
@@ -101,6 +99,14 @@ pub(crate) struct HostState {
     call: Arc<CallClock>,
     /// Processing time.
     clock: Clock,
+}
+
+/// A keyed state the instance's code declared.
+struct Declared {
+    id: StateId,
+    /// The length of its last `load` answer: the next answer starts at about 5/4 of it
+    /// rather than growing by doubling, a copy of the answer so far each time.
+    last_load: usize,
 }
 
 /// What an instance holds for its operator that outlives its code: keyed state, timers,

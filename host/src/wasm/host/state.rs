@@ -3,7 +3,7 @@
 
 use wasmtime::component::Resource;
 
-use super::{HostState, quoted};
+use super::{Declared, HostState, quoted};
 use crate::state::{
     MAP_LOAD_LIMIT, OperatorList, Redistribution, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
 };
@@ -36,15 +36,16 @@ impl HostState {
             .state
             .declare(&name, kind, ttl)
             .map_err(|e| wasmtime::format_err!("{e}"))?;
-        self.declared.push((id, 0));
+        self.declared.push(Declared { id, last_load: 0 });
         Ok((self.declared.len() - 1) as u32)
     }
 
     fn state_id(&self, rep: u32, kind: StateKind) -> wasmtime::Result<StateId> {
-        let (id, _) = *self
+        let id = self
             .declared
             .get(rep as usize)
-            .ok_or_else(|| wasmtime::format_err!("unknown state handle {rep}"))?;
+            .ok_or_else(|| wasmtime::format_err!("unknown state handle {rep}"))?
+            .id;
         if self.state.kind(id) != kind {
             return Err(wasmtime::format_err!(
                 "state \"{}\" is {} state, not {kind} state",
@@ -63,12 +64,12 @@ impl HostState {
 
     fn load(&mut self, rep: u32, kind: StateKind) -> wasmtime::Result<Vec<u8>> {
         let id = self.state_id(rep, kind)?;
-        let last = self.declared[rep as usize].1;
+        let last = self.declared[rep as usize].last_load;
         let mut buf = Vec::with_capacity(last + last / 4);
         self.state
             .load(id, &self.slots, MAP_LOAD_LIMIT, &mut buf)
             .map_err(|e| self.state_error(id, e))?;
-        self.declared[rep as usize].1 = buf.len();
+        self.declared[rep as usize].last_load = buf.len();
         Ok(buf)
     }
 
