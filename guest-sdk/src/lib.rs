@@ -82,6 +82,7 @@
 
 extern crate self as weir_sdk;
 
+pub mod allocator;
 mod backend;
 mod context;
 mod error;
@@ -98,6 +99,15 @@ mod ttl;
 pub mod window;
 #[cfg(target_arch = "wasm32")]
 mod wit;
+
+/// See [`allocator`]: in a component, freed small blocks are reused before `dlmalloc` is asked.
+#[cfg(all(
+    feature = "allocator",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+#[global_allocator]
+static ALLOCATOR: allocator::Cached = allocator::Cached::new(std::alloc::System);
 
 pub use context::Context;
 pub use error::{Error, Result};
