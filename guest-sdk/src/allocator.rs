@@ -6,7 +6,7 @@
 //! the `Vec` a [`ListState::get`](crate::ListState::get) returns): in the account scorer of
 //! `cargo xtask bench-operators`, two blocks per record, 4% of all its instructions. So the
 //! SDK puts a free list per size class in front: blocks of up to [`LARGEST`] bytes (and an
-//! alignment of at most [`GRAIN`]) freed by the operator are kept, at most [`KEPT`] per class,
+//! alignment of at most [`ALIGN`]) freed by the operator are kept, at most [`KEPT`] per class,
 //! and the next allocation of their class takes one in a few instructions. Larger blocks, and
 //! what does not fit the lists, go to `dlmalloc` as before.
 //!
@@ -22,9 +22,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
 use std::ptr;
 
-/// Size classes are multiples of this many bytes, which is also the largest alignment the
-/// lists serve.
+/// Size classes are multiples of this many bytes.
 pub const GRAIN: usize = 16;
+/// The largest alignment the lists serve, and their blocks': `malloc`'s own on `wasm32`
+/// (a larger one would send every block of a class through `aligned_alloc`).
+pub const ALIGN: usize = 8;
 /// The largest block the lists keep.
 pub const LARGEST: usize = 256;
 /// Blocks kept per class at most: 64 × (16 + 32 + … + 256) bytes, 136 KiB, in all.
@@ -62,12 +64,12 @@ impl<A> Cached<A> {
 #[inline(always)]
 fn class(layout: Layout) -> Option<(usize, Layout)> {
     let size = layout.size();
-    if size == 0 || size > LARGEST || layout.align() > GRAIN {
+    if size == 0 || size > LARGEST || layout.align() > ALIGN {
         return None;
     }
     let c = (size - 1) / GRAIN;
-    // SAFETY: a multiple of GRAIN of at most LARGEST, and GRAIN a power of two.
-    let block = unsafe { Layout::from_size_align_unchecked((c + 1) * GRAIN, GRAIN) };
+    // SAFETY: a multiple of ALIGN of at most LARGEST, and ALIGN a power of two.
+    let block = unsafe { Layout::from_size_align_unchecked((c + 1) * GRAIN, ALIGN) };
     Some((c, block))
 }
 
@@ -99,7 +101,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Cached<A> {
         if list.1 >= KEPT {
             return unsafe { self.inner.dealloc(p, block) };
         }
-        // A block is at least GRAIN bytes and GRAIN-aligned: room for the link.
+        // A block is at least GRAIN bytes and ALIGN-aligned: room for the link.
         unsafe { p.cast::<*mut u8>().write(list.0) };
         *list = (p, list.1 + 1);
     }
@@ -172,20 +174,20 @@ mod tests {
             p.write_bytes(7, 20);
             a.dealloc(p, layout(20, 8));
             // 17..=32 bytes is one class: the same block comes back, without `inner`.
-            let q = a.alloc(layout(32, 16));
+            let q = a.alloc(layout(32, 4));
             assert_eq!(q, p);
             assert_eq!(a.inner.allocs.get(), 1);
             // Another class, a large block and an over-aligned one go to `inner`.
             let r = a.alloc(layout(40, 8));
             let big = a.alloc(layout(LARGEST + 1, 8));
-            let aligned = a.alloc(layout(16, 64));
+            let aligned = a.alloc(layout(16, 2 * ALIGN));
             assert_eq!(a.inner.allocs.get(), 4);
-            assert_eq!(aligned as usize % 64, 0);
-            for (p, l) in [(q, layout(32, 16)), (r, layout(40, 8))] {
+            assert_eq!(aligned as usize % (2 * ALIGN), 0);
+            for (p, l) in [(q, layout(32, 4)), (r, layout(40, 8))] {
                 a.dealloc(p, l);
             }
             a.dealloc(big, layout(LARGEST + 1, 8));
-            a.dealloc(aligned, layout(16, 64));
+            a.dealloc(aligned, layout(16, 2 * ALIGN));
             assert_eq!(
                 a.inner.frees.get(),
                 2,
