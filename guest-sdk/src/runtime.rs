@@ -32,7 +32,6 @@ pub(crate) struct Core {
     pub(crate) states: Vec<StateEntry>,
     /// The index after the state looked up last (see `Context::state_id`).
     pub(crate) next_state: Cell<usize>,
-    /// Declared operator states: name and backend handle.
     /// Operator states declared so far: name, mode, handle.
     pub(crate) operator_states: Vec<(String, Redistribution, usize)>,
     /// Incremented per batch; state caches of an older epoch are stale.

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -45,6 +45,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut runs = 3;
     let mut flink = true;
     let mut profile = false;
+    let mut functions = None;
     let (mut jobs, mut backends) = (vec!["scorer", "topn"], vec!["memory", "rocksdb"]);
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -53,11 +54,15 @@ pub fn run(args: &[String]) -> Result<()> {
             "--runs" => runs = number(&mut args, "--runs")?,
             "--no-flink" => flink = false,
             "--callgrind" => profile = true,
+            "--functions" => {
+                profile = true;
+                functions = Some(number(&mut args, "--functions")? as usize);
+            }
             "--job" => jobs = vec![one_of(args.next(), "--job", &["scorer", "topn"])?],
             "--state" => backends = vec![one_of(args.next(), "--state", &["memory", "rocksdb"])?],
             other => bail!(
                 "unknown option `{other}`; use --records N, --runs R, --job scorer|topn, \
-                 --state memory|rocksdb, --no-flink, --callgrind"
+                 --state memory|rocksdb, --no-flink, --callgrind, --functions N"
             ),
         }
     }
@@ -65,7 +70,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let (weir, dir) = prepare("bench-operators")?;
         let input = dir.join(format!("transactions-{records}"));
         let expected = generate(&input, records)?;
-        return callgrind_split(&weir, &dir, &input, records, &expected);
+        return callgrind_split(&weir, &dir, &input, records, &expected, functions);
     }
     ensure_gnu_time()?;
     let (weir, dir) = prepare("bench-operators")?;
@@ -73,6 +78,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let input = dir.join(format!("transactions-{records}"));
     let expected = generate(&input, records)?;
 
+    let operators = guests::operators_dir();
     let mut systems = vec!["weir"];
     systems.extend(flink.as_ref().map(|_| "flink"));
     let mut rows = Vec::new();
@@ -106,7 +112,7 @@ pub fn run(args: &[String]) -> Result<()> {
                                 let spec = dir.join(format!("{job}.toml"));
                                 std::fs::write(
                                     &spec,
-                                    job_spec(job, &input, &dir, backend, checkpoints),
+                                    job_spec(&operators, job, &input, &dir, backend, checkpoints),
                                 )?;
                                 measure(&weir, &spec, &dir)?
                             }
@@ -189,15 +195,21 @@ fn check(lines: &[String], expected: &[String], run: &str) -> Result<()> {
 }
 
 /// `--callgrind`: each job once, on memory state without checkpoints, under callgrind; its
-/// instructions per record, split by where they go (see `callgrind`).
+/// instructions per record, split by where they go (see `callgrind`), and with `--functions N`
+/// the N functions that run the most of them.
 fn callgrind_split(
     weir: &Path,
     dir: &Path,
     input: &Path,
     records: u64,
     expected: &Expected,
+    functions: Option<usize>,
 ) -> Result<()> {
     callgrind::ensure_valgrind()?;
+    let (weir, operators) = match functions {
+        Some(_) => with_symbols()?,
+        None => (weir.to_path_buf(), guests::operators_dir()),
+    };
     let mut rows = Vec::new();
     for (job, expected) in [("scorer", &expected.scorer), ("topn", &expected.topn)] {
         let out = dir.join("out");
@@ -207,14 +219,23 @@ fn callgrind_split(
         let spec = dir.join(format!("{job}.toml"));
         // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
         let limits = "\n[limits]\ncall_deadline = \"1h\"\n";
-        let text = job_spec(job, input, dir, "memory", Checkpoints::Off) + limits;
+        let text = job_spec(&operators, job, input, dir, "memory", Checkpoints::Off) + limits;
         std::fs::write(&spec, text)?;
+        // Once without callgrind, so that the components are compiled (into weir's cache)
+        // before.
+        run_job_by(Command::new(&weir), &spec, &dir.join("summary.json"), &[])?;
+        let _ = std::fs::remove_dir_all(&out);
         let file = dir.join(format!("callgrind.{job}.out"));
         let mut command = Command::new("valgrind");
         command
             .args(["--tool=callgrind", "--dump-line=no"])
-            .arg(format!("--callgrind-out-file={}", file.display()))
-            .arg(weir);
+            .arg(format!("--callgrind-out-file={}", file.display()));
+        if functions.is_some() {
+            command
+                .args(callgrind::FUNCTION_OPTIONS)
+                .env("WEIR_WASM_PROFILER", "perfmap");
+        }
+        command.arg(&weir);
         println!("{job}: {records} records under callgrind (slow)");
         run_job_by(command, &spec, &dir.join("summary.json"), &[])?;
         check(
@@ -222,18 +243,25 @@ fn callgrind_split(
             expected,
             &format!("{job} under callgrind"),
         )?;
-        rows.push((job, callgrind::split(&file)?));
+        let listed = match functions {
+            Some(_) => callgrind::functions(&file, &std::env::temp_dir())?,
+            None => Vec::new(),
+        };
+        rows.push((job, callgrind::split(&file)?, listed));
     }
     println!();
     println!(
         "instructions per record, {records} records, parallelism 2, memory state, no checkpoints"
     );
-    for (job, split) in rows {
+    for (job, split, listed) in rows {
+        let startup = match split.startup {
+            0 => "not counted".to_string(),
+            n => format!("{:.2} G more", n as f64 / 1e9),
+        };
         println!(
-            "  {job}: {} in all ({:.2} G; loading the components {:.2} G more)",
+            "  {job}: {} in all ({:.2} G; loading the components {startup})",
             split.total / records,
             split.total as f64 / 1e9,
-            split.startup as f64 / 1e9
         );
         for (part, n) in &split.parts {
             println!(
@@ -242,8 +270,53 @@ fn callgrind_split(
                 *n as f64 * 100.0 / split.total as f64
             );
         }
+        if let Some(n) = functions {
+            println!("    functions by their own instructions (G: guest, H: host):");
+            for f in listed.iter().take(n) {
+                // The end of a long name says the most: the function, not its crate.
+                let cut = f.name.len().saturating_sub(110);
+                let name = &f.name[f.name.ceil_char_boundary(cut)..];
+                println!(
+                    "    {} {:>7} {:>5.1} %  {name}",
+                    if f.guest { 'G' } else { 'H' },
+                    f.instructions / records,
+                    f.instructions as f64 * 100.0 / split.total as f64
+                );
+            }
+        }
     }
     Ok(())
+}
+
+/// `weir` built with wasmtime's profiling agents (`release/weir-profiling`), and the
+/// benchmark's guests built with their function names (in `guest-symbols/` of the target
+/// directory, so that the guests of `build/operators` stay as they are): what `--functions`
+/// runs.
+fn with_symbols() -> Result<(PathBuf, PathBuf)> {
+    let target = crate::target_dir()?;
+    exec(crate::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "weir",
+        "--bins",
+        "--features",
+        "profiling",
+    ]))?;
+    let weir = target.join("release").join("weir-profiling");
+    std::fs::copy(target.join("release").join("weir"), &weir)
+        .with_context(|| format!("cannot copy weir to {}", weir.display()))?;
+    let symbols = target.join("guest-symbols");
+    let mut build = crate::cargo();
+    build
+        .args(["build", "--profile", "guest", "--target", guests::TARGET])
+        .args(["--config", "profile.guest.strip=false", "--target-dir"])
+        .arg(&symbols);
+    for package in ["bench-scorer-parse", "bench-scorer-score", "bench-topn"] {
+        build.args(["-p", package]);
+    }
+    exec(&mut build)?;
+    Ok((weir, symbols.join(guests::TARGET).join("guest")))
 }
 
 /// Checkpointing of a run: every second, aligned or unaligned, or none.
@@ -502,13 +575,13 @@ pub(crate) fn committed(dir: &Path) -> Result<Vec<String>> {
 }
 
 fn job_spec(
+    operators: &Path,
     job: &str,
     input: &Path,
     dir: &Path,
     backend: &str,
     checkpoints: Checkpoints,
 ) -> String {
-    let operators = guests::operators_dir();
     let wasm = |name: &str| toml_str(&operators.join(format!("{name}.wasm")));
     let keyed = match job {
         "scorer" => wasm("bench_scorer_score"),

@@ -2,7 +2,12 @@
 //! bench-operators --callgrind` runs each job once, on memory state without checkpoints, under
 //! `valgrind --tool=callgrind` (instruction counts are exact and do not depend on the machine's
 //! load), and splits the total by the inclusive counts of the functions that enter each part.
+//! With `--functions N` it also lists the N functions that run the most instructions
+//! themselves, the guests' functions by their names (from the map of the guests' code that
+//! wasmtime's `perfmap` agent writes for the run).
 
+use std::collections::HashMap;
+use std::io::BufRead as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -155,6 +160,148 @@ pub(crate) fn split(out: &Path) -> Result<Split> {
     })
 }
 
+/// Instructions a function runs itself (its callees' not counted).
+#[derive(Debug)]
+pub(crate) struct Function {
+    pub name: String,
+    /// Compiled from a guest (named by the perf map) rather than part of the host.
+    pub guest: bool,
+    pub instructions: u64,
+}
+
+/// The valgrind options [`functions`] needs: a cost line per instruction, positions and names
+/// written out in full; nothing counted while the components load (hashing them, and on a cold
+/// cache compiling them, is not per record).
+pub(crate) const FUNCTION_OPTIONS: &[&str] = &[
+    "--dump-instr=yes",
+    "--compress-pos=no",
+    "--compress-strings=no",
+    "--toggle-collect=weir::wasm::engine::WasmEngine::load",
+    // After the toggle, which would otherwise start the run with nothing counted.
+    "--collect-atstart=yes",
+];
+
+/// The functions of the callgrind output file `out` (written with [`FUNCTION_OPTIONS`]) by the
+/// instructions they run themselves, most first; instructions at addresses of the run's perf
+/// map, `perf-<pid>.map` in `maps` (`/tmp`, where wasmtime writes it), go to the guest
+/// functions it names.
+pub(crate) fn functions(out: &Path, maps: &Path) -> Result<Vec<Function>> {
+    let file =
+        std::fs::File::open(out).with_context(|| format!("cannot open {}", out.display()))?;
+    let mut lines = std::io::BufReader::new(file).lines();
+    let mut names: Vec<(String, bool)> = Vec::new();
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    let mut id = |name: &str, guest: bool, names: &mut Vec<(String, bool)>| match ids.get(name) {
+        Some(&i) => i,
+        None => {
+            names.push((name.to_string(), guest));
+            ids.insert(name.to_string(), names.len() - 1);
+            names.len() - 1
+        }
+    };
+    // (start, end, function id), by start, once the header has named the process.
+    let mut guest_code: Vec<(u64, u64, usize)> = Vec::new();
+    let mut costs: Vec<u64> = Vec::new();
+    let mut current = None;
+    while let Some(line) = lines.next() {
+        let line = line?;
+        if let Some(pid) = line.strip_prefix("pid: ") {
+            let map = maps.join(format!("perf-{}.map", pid.trim()));
+            let text = std::fs::read_to_string(&map).with_context(|| {
+                format!(
+                    "cannot read {}, the names of the guests' code: was weir built with \
+                     --features profiling and run with WEIR_WASM_PROFILER=perfmap?",
+                    map.display()
+                )
+            })?;
+            for entry in text.lines() {
+                let mut fields = entry.splitn(3, ' ');
+                let (Some(start), Some(size), Some(name)) =
+                    (fields.next(), fields.next(), fields.next())
+                else {
+                    continue;
+                };
+                let start = start.trim_start_matches("0x");
+                let (Ok(start), Ok(size)) = (
+                    u64::from_str_radix(start, 16),
+                    u64::from_str_radix(size, 16),
+                ) else {
+                    continue;
+                };
+                guest_code.push((start, start + size, id(&readable(name), true, &mut names)));
+            }
+            // wasmtime names a function twice, demangled first: keep the first name.
+            guest_code.sort_by_key(|&(start, _, _)| start);
+            guest_code.dedup_by_key(|&mut (start, _, _)| start);
+        } else if let Some(name) = line.strip_prefix("fn=") {
+            current = Some(id(name, false, &mut names));
+        } else if line.starts_with("calls=") {
+            // The next line is the call's inclusive cost, which is its callee's.
+            lines.next();
+        } else if let Some(rest) = line.strip_prefix("0x") {
+            let mut fields = rest.split_ascii_whitespace();
+            let (Some(addr), Some(cost)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            let (Ok(addr), Ok(cost)) = (u64::from_str_radix(addr, 16), cost.parse::<u64>()) else {
+                continue;
+            };
+            let at = guest_code.partition_point(|&(start, _, _)| start <= addr);
+            let function = match at.checked_sub(1).map(|i| guest_code[i]) {
+                Some((_, end, f)) if addr < end => f,
+                _ => current.context("a cost line before any fn= line")?,
+            };
+            if costs.len() <= function {
+                costs.resize(names.len(), 0);
+            }
+            costs[function] += cost;
+        }
+    }
+    if guest_code.is_empty() {
+        bail!("{}: no pid: line, or an empty perf map", out.display());
+    }
+    costs.resize(names.len(), 0);
+    let mut functions: Vec<Function> = names
+        .into_iter()
+        .zip(costs)
+        .filter(|(_, n)| *n > 0)
+        .map(|((name, guest), instructions)| Function {
+            name,
+            guest,
+            instructions,
+        })
+        .collect();
+    functions.sort_unstable_by_key(|f| std::cmp::Reverse(f.instructions));
+    Ok(functions)
+}
+
+/// A guest function's name without the hashes rustc adds (`::h0123…` at the end, `[0123…]`
+/// after a crate's name).
+fn readable(name: &str) -> String {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let name = match name.rsplit_once("::h") {
+        Some((front, hash)) if hash.len() == 16 && hex(hash) => front,
+        _ => name,
+    };
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..].find(']').map(|c| open + c);
+        match close {
+            Some(close) if hex(&rest[open + 1..close]) => {
+                out.push_str(&rest[..open]);
+                rest = &rest[close + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = &rest[open + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The function of `file:function` (a path has no `::`, a function name may).
 fn function_name(located: &str) -> &str {
     let bytes = located.as_bytes();
@@ -179,6 +326,39 @@ mod tests {
         assert_eq!(
             function_name("???:crossbeam_channel::select::Select::select"),
             "crossbeam_channel::select::Select::select"
+        );
+    }
+
+    #[test]
+    fn guest_code_is_named_by_the_perf_map_and_calls_are_not_self_cost() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("perf-42.map"),
+            "0x7000 40 guest::process\n0x7040 10 core[0a1b]::load::h0123456789abcdef\n",
+        )
+        .unwrap();
+        let out = dir.path().join("callgrind.out");
+        std::fs::write(
+            &out,
+            "# callgrind format\nversion: 1\npid: 42\npositions: instr\nevents: Ir\n\
+             ob=/weir\nfl=/w/src/a.rs\nfn=weir::run\n0x1000 5\n0x1004 1\n\
+             cfn=0x7000\ncalls=1 0x7000\n0x1008 900\n\
+             fn=0x7000\n0x7000 30\n0x703f 2\n0x7040 7\n\
+             fn=weir::run\n0x1010 4\n",
+        )
+        .unwrap();
+        let found: Vec<(String, bool, u64)> = functions(&out, dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.name, f.guest, f.instructions))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("guest::process".to_string(), true, 32),
+                ("weir::run".to_string(), false, 10),
+                ("core::load".to_string(), true, 7),
+            ]
         );
     }
 }

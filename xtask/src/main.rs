@@ -74,12 +74,14 @@ commands:
                               size (1M and 10M keys, both backends), rescale
                               downtime, throughput against weir run
   bench-operators [--records N] [--runs R] [--no-flink] [--callgrind]
-                  [--job scorer|topn] [--state memory|rocksdb]
+                  [--functions N] [--job scorer|topn] [--state memory|rocksdb]
                               operators as users write them (account scorer, top-N),
                               weir and Flink 2.3 (bench/flink)
                               on memory and RocksDB, with and without checkpoints:
                               records/s, CPU, peak RSS, output checked (default
-                              3000000 records, 3 runs)
+                              3000000 records, 3 runs); --callgrind: instructions
+                              per record by part, --functions N: and the N
+                              functions (host and guest) that run the most
   bench-windows [--events N] [--state memory|rocksdb] [--no-flink]
                               keyed tumbling and sliding window counts, built in and
                               as a WebAssembly aggregate, memory and RocksDB, beside
@@ -201,12 +203,12 @@ fn describe(cmd: &Command) -> String {
         .join(" ")
 }
 
-/// `cargo build --release -p weir` and the path of the binary it built.
 /// The component cache the end-to-end tests' `weir` commands share (`tests/e2e/support.rs`).
 fn e2e_component_cache() -> Result<PathBuf> {
     Ok(target_dir()?.join("release").join("e2e-component-cache"))
 }
 
+/// `cargo build --release -p weir` and the path of the binary it built.
 fn build_weir() -> Result<PathBuf> {
     services::build_deps()?;
     exec(cargo().args(["build", "--release", "-p", "weir", "--bins"]))?;
