@@ -271,6 +271,29 @@ pub fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
     buf.truncate(at + 4 + b.len());
 }
 
+/// Appends `head` (at most [`HEAD`] bytes) and then `b` as a `bytes` item, as
+/// `extend_from_slice(head)` and [`put_bytes`] do, but with a short `b` in one growth of `buf`
+/// rather than one per field: the ops a guest writes per record (a state's change, a timer's)
+/// are a few fixed fields and a short key or value.
+#[inline(always)]
+pub(crate) fn put_head_bytes(buf: &mut Vec<u8>, head: &[u8], b: &[u8]) {
+    let h = head.len();
+    if b.len() > SHORT || h > HEAD {
+        buf.extend_from_slice(head);
+        return put_bytes(buf, b);
+    }
+    let at = buf.len();
+    buf.extend_from_slice(&[0; HEAD + 4 + SHORT]);
+    let dst = &mut buf[at..];
+    dst[..h].copy_from_slice(head);
+    dst[h..h + 4].copy_from_slice(&(b.len() as u32).to_le_bytes());
+    copy_short(&mut dst[h + 4..], b);
+    buf.truncate(at + h + 4 + b.len());
+}
+
+/// The longest head [`put_head_bytes`] writes in one growth.
+pub(crate) const HEAD: usize = 12;
+
 /// Appends `b` to `buf`, as `extend_from_slice` does, short slices without a `memory.copy`
 /// (see [`SHORT`]).
 #[inline(always)]

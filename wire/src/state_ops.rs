@@ -6,7 +6,7 @@
 //! cannot be written where a map op was meant.
 
 use crate::primitives::{
-    CheckedItems, DecodeError, Reader, put_bytes, put_u8, put_u32, read_entries,
+    CheckedItems, DecodeError, Reader, put_bytes, put_head_bytes, read_entries,
 };
 
 // The op bytes of `wit/stream.wit`, per state kind.
@@ -95,16 +95,19 @@ pub enum MapOp<'a> {
     Remove(&'a [u8]),
 }
 
+/// `slot` and an op byte, the head of every op.
+#[inline(always)]
+fn head(slot: u32, op: u8) -> [u8; 5] {
+    let s = slot.to_le_bytes();
+    [s[0], s[1], s[2], s[3], op]
+}
+
 /// Writes a value change of the key in `slot`.
 #[inline]
 pub fn put_value_op(buf: &mut Vec<u8>, slot: u32, op: ValueOp<'_>) {
-    put_u32(buf, slot);
     match op {
-        ValueOp::Clear => put_u8(buf, CLEAR),
-        ValueOp::Set(v) => {
-            put_u8(buf, VALUE_SET);
-            put_bytes(buf, v);
-        }
+        ValueOp::Clear => buf.extend_from_slice(&head(slot, CLEAR)),
+        ValueOp::Set(v) => put_head_bytes(buf, &head(slot, VALUE_SET), v),
     }
 }
 
@@ -116,30 +119,28 @@ pub fn put_list_op<'b>(
     op: ListWrite,
     elems: impl ExactSizeIterator<Item = &'b [u8]>,
 ) {
-    put_u32(buf, slot);
-    put_u8(buf, op.byte());
-    if op != ListWrite::Clear {
-        put_u32(buf, elems.len() as u32);
-        for e in elems {
-            put_bytes(buf, e);
-        }
+    let head = head(slot, op.byte());
+    if op == ListWrite::Clear {
+        return buf.extend_from_slice(&head);
+    }
+    let n = (elems.len() as u32).to_le_bytes();
+    buf.extend_from_slice(&[
+        head[0], head[1], head[2], head[3], head[4], n[0], n[1], n[2], n[3],
+    ]);
+    for e in elems {
+        put_bytes(buf, e);
     }
 }
 
 /// Writes a map change of the key in `slot`.
 pub fn put_map_op(buf: &mut Vec<u8>, slot: u32, op: MapOp<'_>) {
-    put_u32(buf, slot);
     match op {
-        MapOp::Clear => put_u8(buf, CLEAR),
+        MapOp::Clear => buf.extend_from_slice(&head(slot, CLEAR)),
         MapOp::Put(k, v) => {
-            put_u8(buf, MAP_PUT);
-            put_bytes(buf, k);
+            put_head_bytes(buf, &head(slot, MAP_PUT), k);
             put_bytes(buf, v);
         }
-        MapOp::Remove(k) => {
-            put_u8(buf, MAP_REMOVE);
-            put_bytes(buf, k);
-        }
+        MapOp::Remove(k) => put_head_bytes(buf, &head(slot, MAP_REMOVE), k),
     }
 }
 
@@ -250,6 +251,30 @@ mod tests {
             ]
         );
         assert!(read_map_ops(&[0, 0, 0, 0, 9]).next().unwrap().is_err());
+    }
+
+    /// Keys and values up to 16 bytes are written with the op's head in one growth of the
+    /// buffer, longer ones field by field: both read back the same.
+    #[test]
+    fn ops_of_every_length_round_trip() {
+        let bytes: Vec<u8> = (1..=40).collect();
+        for n in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(n);
+            let mut buf = Vec::new();
+            put_value_op(&mut buf, 0x0102_0304, ValueOp::Set(a));
+            put_value_op(&mut buf, 9, ValueOp::Set(b));
+            let ops: Vec<_> = read_value_ops(&buf).map(Result::unwrap).collect();
+            assert_eq!(ops, [(0x0102_0304, ValueOp::Set(a)), (9, ValueOp::Set(b))]);
+
+            let mut buf = Vec::new();
+            put_map_op(&mut buf, 0x0102_0304, MapOp::Put(a, b));
+            put_map_op(&mut buf, 7, MapOp::Remove(b));
+            let ops: Vec<_> = read_map_ops(&buf).map(Result::unwrap).collect();
+            assert_eq!(
+                ops,
+                [(0x0102_0304, MapOp::Put(a, b)), (7, MapOp::Remove(b))]
+            );
+        }
     }
 
     /// A list op's elements are checked when the op is read, since iterating them cannot

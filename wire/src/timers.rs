@@ -36,9 +36,11 @@ pub fn put_timer_op(buf: &mut Vec<u8>, op: TimerOp) {
         (TimeDomain::ProcessingTime, true) => 2,
         (TimeDomain::ProcessingTime, false) => 3,
     };
-    put_u8(buf, code);
-    put_u32(buf, op.slot);
-    put_i64(buf, op.timestamp);
+    // One growth of `buf` rather than one per field.
+    let mut bytes = [code; 13];
+    bytes[1..5].copy_from_slice(&op.slot.to_le_bytes());
+    bytes[5..].copy_from_slice(&op.timestamp.to_le_bytes());
+    buf.extend_from_slice(&bytes);
 }
 
 /// Iterates the changes of a timers-update buffer written with [`put_timer_op`].

@@ -222,8 +222,12 @@ fn callgrind_split(
         let text = job_spec(&operators, job, input, dir, "memory", Checkpoints::Off) + limits;
         std::fs::write(&spec, text)?;
         // Once without callgrind, so that the components are compiled (into weir's cache)
-        // before.
-        run_job_by(Command::new(&weir), &spec, &dir.join("summary.json"), &[])?;
+        // before; with the same profiler, which is part of the cache's key.
+        let mut warm_up = Command::new(&weir);
+        if functions.is_some() {
+            warm_up.env("WEIR_WASM_PROFILER", "perfmap");
+        }
+        run_job_by(warm_up, &spec, &dir.join("summary.json"), &[])?;
         let _ = std::fs::remove_dir_all(&out);
         let file = dir.join(format!("callgrind.{job}.out"));
         let mut command = Command::new("valgrind");

@@ -116,7 +116,12 @@ impl Packed {
         // key's map's, the largest map's for `scratch`), so that steady writes reallocate
         // neither. A swap handed each key the previous key's buffer, often too small.
         self.buf.clear();
-        self.reserve(scratch.len());
+        if self.buf.capacity() < scratch.len() {
+            // A new buffer rather than a grown one, whose `realloc` would copy the old
+            // entries, all of them replaced.
+            let capacity = scratch.len().max(2 * self.buf.capacity()).max(MIN_CAPACITY);
+            self.buf = Vec::with_capacity(capacity);
+        }
         self.buf.extend_from_slice(scratch);
         self.n = self.n + added - removed;
     }
