@@ -292,10 +292,10 @@ fn callgrind_split(
     Ok(())
 }
 
-/// `weir` built with wasmtime's profiling agents (`release/weir-profiling`), and the
-/// benchmark's guests built with their function names (in `guest-symbols/` of the target
-/// directory, so that the guests of `build/operators` stay as they are): what `--functions`
-/// runs.
+/// `weir` built with wasmtime's profiling agents (copied to `release/weir-profiling`; the next
+/// plain build puts the plain binary back in `release/weir`), and the benchmark's guests built
+/// with their function names (in `guest-symbols/` of the target directory, so that the guests
+/// of `build/operators` stay as they are): what `--functions` runs.
 fn with_symbols() -> Result<(PathBuf, PathBuf)> {
     let target = crate::target_dir()?;
     exec(crate::cargo().args([
