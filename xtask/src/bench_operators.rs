@@ -221,9 +221,11 @@ fn callgrind_split(
         let limits = "\n[limits]\ncall_deadline = \"1h\"\n";
         let text = job_spec(&operators, job, input, dir, "memory", Checkpoints::Off) + limits;
         std::fs::write(&spec, text)?;
-        // Once without callgrind, so that the components are compiled (into weir's cache)
-        // before; with the same profiler, which is part of the cache's key.
-        let mut warm_up = Command::new(&weir);
+        // Once under valgrind without a tool, so that the components are compiled (into
+        // weir's cache) before: for the CPU valgrind presents and the same profiler, which
+        // are part of the cache's key.
+        let mut warm_up = Command::new("valgrind");
+        warm_up.args(["--tool=none", "-q"]).arg(&weir);
         if functions.is_some() {
             warm_up.env("WEIR_WASM_PROFILER", "perfmap");
         }
