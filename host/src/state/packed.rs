@@ -246,6 +246,27 @@ mod tests {
         assert_eq!(entries(&p), [(s("a"), s("6")), (s("z"), s("5"))]);
     }
 
+    /// A map that outgrows its buffer over many writes gets a new one each time and keeps
+    /// every entry.
+    #[test]
+    fn a_map_growing_past_its_buffer_keeps_its_entries() {
+        let (mut p, mut scratch) = (Packed::default(), Vec::new());
+        let mut want = Vec::new();
+        for i in 0..50 {
+            let (k, v) = (format!("key-{i:02}"), format!("value-{i}"));
+            p.apply(
+                [(k.as_bytes(), Some(v.as_bytes()))],
+                &mut scratch,
+                |_, _, _| {},
+            );
+            want.push((k, v));
+            assert_eq!(entries(&p), want);
+            assert_eq!(p.len() as usize, want.len());
+        }
+        // Grown from its first buffer through several doublings.
+        assert!(p.as_bytes().len() > 16 * MIN_CAPACITY);
+    }
+
     #[test]
     fn list_elements_keep_their_order() {
         let mut p = Packed::default();
