@@ -1,4 +1,6 @@
-//! The memory backend: per state and key group a hash table; full snapshots only.
+//! The memory backend: per key group a hash table of the values of all value states (see
+//! [`ValueTable`]), and per list or map state and key group a hash table; full snapshots
+//! only.
 //!
 //! Entries are the bytes the front ([`super::KeyedState`]) hands over (with the TTL stamp in
 //! front where the state has one); this module knows nothing of TTL but how to drop entries
@@ -17,10 +19,11 @@ use super::{FastMap, Key, MAP_LOAD_LIMIT, Row, Slots, StateKind, Ttl};
 const ENTRY_OVERHEAD: usize = 64;
 
 /// The tables of one state, one per key group of the subtask; empty until the state is first
-/// written, so that a state declared and never used costs next to nothing.
+/// written, so that a state declared and never used costs next to nothing. A value state's
+/// values are in [`Memory::values`], under its ordinal among the value states.
 #[derive(Debug)]
 enum Table {
-    Value(Vec<ValueTable>),
+    Value(usize),
     List(Vec<FastMap<Key, Packed>>),
     Map(Vec<FastMap<Key, KeyMap>>),
 }
@@ -30,6 +33,10 @@ pub(crate) struct Memory {
     groups: Range<u32>,
     /// By state id.
     tables: Vec<Table>,
+    /// By key group, once a value is written: every value state's values.
+    values: Vec<ValueTable>,
+    /// How many value states there are.
+    value_states: usize,
     /// By state id: where the last `read_values` found each slot's value, so that the write
     /// that usually follows needs no second lookup (a checked hint: see [`ValueTable`]).
     positions: Vec<Vec<Option<ValuePos>>>,
@@ -74,6 +81,8 @@ impl Memory {
         Memory {
             groups,
             tables: Vec::new(),
+            values: Vec::new(),
+            value_states: 0,
             positions: Vec::new(),
             bytes: 0,
             scratch: Vec::new(),
@@ -82,7 +91,10 @@ impl Memory {
 
     pub(crate) fn declare(&mut self, _st: usize, _name: &str, kind: StateKind, _ttl: Option<Ttl>) {
         self.tables.push(match kind {
-            StateKind::Value => Table::Value(Vec::new()),
+            StateKind::Value => {
+                self.value_states += 1;
+                Table::Value(self.value_states - 1)
+            }
             StateKind::List => Table::List(Vec::new()),
             StateKind::Map => Table::Map(Vec::new()),
         });
@@ -104,13 +116,18 @@ impl Memory {
         (group - self.groups.start) as usize
     }
 
-    /// The value table of state `st` and key group `group`, made if need be.
-    fn values(&mut self, st: usize, group: u32) -> &mut ValueTable {
-        let (g, n) = (self.index(group), self.groups.len());
-        match &mut self.tables[st] {
-            Table::Value(t) => &mut filled(t, n)[g],
+    /// The ordinal of value state `st` among the value states.
+    fn ordinal(&self, st: usize) -> usize {
+        match self.tables[st] {
+            Table::Value(ord) => ord,
             _ => unreachable!("the front checks the state's kind"),
         }
+    }
+
+    /// The value table of key group `group`, made if need be.
+    fn values(&mut self, group: u32) -> &mut ValueTable {
+        let (g, n) = (self.index(group), self.groups.len());
+        &mut filled(&mut self.values, n)[g]
     }
 
     pub(crate) fn read_values(
@@ -119,17 +136,14 @@ impl Memory {
         slots: &Slots,
         mut f: impl FnMut(usize, Option<&[u8]>),
     ) {
+        let ord = self.ordinal(st);
         let mut positions = std::mem::take(&mut self.positions[st]);
         positions.clear();
         for slot in 0..slots.len() {
-            let g = self.index(slots.group(slot));
-            let Table::Value(tables) = &self.tables[st] else {
-                unreachable!("the front checks the state's kind");
-            };
-            let pos = match tables.get(g) {
+            let pos = match self.values.get(self.index(slots.group(slot))) {
                 Some(t) => {
                     let pos = t.find(slots.key(slot));
-                    f(slot, pos.and_then(|p| t.get(p)));
+                    f(slot, pos.and_then(|p| t.get(p, ord)));
                     pos
                 }
                 None => {
@@ -144,14 +158,17 @@ impl Memory {
 
     /// Sets (or with `None` removes) the value of `slot`'s key.
     pub(crate) fn write_value(&mut self, st: usize, slots: &Slots, slot: usize, v: Option<&[u8]>) {
-        let pos = self.positions[st].get(slot).copied().flatten();
+        let (ord, pos) = (
+            self.ordinal(st),
+            self.positions[st].get(slot).copied().flatten(),
+        );
         let key = slots.key(slot);
-        let t = self.values(st, slots.group(slot));
+        let t = self.values(slots.group(slot));
         let (added, removed) = match (v, pos) {
-            (Some(v), Some(pos)) => (v.len(), t.set_at(pos, key, v)),
-            (Some(v), None) => (v.len(), t.set(key, v)),
+            (Some(v), Some(pos)) => (v.len(), t.set_at(pos, key, ord, v)),
+            (Some(v), None) => (v.len(), t.set(key, ord, v)),
             (None, _) => {
-                let removed = t.remove(key);
+                let removed = t.remove(key, ord);
                 if let Some(p) = self.positions[st].get_mut(slot) {
                     *p = None;
                 }
@@ -166,7 +183,8 @@ impl Memory {
     }
 
     pub(crate) fn put_value(&mut self, st: usize, group: u32, key: &[u8], v: &[u8]) {
-        match self.values(st, group).set(key, v) {
+        let ord = self.ordinal(st);
+        match self.values(group).set(key, ord, v) {
             Some(old) => self.bytes = self.bytes + v.len() - old,
             None => self.bytes += key.len() + v.len() + ENTRY_OVERHEAD,
         }
@@ -290,10 +308,11 @@ impl Memory {
     pub(crate) fn scan(&self, st: usize, group: u32, f: &mut impl FnMut(&[u8], Row<'_>)) {
         let g = self.index(group);
         match &self.tables[st] {
-            Table::Value(t) => t
+            &Table::Value(ord) => self
+                .values
                 .get(g)
                 .into_iter()
-                .flat_map(ValueTable::iter)
+                .flat_map(|t| t.iter(ord))
                 .for_each(|(k, v)| f(k, Row::Value(v))),
             Table::List(t) => {
                 for (k, list) in t.get(g).into_iter().flatten() {
@@ -317,9 +336,11 @@ impl Memory {
         let g = self.index(group);
         let mut freed = 0;
         match &mut self.tables[st] {
-            Table::Value(t) => {
-                if let Some(t) = t.get_mut(g) {
-                    t.retain(&keep, |k, v| freed += k.len() + v.len() + ENTRY_OVERHEAD);
+            &mut Table::Value(ord) => {
+                if let Some(t) = self.values.get_mut(g) {
+                    t.retain(ord, &keep, |k, v| {
+                        freed += k.len() + v.len() + ENTRY_OVERHEAD
+                    });
                 }
             }
             Table::List(t) => {

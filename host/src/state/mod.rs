@@ -252,10 +252,9 @@ pub enum StateError {
     Backend(String),
 }
 
-/// Keys and values up to 24 bytes live inside the hash table's bucket: a lookup then touches
-/// one cache line instead of chasing a pointer to a separate allocation.
+/// Keys up to 24 bytes live inside the hash table's bucket: a lookup then touches one cache
+/// line instead of chasing a pointer to a separate allocation.
 pub(crate) type Key = smallvec::SmallVec<[u8; 24]>;
-pub(crate) type Value = smallvec::SmallVec<[u8; 24]>;
 
 /// The hash map of hot paths: foldhash is several times faster than SipHash on short keys
 /// and, unlike FxHash, mixes well enough that similar short keys do not collide.
