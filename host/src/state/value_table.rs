@@ -134,14 +134,15 @@ impl ValueTable {
 
 /// The header at `at`: where the bytes after it start, and how many there are (`None`: no
 /// value).
+#[inline]
 fn header(values: &[u8], at: usize) -> (usize, Option<usize>) {
     match values[at] {
+        n if n < LONG => (at + 1, Some(n as usize)),
         ABSENT => (at + 1, None),
-        LONG => {
+        _ => {
             let len: [u8; 4] = values[at + 1..at + 5].try_into().expect("4 bytes");
             (at + 5, Some(u32::from_le_bytes(len) as usize))
         }
-        n => (at + 1, Some(n as usize)),
     }
 }
 
@@ -149,17 +150,18 @@ fn header(values: &[u8], at: usize) -> (usize, Option<usize>) {
 /// there are (`None`: no value). `Err(n)`: the values hold `n` states, none of them `ord`.
 fn locate(values: &[u8], ord: usize) -> Result<(usize, usize, Option<usize>), usize> {
     let mut at = 0;
-    for i in 0..=ord {
+    for i in 0..ord {
         if at == values.len() {
             return Err(i);
         }
         let (start, len) = header(values, at);
-        if i == ord {
-            return Ok((at, start, len));
-        }
         at = start + len.unwrap_or(0);
     }
-    unreachable!("the loop returns at i == ord")
+    if at == values.len() {
+        return Err(ord);
+    }
+    let (start, len) = header(values, at);
+    Ok((at, start, len))
 }
 
 fn value(values: &[u8], ord: usize) -> Option<&[u8]> {
