@@ -1,6 +1,6 @@
 //! The values of every value state of a subtask in one key group: an open-addressing hash
 //! table with one bucket per key, which holds the key and the key's values of all the value
-//! states inline (for up to 24 bytes of key and 32 of values).
+//! states inline (for up to 16 bytes of key and 32 of values: one cache line).
 //!
 //! One bucket per key rather than one table per state: an operator with several value
 //! states (a count, a sum, a last-seen time) reads and writes all of them for each key of a
@@ -26,8 +26,6 @@ use std::ops::Range;
 use hashbrown::HashTable;
 use smallvec::SmallVec;
 
-use super::Key;
-
 /// The header of a state without a value.
 const ABSENT: u8 = 0xFF;
 /// The header of a value of this many bytes or more: `LONG`, then the length as `u32` LE.
@@ -35,6 +33,9 @@ const LONG: u8 = 0xFE;
 
 /// A key's values, encoded as the module says.
 type Values = SmallVec<[u8; 32]>;
+
+/// A key, inline up to 16 bytes: with the values, a bucket is one cache line (64 bytes).
+type Key = SmallVec<[u8; 16]>;
 
 /// The bucket a key was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
