@@ -741,11 +741,20 @@ fn snapshots_move_between_backends_and_parallelisms() {
             )
         };
         let m = s.declare("m", StateKind::Map, Some(t)).unwrap();
+        // A second value state, on half the keys, some of which lose their `v`: the memory
+        // backend keeps a key's values of all value states together.
+        let w = s.declare("w", StateKind::Value, None).unwrap();
         for i in 0..300 {
             let key = format!("key-{i}");
             set(&mut s, v, &key, &i.to_string());
             add(&mut s, l, &key, ListWrite::Append, &["a", &key]);
             put(&mut s, m, &key, "x", Some(&key));
+            if i % 2 == 0 {
+                set(&mut s, w, &key, &format!("w{i}"));
+            }
+            if i % 3 == 0 {
+                clear(&mut s, v, &key);
+            }
         }
         let timers = vec![
             (TimeDomain::EventTime, 10, b"key-1".to_vec()),
@@ -757,7 +766,7 @@ fn snapshots_move_between_backends_and_parallelisms() {
         let mut bytes = Vec::new();
         s.snapshot(&mut bytes).unwrap();
         let whole = s.dump();
-        assert_eq!(whole.len(), 900);
+        assert_eq!(whole.len(), 200 + 150 + 300 + 300);
         for to in BACKENDS {
             let (mut back, _d) = open(to, 0..128, &clock);
             back.restore(&bytes).unwrap();
