@@ -1,6 +1,6 @@
-//! The memory backend: per key group a hash table of the values of all value states (see
-//! [`ValueTable`]), and per list or map state and key group a hash table; full snapshots
-//! only.
+//! The memory backend: per key group a hash table of the values of value states (see
+//! [`ValueTable`]; one for every [`CHUNK`] of them), and per list or map state and key group
+//! a hash table; full snapshots only.
 //!
 //! Entries are the bytes the front ([`super::KeyedState`]) hands over (with the TTL stamp in
 //! front where the state has one); this module knows nothing of TTL but how to drop entries
@@ -18,6 +18,11 @@ use super::{FastMap, Key, MAP_LOAD_LIMIT, Row, Slots, StateKind, Ttl};
 /// a guest can make the host hold, not to account for every byte.
 const ENTRY_OVERHEAD: usize = 64;
 
+/// Value states share a table in chunks of this many (by their ordinal among the value
+/// states): an operator's few value states share one, and finding a state's value among a
+/// key's walks at most this many headers however many value states an operator declares.
+const CHUNK: usize = 8;
+
 /// The tables of one state, one per key group of the subtask; empty until the state is first
 /// written, so that a state declared and never used costs next to nothing. A value state's
 /// values are in [`Memory::values`], under its ordinal among the value states.
@@ -33,8 +38,8 @@ pub(crate) struct Memory {
     groups: Range<u32>,
     /// By state id.
     tables: Vec<Table>,
-    /// By key group, once a value is written: every value state's values.
-    values: Vec<ValueTable>,
+    /// By chunk of value states ([`CHUNK`]), then by key group once a value is written.
+    values: Vec<Vec<ValueTable>>,
     /// How many value states there are.
     value_states: usize,
     /// By state id: where the last `read_values` found each slot's value, so that the write
@@ -92,6 +97,9 @@ impl Memory {
     pub(crate) fn declare(&mut self, _st: usize, _name: &str, kind: StateKind, _ttl: Option<Ttl>) {
         self.tables.push(match kind {
             StateKind::Value => {
+                if self.value_states.is_multiple_of(CHUNK) {
+                    self.values.push(Vec::new());
+                }
                 self.value_states += 1;
                 Table::Value(self.value_states - 1)
             }
@@ -116,18 +124,18 @@ impl Memory {
         (group - self.groups.start) as usize
     }
 
-    /// The ordinal of value state `st` among the value states.
-    fn ordinal(&self, st: usize) -> usize {
+    /// The chunk of value state `st` and its ordinal in the chunk.
+    fn ordinal(&self, st: usize) -> (usize, usize) {
         match self.tables[st] {
-            Table::Value(ord) => ord,
+            Table::Value(ord) => (ord / CHUNK, ord % CHUNK),
             _ => unreachable!("the front checks the state's kind"),
         }
     }
 
-    /// The value table of key group `group`, made if need be.
-    fn values(&mut self, group: u32) -> &mut ValueTable {
+    /// The value table of chunk `chunk` and key group `group`, made if need be.
+    fn values(&mut self, chunk: usize, group: u32) -> &mut ValueTable {
         let (g, n) = (self.index(group), self.groups.len());
-        &mut filled(&mut self.values, n)[g]
+        &mut filled(&mut self.values[chunk], n)[g]
     }
 
     pub(crate) fn read_values(
@@ -136,11 +144,11 @@ impl Memory {
         slots: &Slots,
         mut f: impl FnMut(usize, Option<&[u8]>),
     ) {
-        let ord = self.ordinal(st);
+        let (chunk, ord) = self.ordinal(st);
         let mut positions = std::mem::take(&mut self.positions[st]);
         positions.clear();
         for slot in 0..slots.len() {
-            let pos = match self.values.get(self.index(slots.group(slot))) {
+            let pos = match self.values[chunk].get(self.index(slots.group(slot))) {
                 Some(t) => {
                     let pos = t.find(slots.key(slot));
                     f(slot, pos.and_then(|p| t.get(p, ord)));
@@ -158,12 +166,12 @@ impl Memory {
 
     /// Sets (or with `None` removes) the value of `slot`'s key.
     pub(crate) fn write_value(&mut self, st: usize, slots: &Slots, slot: usize, v: Option<&[u8]>) {
-        let (ord, pos) = (
+        let ((chunk, ord), pos) = (
             self.ordinal(st),
             self.positions[st].get(slot).copied().flatten(),
         );
         let key = slots.key(slot);
-        let t = self.values(slots.group(slot));
+        let t = self.values(chunk, slots.group(slot));
         let (added, removed) = match (v, pos) {
             (Some(v), Some(pos)) => (v.len(), t.set_at(pos, key, ord, v)),
             (Some(v), None) => (v.len(), t.set(key, ord, v)),
@@ -183,8 +191,8 @@ impl Memory {
     }
 
     pub(crate) fn put_value(&mut self, st: usize, group: u32, key: &[u8], v: &[u8]) {
-        let ord = self.ordinal(st);
-        match self.values(group).set(key, ord, v) {
+        let (chunk, ord) = self.ordinal(st);
+        match self.values(chunk, group).set(key, ord, v) {
             Some(old) => self.bytes = self.bytes + v.len() - old,
             None => self.bytes += key.len() + v.len() + ENTRY_OVERHEAD,
         }
@@ -308,11 +316,10 @@ impl Memory {
     pub(crate) fn scan(&self, st: usize, group: u32, f: &mut impl FnMut(&[u8], Row<'_>)) {
         let g = self.index(group);
         match &self.tables[st] {
-            &Table::Value(ord) => self
-                .values
+            &Table::Value(ord) => self.values[ord / CHUNK]
                 .get(g)
                 .into_iter()
-                .flat_map(|t| t.iter(ord))
+                .flat_map(|t| t.iter(ord % CHUNK))
                 .for_each(|(k, v)| f(k, Row::Value(v))),
             Table::List(t) => {
                 for (k, list) in t.get(g).into_iter().flatten() {
@@ -337,8 +344,8 @@ impl Memory {
         let mut freed = 0;
         match &mut self.tables[st] {
             &mut Table::Value(ord) => {
-                if let Some(t) = self.values.get_mut(g) {
-                    t.retain(ord, &keep, |k, v| {
+                if let Some(t) = self.values[ord / CHUNK].get_mut(g) {
+                    t.retain(ord % CHUNK, &keep, |k, v| {
                         freed += k.len() + v.len() + ENTRY_OVERHEAD
                     });
                 }
@@ -418,6 +425,35 @@ mod tests {
         m.retain(0, 1, |_| false);
         m.write_list(1, 2, b"k", true, []);
         m.retain(2, 3, |_| false);
+        assert_eq!(m.bytes(), 0);
+    }
+
+    #[test]
+    fn value_states_over_several_chunks_keep_their_own_values() {
+        let n = 2 * CHUNK + 3;
+        let mut m = Memory::new(0..2);
+        for st in 0..n {
+            m.declare(st, "v", StateKind::Value, None);
+        }
+        let value = |st: usize| (!st.is_multiple_of(3)).then(|| format!("v{st}").into_bytes());
+        for st in 0..n {
+            if let Some(v) = value(st) {
+                m.put_value(st, 1, b"k", &v);
+            }
+        }
+        for st in 0..n {
+            let mut rows = Vec::new();
+            m.scan(st, 1, &mut |k, row| {
+                if let Row::Value(v) = row {
+                    rows.push((k.to_vec(), v.to_vec()));
+                }
+            });
+            let expected: Vec<_> = value(st).map(|v| (b"k".to_vec(), v)).into_iter().collect();
+            assert_eq!(rows, expected, "state {st}");
+        }
+        for st in 0..n {
+            m.retain(st, 1, |_| false);
+        }
         assert_eq!(m.bytes(), 0);
     }
 }

@@ -1,6 +1,7 @@
-//! The values of every value state of a subtask in one key group: an open-addressing hash
-//! table with one bucket per key, which holds the key and the key's values of all the value
-//! states inline (for up to 16 bytes of key and 32 of values: one cache line).
+//! The values of the value states of a subtask (up to eight of them: `memory::CHUNK`) in one
+//! key group: an open-addressing hash table with one bucket per key, which holds the key and
+//! the key's values of all those states inline (for up to 16 bytes of key and 32 of values:
+//! one cache line).
 //!
 //! One bucket per key rather than one table per state: an operator with several value
 //! states (a count, a sum, a last-seen time) reads and writes all of them for each key of a
@@ -8,7 +9,7 @@
 //! buckets do not stay cached from `load` to `store`, since the guest's work comes between).
 //! Here the first state's lookup brings the key's values in, and the others find them there.
 //!
-//! A value state is named by its ordinal among the subtask's value states. A key's values
+//! A value state is named by its ordinal among the table's states. A key's values
 //! are one byte string, per ordinal a header and that many bytes: a length below [`LONG`] in
 //! one byte, [`LONG`] and the length as `u32` LE, or [`ABSENT`] for no value. The states
 //! after the last one the key has a value of are left out; a key without values has no
