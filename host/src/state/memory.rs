@@ -40,8 +40,6 @@ pub(crate) struct Memory {
     tables: Vec<Table>,
     /// By chunk of value states ([`CHUNK`]), then by key group once a value is written.
     values: Vec<Vec<ValueTable>>,
-    /// How many value states there are.
-    value_states: usize,
     /// By state id: where the last `read_values` found each slot's value, so that the write
     /// that usually follows needs no second lookup (a checked hint: see [`ValueTable`]).
     positions: Vec<Vec<Option<ValuePos>>>,
@@ -87,7 +85,6 @@ impl Memory {
             groups,
             tables: Vec::new(),
             values: Vec::new(),
-            value_states: 0,
             positions: Vec::new(),
             bytes: 0,
             scratch: Vec::new(),
@@ -97,11 +94,13 @@ impl Memory {
     pub(crate) fn declare(&mut self, _st: usize, _name: &str, kind: StateKind, _ttl: Option<Ttl>) {
         self.tables.push(match kind {
             StateKind::Value => {
-                if self.value_states.is_multiple_of(CHUNK) {
+                let ord = (self.tables.iter())
+                    .filter(|t| matches!(t, Table::Value(_)))
+                    .count();
+                if ord.is_multiple_of(CHUNK) {
                     self.values.push(Vec::new());
                 }
-                self.value_states += 1;
-                Table::Value(self.value_states - 1)
+                Table::Value(ord)
             }
             StateKind::List => Table::List(Vec::new()),
             StateKind::Map => Table::Map(Vec::new()),
@@ -316,11 +315,16 @@ impl Memory {
     pub(crate) fn scan(&self, st: usize, group: u32, f: &mut impl FnMut(&[u8], Row<'_>)) {
         let g = self.index(group);
         match &self.tables[st] {
-            &Table::Value(ord) => self.values[ord / CHUNK]
-                .get(g)
-                .into_iter()
-                .flat_map(|t| t.iter(ord % CHUNK))
-                .for_each(|(k, v)| f(k, Row::Value(v))),
+            Table::Value(_) => {
+                let (chunk, ord) = self.ordinal(st);
+                for (k, v) in self.values[chunk]
+                    .get(g)
+                    .into_iter()
+                    .flat_map(|t| t.iter(ord))
+                {
+                    f(k, Row::Value(v));
+                }
+            }
             Table::List(t) => {
                 for (k, list) in t.get(g).into_iter().flatten() {
                     list.elements().for_each(|e| f(k, Row::Element(e)));
@@ -343,9 +347,10 @@ impl Memory {
         let g = self.index(group);
         let mut freed = 0;
         match &mut self.tables[st] {
-            &mut Table::Value(ord) => {
-                if let Some(t) = self.values[ord / CHUNK].get_mut(g) {
-                    t.retain(ord % CHUNK, &keep, |k, v| {
+            Table::Value(_) => {
+                let (chunk, ord) = self.ordinal(st);
+                if let Some(t) = self.values[chunk].get_mut(g) {
+                    t.retain(ord, &keep, |k, v| {
                         freed += k.len() + v.len() + ENTRY_OVERHEAD
                     });
                 }

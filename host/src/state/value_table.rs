@@ -173,26 +173,25 @@ fn value(values: &[u8], ord: usize) -> Option<&[u8]> {
     }
 }
 
-/// `value` with its header.
-fn encoded(value: &[u8]) -> SmallVec<[u8; 32]> {
-    let mut out = SmallVec::new();
-    match u8::try_from(value.len()) {
-        Ok(n) if n < LONG => out.push(n),
+/// The header of a value of `len` bytes.
+fn header_of(len: usize) -> SmallVec<[u8; 5]> {
+    match u8::try_from(len) {
+        Ok(n) if n < LONG => SmallVec::from_slice(&[n]),
         _ => {
-            out.push(LONG);
-            let len = u32::try_from(value.len()).expect("state values are at most 4 GiB");
-            out.extend_from_slice(&len.to_le_bytes());
+            let len = u32::try_from(len).expect("state values are at most 4 GiB");
+            let mut h = SmallVec::from_slice(&[LONG]);
+            h.extend_from_slice(&len.to_le_bytes());
+            h
         }
     }
-    out.extend_from_slice(value);
-    out
 }
 
-/// Replaces `range` of `values` with `with`.
-fn splice(values: &mut Values, range: Range<usize>, with: &[u8]) {
+/// Replaces `range` of `values` with `header` and `value`.
+fn splice(values: &mut Values, range: Range<usize>, header: &[u8], value: &[u8]) {
     let at = range.start;
     values.drain(range);
-    values.insert_from_slice(at, with);
+    values.insert_from_slice(at, header);
+    values.insert_from_slice(at + header.len(), value);
 }
 
 /// Sets state `ord`'s value; returns the length of the one it replaced. A value of the same
@@ -204,12 +203,18 @@ fn put(values: &mut Values, ord: usize, value: &[u8]) -> Option<usize> {
             Some(old)
         }
         Ok((at, start, old)) => {
-            splice(values, at..start + old.unwrap_or(0), &encoded(value));
+            splice(
+                values,
+                at..start + old.unwrap_or(0),
+                &header_of(value.len()),
+                value,
+            );
             old
         }
         Err(held) => {
             values.extend((held..ord).map(|_| ABSENT));
-            values.extend_from_slice(&encoded(value));
+            values.extend_from_slice(&header_of(value.len()));
+            values.extend_from_slice(value);
             None
         }
     }
@@ -221,7 +226,7 @@ fn take(values: &mut Values, ord: usize) -> Option<usize> {
     let Ok((at, start, Some(old))) = locate(values, ord) else {
         return None;
     };
-    splice(values, at..start + old, &[ABSENT]);
+    splice(values, at..start + old, &[ABSENT], &[]);
     // Cut after the last state with a value.
     let (mut at, mut end) = (0, 0);
     while at < values.len() {
