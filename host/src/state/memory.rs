@@ -43,6 +43,8 @@ pub(crate) struct Memory {
     /// By state id: where the last `read_values` found each slot's value, so that the write
     /// that usually follows needs no second lookup (a checked hint: see [`ValueTable`]).
     positions: Vec<Vec<Option<ValuePos>>>,
+    /// Per key slot of the batch `read_values` reads, its hash in its table (reused).
+    hashes: Vec<u64>,
     /// What every entry holds, keys, values and [`ENTRY_OVERHEAD`].
     bytes: usize,
     /// Reused by map writes.
@@ -86,6 +88,7 @@ impl Memory {
             tables: Vec::new(),
             values: Vec::new(),
             positions: Vec::new(),
+            hashes: Vec::new(),
             bytes: 0,
             scratch: Vec::new(),
         }
@@ -146,10 +149,23 @@ impl Memory {
         let (chunk, ord) = self.ordinal(st);
         let mut positions = std::mem::take(&mut self.positions[st]);
         positions.clear();
-        for slot in 0..slots.len() {
-            let pos = match self.values[chunk].get(self.index(slots.group(slot))) {
+        let mut hashes = std::mem::take(&mut self.hashes);
+        hashes.clear();
+        // First every key's bucket is asked for, then read: the reads of a batch's keys wait
+        // for memory together rather than one after another.
+        let table = |slot| self.values[chunk].get(self.index(slots.group(slot)));
+        hashes.extend((0..slots.len()).map(|slot| match table(slot) {
+            Some(t) => {
+                let hash = t.hash(slots.key(slot));
+                t.prefetch(hash);
+                hash
+            }
+            None => 0,
+        }));
+        for (slot, &hash) in hashes.iter().enumerate() {
+            let pos = match table(slot) {
                 Some(t) => {
-                    let pos = t.find(slots.key(slot));
+                    let pos = t.find_hashed(hash, slots.key(slot));
                     f(slot, pos.and_then(|p| t.get(p, ord)));
                     pos
                 }
@@ -161,6 +177,7 @@ impl Memory {
             positions.push(pos);
         }
         self.positions[st] = positions;
+        self.hashes = hashes;
     }
 
     /// Sets (or with `None` removes) the value of `slot`'s key.

@@ -1131,3 +1131,18 @@ impl KeyedState {
 
 #[cfg(test)]
 mod tests;
+
+/// Asks the CPU to start loading the cache line of `value`, without waiting for it.
+#[inline(always)]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees, cannot fault and
+    // changes no memory; the pointer comes from a live reference besides.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}

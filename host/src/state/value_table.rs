@@ -38,26 +38,60 @@ type Values = SmallVec<[u8; 32]>;
 /// A key, inline up to 16 bytes: with the values, a bucket is one cache line (64 bytes).
 type Key = SmallVec<[u8; 16]>;
 
+/// A key and its values, aligned to a cache line so that a bucket of up to 16 bytes of key
+/// and 32 of values is one line, not parts of two.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Bucket(Key, Values);
+
+// Keys and values inline up to the sizes above fill exactly one line.
+const _: () = assert!(size_of::<Bucket>() == 64);
+
 /// The bucket a key was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValuePos(usize);
 
 #[derive(Debug, Default)]
 pub(crate) struct ValueTable {
-    table: HashTable<(Key, Values)>,
+    table: HashTable<Bucket>,
     hasher: foldhash::fast::RandomState,
 }
 
 impl ValueTable {
+    #[cfg(test)]
     pub(crate) fn find(&self, key: &[u8]) -> Option<ValuePos> {
+        self.find_hashed(self.hash(key), key)
+    }
+
+    /// The hash of `key` in this table, for [`prefetch`](Self::prefetch) and
+    /// [`find_hashed`](Self::find_hashed).
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// [`find`](Self::find) of a key whose [`hash`](Self::hash) is known.
+    pub(crate) fn find_hashed(&self, hash: u64, key: &[u8]) -> Option<ValuePos> {
         self.table
-            .find_bucket_index(self.hasher.hash_one(key), |(k, _)| k[..] == *key)
+            .find_bucket_index(hash, |Bucket(k, _)| k[..] == *key)
             .map(ValuePos)
+    }
+
+    /// Starts loading the bucket a key of `hash` most likely is in (the first whose tag
+    /// matches, found without reading any bucket), so that finding it soon after does not
+    /// wait for memory.
+    pub(crate) fn prefetch(&self, hash: u64) {
+        if let Some(bucket) = self
+            .table
+            .find_bucket_index(hash, |_| true)
+            .and_then(|i| self.table.get_bucket(i))
+        {
+            super::prefetch(bucket);
+        }
     }
 
     /// The value of state `ord` of the key at `pos`.
     pub(crate) fn get(&self, pos: ValuePos, ord: usize) -> Option<&[u8]> {
-        let (_, values) = self.table.get_bucket(pos.0)?;
+        let Bucket(_, values) = self.table.get_bucket(pos.0)?;
         value(values, ord)
     }
 
@@ -71,7 +105,7 @@ impl ValueTable {
         value: &[u8],
     ) -> Option<usize> {
         match self.table.get_bucket_mut(pos.0) {
-            Some((k, values)) if k[..] == *key => put(values, ord, value),
+            Some(Bucket(k, values)) if k[..] == *key => put(values, ord, value),
             _ => self.set(key, ord, value),
         }
     }
@@ -80,13 +114,15 @@ impl ValueTable {
     pub(crate) fn set(&mut self, key: &[u8], ord: usize, value: &[u8]) -> Option<usize> {
         let hasher = &self.hasher;
         let hash = hasher.hash_one(key);
-        match self.table.find_mut(hash, |(k, _)| k[..] == *key) {
-            Some((_, values)) => put(values, ord, value),
+        match self.table.find_mut(hash, |Bucket(k, _)| k[..] == *key) {
+            Some(Bucket(_, values)) => put(values, ord, value),
             None => {
                 let mut values = Values::new();
                 put(&mut values, ord, value);
                 self.table
-                    .insert_unique(hash, (key.into(), values), |(k, _)| hasher.hash_one(&k[..]));
+                    .insert_unique(hash, Bucket(key.into(), values), |Bucket(k, _)| {
+                        hasher.hash_one(&k[..])
+                    });
                 None
             }
         }
@@ -95,7 +131,10 @@ impl ValueTable {
     /// Removes the value of state `ord` of `key`; returns its length, if there was one.
     pub(crate) fn remove(&mut self, key: &[u8], ord: usize) -> Option<usize> {
         let hash = self.hasher.hash_one(key);
-        let mut entry = self.table.find_entry(hash, |(k, _)| k[..] == *key).ok()?;
+        let mut entry = self
+            .table
+            .find_entry(hash, |Bucket(k, _)| k[..] == *key)
+            .ok()?;
         let removed = take(&mut entry.get_mut().1, ord);
         if entry.get().1.is_empty() {
             entry.remove();
@@ -107,7 +146,7 @@ impl ValueTable {
     pub(crate) fn iter(&self, ord: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.table
             .iter()
-            .filter_map(move |(k, values)| Some((&k[..], value(values, ord)?)))
+            .filter_map(move |Bucket(k, values)| Some((&k[..], value(values, ord)?)))
     }
 
     /// Keeps the values of state `ord` that `keep` accepts; calls `removed` with each other
@@ -118,7 +157,7 @@ impl ValueTable {
         mut keep: impl FnMut(&[u8]) -> bool,
         mut removed: impl FnMut(&[u8], &[u8]),
     ) {
-        self.table.retain(|(k, values)| {
+        self.table.retain(|Bucket(k, values)| {
             let drop = match value(values, ord) {
                 Some(v) if !keep(v) => {
                     removed(k, v);
