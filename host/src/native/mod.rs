@@ -180,16 +180,12 @@ impl Operator for CountWords {
         // written back in one.
         self.slots.clear();
         self.record_slots.clear();
-        let mut index: FastMap<&[u8], u32> =
-            FastMap::with_capacity_and_hasher(input.len(), Default::default());
         for rec in input.iter() {
             let key = rec.key.ok_or_else(|| {
                 OperatorError::Contract("count_words got a record without a key".into())
             })?;
-            let (slots, state) = (&mut self.slots, &self.state);
-            let slot = *index
-                .entry(key)
-                .or_insert_with(|| slots.push(key, state.key_group(key)));
+            let state = &self.state;
+            let (slot, _) = self.slots.slot_of(key, || state.key_group(key));
             self.record_slots.push(slot);
         }
         let counts = &mut self.counts;

@@ -14,9 +14,11 @@
 //! Values are opaque bytes (the guest SDK encodes them).
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::ops::Range;
 use std::path::PathBuf;
 
+use hashbrown::HashTable;
 use serde::Deserialize;
 use weir_wire::{
     DecodeError, ListOp, MapOp, ValueOp, put_bytes, put_opt_bytes, put_u32, read_list_ops,
@@ -275,6 +277,10 @@ pub(crate) enum Row<'a> {
 pub struct Slots {
     bytes: Vec<u8>,
     slots: Vec<Slot>,
+    /// The slots by key, kept from batch to batch (cleared, not freed): a table made per
+    /// batch, sized for its records, was written into cold memory every time.
+    index: HashTable<u32>,
+    hasher: foldhash::fast::FixedState,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -290,19 +296,43 @@ impl Slots {
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.slots.clear();
+        self.index.clear();
     }
 
-    /// Adds the key of the next slot, of key group `group`; returns its slot.
+    /// The slot of `key`, of key group `group`; a key not seen yet gets the next slot.
     pub fn push(&mut self, key: &[u8], group: u32) -> u32 {
-        let at = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(key);
-        self.slots.push(Slot {
-            at,
-            len: key.len() as u32,
-            group,
-            time: NO_TIME,
-        });
-        (self.slots.len() - 1) as u32
+        self.slot_of(key, || group).0
+    }
+
+    /// The slot of `key` and whether it is new; a key not seen yet gets the next slot, of
+    /// key group `group()` (asked for new keys only).
+    pub fn slot_of(&mut self, key: &[u8], group: impl FnOnce() -> u32) -> (u32, bool) {
+        let Slots {
+            bytes,
+            slots,
+            index,
+            hasher,
+        } = self;
+        let key_of = |s: &Slot| &bytes[s.at as usize..(s.at + s.len) as usize];
+        match index.entry(
+            hasher.hash_one(key),
+            |&i| key_of(&slots[i as usize]) == key,
+            |&i| hasher.hash_one(key_of(&slots[i as usize])),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(e) => (*e.get(), false),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let slot = slots.len() as u32;
+                slots.push(Slot {
+                    at: bytes.len() as u32,
+                    len: key.len() as u32,
+                    group: group(),
+                    time: NO_TIME,
+                });
+                bytes.extend_from_slice(key);
+                e.insert(slot);
+                (slot, true)
+            }
+        }
     }
 
     /// Notes that a record of `slot`'s key has event time `ts`.

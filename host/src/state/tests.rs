@@ -1188,3 +1188,33 @@ fn timers_without_state_open_rocksdb_when_they_spill_and_come_back_from_a_checkp
         None
     );
 }
+
+#[test]
+fn slots_number_distinct_keys_in_order_and_start_over_when_cleared() {
+    let mut slots = Slots::default();
+    for batch in 0..3 {
+        slots.clear();
+        // Enough keys that the index grows several times within a batch.
+        let keys: Vec<String> = (0..2_000)
+            .map(|i| format!("k{}", (i * 7 + batch) % 1_500))
+            .collect();
+        let mut first = Vec::new();
+        for key in &keys {
+            let (slot, new) = slots.slot_of(key.as_bytes(), || key.len() as u32);
+            let at = first.iter().position(|k| k == key);
+            assert_eq!(new, at.is_none(), "{key}");
+            if new {
+                first.push(key.clone());
+            }
+            assert_eq!(slot as usize, at.unwrap_or(first.len() - 1), "{key}");
+        }
+        assert_eq!(slots.len(), 1_500);
+        for (slot, key) in first.iter().enumerate() {
+            assert_eq!(slots.key(slot), key.as_bytes());
+            assert_eq!(slots.group(slot), key.len() as u32);
+        }
+        // `push` of a key the batch has already gives its slot.
+        assert_eq!(slots.push(first[3].as_bytes(), 0), 3);
+        assert_eq!(slots.len(), 1_500);
+    }
+}

@@ -296,17 +296,19 @@ impl Operator for WasmOperator {
         let data = self.store.data_mut();
         let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
         writer.from_input(which);
-        let mut slots: FastMap<&[u8], u32> =
-            FastMap::with_capacity_and_hasher(input.len(), Default::default());
         // Keys precede records in the buffer: one pass finds each record's slot (one hash
         // per record), the second writes the records.
         self.record_slots.clear();
         self.record_slots
             .extend(input.iter().map(|rec| match rec.key {
-                Some(key) => *slots.entry(key).or_insert_with(|| {
-                    data.add_key(key);
-                    writer.key(key)
-                }),
+                Some(key) => {
+                    let (slot, new) = data.key_slot(key);
+                    if new {
+                        let at = writer.key(key);
+                        debug_assert_eq!(at, slot, "the guest's key table follows the slots");
+                    }
+                    slot
+                }
                 None => NO_KEY,
             }));
         for (rec, &slot) in input.iter().zip(&self.record_slots) {

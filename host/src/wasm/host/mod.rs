@@ -261,8 +261,13 @@ impl HostState {
 
     /// Adds the next distinct key of the call being prepared; returns its slot.
     pub(crate) fn add_key(&mut self, key: &[u8]) -> u32 {
-        let group = self.state.key_group(key);
-        self.slots.push(key, group)
+        self.key_slot(key).0
+    }
+
+    /// The slot of `key` in this call, and whether it is new.
+    pub(crate) fn key_slot(&mut self, key: &[u8]) -> (u32, bool) {
+        let state = &self.state;
+        self.slots.slot_of(key, || state.key_group(key))
     }
 
     /// Notes event time `ts` of a record (or timer) of `slot`'s key, for event-time TTL.
