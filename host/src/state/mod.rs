@@ -280,7 +280,7 @@ pub struct Slots {
     /// The slots by key, kept from batch to batch (cleared, not freed): a table made per
     /// batch, sized for its records, was written into cold memory every time.
     index: HashTable<u32>,
-    hasher: foldhash::fast::FixedState,
+    hasher: foldhash::fast::RandomState,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,7 @@ use crate::batch::{BATCH_RECORDS, Batch};
 use crate::operator::{
     FailureKind, InstanceUsage, Operator, OperatorContext, OperatorError, Snapshot,
 };
-use crate::state::{FastMap, StateSetup};
+use crate::state::StateSetup;
 use std::path::Path;
 
 /// A record without key in [`WasmOperator::record_slots`].
@@ -239,18 +239,14 @@ impl WasmOperator {
     ) -> Result<(), OperatorError> {
         self.begin(Hook::OnTimers);
         let data = self.store.data_mut();
-        let mut slots: FastMap<&[u8], u32> = FastMap::default();
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut entries = Vec::with_capacity(fired.len());
         for (ts, key) in fired {
-            let slot = *slots.entry(&key[..]).or_insert_with(|| {
-                keys.push(&key[..]);
-                (keys.len() - 1) as u32
-            });
+            let (slot, new) = data.key_slot(key);
+            if new {
+                keys.push(key);
+            }
             entries.push((domain, slot, *ts));
-        }
-        for k in &keys {
-            data.add_key(k);
         }
         for &(_, slot, ts) in &entries {
             data.note_time(slot, ts);

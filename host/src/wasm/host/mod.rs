@@ -259,12 +259,7 @@ impl HostState {
         self.last_error = None;
     }
 
-    /// Adds the next distinct key of the call being prepared; returns its slot.
-    pub(crate) fn add_key(&mut self, key: &[u8]) -> u32 {
-        self.key_slot(key).0
-    }
-
-    /// The slot of `key` in this call, and whether it is new.
+    /// The slot of `key` in the call being prepared, and whether it is new (the next slot).
     pub(crate) fn key_slot(&mut self, key: &[u8]) -> (u32, bool) {
         let state = &self.state;
         self.slots.slot_of(key, || state.key_group(key))
