@@ -15,9 +15,10 @@
 //! after the last one the key has a value of are left out; a key without values has no
 //! bucket.
 //!
-//! A key found once with [`ValueTable::find`] can be read and written through its
+//! A key found once with [`ValueTable::find_hashed`] can be read and written through its
 //! [`ValuePos`] (the bucket) without hashing and probing again. The WASM host relies on this:
-//! `load` finds every key of a batch, `store` writes back by position. A position is only a
+//! `load` finds every key of a batch (after [`ValueTable::prefetch`] of them all), `store`
+//! writes back by position. A position is only a
 //! hint: `set_at` checks that the bucket still holds the key and falls back to a lookup when
 //! the table changed.
 
@@ -69,7 +70,7 @@ impl ValueTable {
         self.hasher.hash_one(key)
     }
 
-    /// [`find`](Self::find) of a key whose [`hash`](Self::hash) is known.
+    /// The bucket of `key`, whose [`hash`](Self::hash) is known, if it has one.
     pub(crate) fn find_hashed(&self, hash: u64, key: &[u8]) -> Option<ValuePos> {
         self.table
             .find_bucket_index(hash, |Bucket(k, _)| k[..] == *key)
