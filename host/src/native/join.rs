@@ -313,21 +313,13 @@ impl JoinOperator {
     /// Pops the timers due at `upto`, at most a batch's worth, into `slots`.
     fn due(&mut self, upto: i64, slots: &mut Slots) -> Result<Vec<(i64, u32)>, OperatorError> {
         let mut due = Vec::new();
-        let mut index: FastMap<crate::state::Key, u32> = FastMap::default();
         while due.len() < crate::batch::BATCH_RECORDS
             && let Some((t, key)) = (self.state)
                 .pop_timer(TimeDomain::EventTime, upto)
                 .map_err(OperatorError::timers)?
         {
-            let slot = match index.get(&key) {
-                Some(&slot) => slot,
-                None => {
-                    let slot = slots.push(&key, self.state.key_group(&key));
-                    index.insert(key, slot);
-                    slot
-                }
-            };
-            due.push((t, slot));
+            let state = &self.state;
+            due.push((t, slots.slot_of(&key, || state.key_group(&key)).0));
         }
         Ok(due)
     }
@@ -393,7 +385,14 @@ impl Operator for JoinOperator {
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let s = usize::from(which.min(1));
-        let (slots, index) = keyed_slots(&self.state, input, ("join", &self.name))?;
+        let (mut slots, mut record_slots) = (Slots::default(), Vec::new());
+        keyed_slots(
+            &self.state,
+            input,
+            &mut slots,
+            &mut record_slots,
+            ("join", &self.name),
+        )?;
         // An interval join pairs with the other side's records as they are.
         let mut buf = Vec::new();
         let others = match self.spec.kind {
@@ -402,7 +401,7 @@ impl Operator for JoinOperator {
         };
         let mut pending: FastMap<(u32, i64), Vec<u8>> = FastMap::default();
         let mut late = Batch::default();
-        for rec in input.iter() {
+        for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
             let ts = rec.timestamp.ok_or_else(|| {
                 OperatorError::Failed(format!(
@@ -412,7 +411,6 @@ impl Operator for JoinOperator {
                     crate::wasm::describe_bytes(key)
                 ))
             })?;
-            let slot = index[key];
             let mut kept = false;
             if self.spec.kind == JoinKind::Interval {
                 if self.is_late(ts) {

@@ -12,7 +12,7 @@ use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use std::path::Path;
 
-use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
+use crate::state::{KeyedState, Slots, StateId, StateKind, StateSetup};
 
 /// Names of the built-in operators, for `native = "..."` in a job spec.
 pub const NAMES: &[&str] = &["split_words", "count_words"];
@@ -88,27 +88,27 @@ fn keyed_state(
     Ok((state, id))
 }
 
-/// The distinct keys of `input` as slots, with each key's slot; a record without a key is
-/// an error naming the operator (`what` `name`) and the fix.
-fn keyed_slots<'b>(
+/// The distinct keys of `input` into `slots` and each record's slot into `record_slots`
+/// (both emptied first; one hash per record); a record without a key is an error naming the
+/// operator (`what` `name`) and the fix.
+fn keyed_slots(
     state: &KeyedState,
-    input: &'b Batch,
+    input: &Batch,
+    slots: &mut Slots,
+    record_slots: &mut Vec<u32>,
     (what, name): (&str, &str),
-) -> Result<(Slots, FastMap<&'b [u8], u32>), OperatorError> {
-    let mut slots = Slots::default();
-    let mut index: FastMap<&[u8], u32> =
-        FastMap::with_capacity_and_hasher(input.len(), Default::default());
+) -> Result<(), OperatorError> {
+    slots.clear();
+    record_slots.clear();
     for rec in input.iter() {
         let key = rec.key.ok_or_else(|| {
             OperatorError::Contract(format!(
                 "{what} \"{name}\" got a record without a key; key its input (edge = \"key_by\")"
             ))
         })?;
-        index
-            .entry(key)
-            .or_insert_with(|| slots.push(key, state.key_group(key)));
+        record_slots.push(slots.slot_of(key, || state.key_group(key)).0);
     }
-    Ok((slots, index))
+    Ok(())
 }
 
 /// Checkpoint `n` of a native operator's keyed state into `snapshot`.
@@ -178,16 +178,13 @@ impl Operator for CountWords {
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
         // As a guest does: the batch's distinct keys, their counts read in one call and
         // written back in one.
-        self.slots.clear();
-        self.record_slots.clear();
-        for rec in input.iter() {
-            let key = rec.key.ok_or_else(|| {
-                OperatorError::Contract("count_words got a record without a key".into())
-            })?;
-            let state = &self.state;
-            let (slot, _) = self.slots.slot_of(key, || state.key_group(key));
-            self.record_slots.push(slot);
-        }
+        keyed_slots(
+            &self.state,
+            input,
+            &mut self.slots,
+            &mut self.record_slots,
+            ("operator", "count_words"),
+        )?;
         let counts = &mut self.counts;
         counts.clear();
         self.state

@@ -32,7 +32,7 @@ use weir_wire::{
 use super::{keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
-use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
+use crate::state::{KeyedState, Slots, StateId, StateKind, StateSetup};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
 /// `window = { ... }` of an operator: a keyed window over event time.
@@ -950,18 +950,13 @@ impl WindowOperator {
                 return Ok(());
             }
             let mut slots = Slots::default();
-            let mut index: FastMap<&[u8], u32> = FastMap::default();
-            for (_, key) in &due {
-                let group = self.state.key_group(key);
-                index
-                    .entry(&key[..])
-                    .or_insert_with(|| slots.push(key, group));
-            }
+            let due_slots: Vec<u32> = (due.iter())
+                .map(|(_, key)| slots.slot_of(key, || self.state.key_group(key)).0)
+                .collect();
             let mut open = self.load(&slots)?;
             let mut dropped = Vec::new();
             let mut firing = Vec::new();
-            for (t, key) in &due {
-                let slot = index[&key[..]];
+            for ((t, key), &slot) in due.iter().zip(&due_slots) {
                 for w in &open[slot as usize] {
                     if w.max_timestamp() == *t {
                         firing.push((&key[..], w));
@@ -999,13 +994,20 @@ impl Operator for WindowOperator {
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
-        let (slots, index) = keyed_slots(&self.state, input, ("window", &self.name))?;
+        let (mut slots, mut record_slots) = (Slots::default(), Vec::new());
+        keyed_slots(
+            &self.state,
+            input,
+            &mut slots,
+            &mut record_slots,
+            ("window", &self.name),
+        )?;
         let mut open = self.load(&slots)?;
         let mut late = Batch::default();
         let mut dropped = Vec::new();
         let mut refire = Vec::new();
         let now = self.clock.now_ms();
-        for rec in input.iter() {
+        for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
             let ts = match self.domain {
                 TimeDomain::ProcessingTime => Some(now),
@@ -1020,7 +1022,6 @@ impl Operator for WindowOperator {
                 ))
             })?;
             let value = (self.value(rec.value, key)?, rec.value);
-            let slot = index[key];
             let windows = &mut open[slot as usize];
             let counted = if self.spec.kind == WindowKind::Session {
                 self.add_to_session(
