@@ -1200,9 +1200,17 @@ fn slots_number_distinct_keys_in_order_and_start_over_when_cleared() {
             .collect();
         let mut first = Vec::new();
         for key in &keys {
-            let (slot, new) = slots.slot_of(key.as_bytes(), || key.len() as u32);
+            let mut asked = false;
+            let (slot, new) = slots.slot_of(key.as_bytes(), || {
+                asked = true;
+                key.len() as u32
+            });
             let at = first.iter().position(|k| k == key);
             assert_eq!(new, at.is_none(), "{key}");
+            assert_eq!(
+                asked, new,
+                "the key group is asked for new keys only: {key}"
+            );
             if new {
                 first.push(key.clone());
             }
