@@ -9,10 +9,13 @@ use anyhow::{Context, Result, bail};
 use crate::bench::number;
 use crate::{build_weir, cargo, guests, services};
 
-/// The crash tests: exactly-once word count into files, and PostgreSQL in append, upsert and
-/// write-ahead delivery.
+/// The crash tests: exactly-once word count into files (memory and RocksDB state, aligned and
+/// unaligned checkpoints), and PostgreSQL in append, upsert and write-ahead delivery.
 const TESTS: &[&str] = &[
     "exactly_once::exactly_once_state_and_file_output_survive_sigkill",
+    "exactly_once::exactly_once_on_rocksdb_survives_sigkill",
+    "exactly_once::unaligned_checkpoints_survive_sigkill",
+    "exactly_once::unaligned_checkpoints_on_rocksdb_survive_sigkill",
     "postgres::append_mode_commits_every_row_exactly_once_across_sigkills",
     "postgres::upsert_mode_holds_the_batch_query_result_across_sigkills",
     "postgres::write_ahead_delivery_holds_the_batch_query_result_across_sigkills",
