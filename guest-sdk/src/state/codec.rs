@@ -173,6 +173,38 @@ pub(crate) fn decode<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<
     decode_any(codec, bytes)
 }
 
+/// Decodes a `T` from a CBOR integer, as [`decode`] decodes it from the integer's bytes.
+#[inline(always)]
+pub(crate) fn decode_int<T: DeserializeOwned>(int: Int) -> Result<T, CodecError> {
+    T::deserialize(CborInt(int)).or_else(|_| decode_int_any(int))
+}
+
+#[inline(never)]
+fn decode_int_any<T: DeserializeOwned>(int: Int) -> Result<T, CodecError> {
+    let mut bytes = Vec::with_capacity(9);
+    put_int(&mut bytes, int);
+    decode_any(Codec::Cbor, &bytes)
+}
+
+/// The integer `value` is in CBOR, if it is one of at most 64 bits (through options and
+/// newtypes, as [`encode`] writes them): [`put_int`] writes the bytes `encode` would.
+#[inline(always)]
+pub(crate) fn int_of<T: Serialize + ?Sized>(value: &T) -> Option<Int> {
+    let mut int = None;
+    value.serialize(Direct(&mut int)).ok()?;
+    int
+}
+
+/// Appends the CBOR encoding of `int`.
+#[inline(always)]
+pub(crate) fn put_int(buf: &mut Vec<u8>, int: Int) {
+    match int {
+        Int::Unsigned(n) => put_head(buf, 0, n),
+        // CBOR's negative integers are -1 - n.
+        Int::Negative(v) => put_head(buf, 0x20, (-1 - v) as u64),
+    }
+}
+
 #[inline(never)]
 fn decode_any<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, CodecError> {
     match codec {
@@ -185,8 +217,8 @@ fn decode_any<T: DeserializeOwned>(codec: Codec, bytes: &[u8]) -> Result<T, Code
 /// cbor4ii: its reader copies an integer's bytes with a copy of variable length, which in a
 /// guest is a `memory.copy` (a call out of the guest, see [`extend_bytes`]) for every count
 /// of 24 or more. (Integers are encoded without it too, by [`Direct`].)
-#[derive(Clone, Copy)]
-enum Int {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Int {
     Unsigned(u64),
     Negative(i64),
 }
@@ -194,7 +226,7 @@ enum Int {
 /// The integer `bytes` encode when they are exactly one CBOR integer (major type 0 or 1) that
 /// fits in 64 bits.
 #[inline(always)]
-fn cbor_int(bytes: &[u8]) -> Option<Int> {
+pub(crate) fn cbor_int(bytes: &[u8]) -> Option<Int> {
     let (&first, rest) = bytes.split_first()?;
     let n = match (first & 0x1f, rest.len()) {
         (n @ 0..=23, 0) => u64::from(n),
@@ -253,7 +285,42 @@ fn put_head(buf: &mut Vec<u8>, major: u8, n: u64) {
 /// (through options and newtypes, which CBOR writes as their content: the commonest state
 /// values and map keys), else fails having written nothing and [`encode`] falls back to
 /// cbor4ii, whose writer is a call per piece, with the piece on the stack.
-struct Direct<'b>(&'b mut Vec<u8>);
+struct Direct<'b, O>(&'b mut O);
+
+/// Where [`Direct`] puts an integer or a string.
+trait DirectOut {
+    fn int(&mut self, int: Int) -> Result<(), NotDirect>;
+    fn str(&mut self, s: &str) -> Result<(), NotDirect>;
+}
+
+/// Encoding: the value's CBOR bytes.
+impl DirectOut for Vec<u8> {
+    #[inline(always)]
+    fn int(&mut self, int: Int) -> Result<(), NotDirect> {
+        put_int(self, int);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn str(&mut self, s: &str) -> Result<(), NotDirect> {
+        put_head(self, 0x60, s.len() as u64);
+        extend_bytes(self, s.as_bytes());
+        Ok(())
+    }
+}
+
+/// [`int_of`]: the integer, and nothing else.
+impl DirectOut for Option<Int> {
+    #[inline(always)]
+    fn int(&mut self, int: Int) -> Result<(), NotDirect> {
+        *self = Some(int);
+        Ok(())
+    }
+
+    fn str(&mut self, _: &str) -> Result<(), NotDirect> {
+        Err(NotDirect)
+    }
+}
 
 /// What [`Direct`] fails with.
 #[derive(Debug)]
@@ -295,7 +362,7 @@ macro_rules! widen {
     };
 }
 
-impl serde::Serializer for Direct<'_> {
+impl<O: DirectOut> serde::Serializer for Direct<'_, O> {
     type Ok = ();
     type Error = NotDirect;
     type SerializeSeq = serde::ser::Impossible<(), NotDirect>;
@@ -308,25 +375,20 @@ impl serde::Serializer for Direct<'_> {
 
     #[inline(always)]
     fn serialize_u64(self, v: u64) -> Result<(), NotDirect> {
-        put_head(self.0, 0, v);
-        Ok(())
+        self.0.int(Int::Unsigned(v))
     }
 
     #[inline(always)]
     fn serialize_i64(self, v: i64) -> Result<(), NotDirect> {
-        // CBOR's negative integers are -1 - n.
-        match u64::try_from(v) {
-            Ok(n) => put_head(self.0, 0, n),
-            Err(_) => put_head(self.0, 0x20, (-1 - v) as u64),
-        }
-        Ok(())
+        self.0.int(match u64::try_from(v) {
+            Ok(n) => Int::Unsigned(n),
+            Err(_) => Int::Negative(v),
+        })
     }
 
     #[inline(always)]
     fn serialize_str(self, v: &str) -> Result<(), NotDirect> {
-        put_head(self.0, 0x60, v.len() as u64);
-        extend_bytes(self.0, v.as_bytes());
-        Ok(())
+        self.0.str(v)
     }
 
     widen! {

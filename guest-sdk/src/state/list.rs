@@ -70,7 +70,7 @@ impl ListCache {
     }
 
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
-        for &slot in &batch.touched {
+        for &slot in batch.touched() {
             let added = self.added(slot);
             let elems = added.iter().map(|s| s.get(&batch.arena));
             if self.slots[slot as usize].replaced {

@@ -302,7 +302,7 @@ impl MapCache {
     }
 
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
-        for &slot in &batch.touched {
+        for &slot in batch.touched() {
             let cleared = self.slots[slot as usize].cleared;
             if cleared {
                 put_map_op(out, slot, MapOp::Clear);

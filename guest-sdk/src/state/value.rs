@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, Reader, ValueOp, put_value_op};
 
-use super::codec::{Span, decode, encode};
+use super::codec::{Codec, Int, Span, cbor_int, decode, decode_int, encode, int_of, put_int};
 use super::{Access, Batch, Cache, StateId, decode_error, encode_error, expect_end};
 use crate::{Context, Result};
 
@@ -21,6 +21,10 @@ enum Val {
     Stored(Span),
     /// In the arena.
     Written(Span),
+    /// A CBOR integer (the commonest value: counts, sums, timestamps), loaded or set in this
+    /// batch: reading and writing it decodes and encodes nothing, and an unpredictable branch
+    /// on the length of its encoding per access goes.
+    Int(Int),
 }
 
 #[derive(Default)]
@@ -34,14 +38,22 @@ impl ValueCache {
         self.slots.resize(n_keys, Val::Unknown);
     }
 
-    /// Fills the slots this batch has not written from the load answer.
-    pub(super) fn apply_load(&mut self, buf: &[u8]) -> std::result::Result<(), DecodeError> {
+    /// Fills the slots this batch has not written from the load answer, integers of a state
+    /// in `codec` CBOR decoded.
+    pub(super) fn apply_load(
+        &mut self,
+        buf: &[u8],
+        codec: Codec,
+    ) -> std::result::Result<(), DecodeError> {
         let mut r = Reader::new(buf, "value-state load");
         for slot in &mut self.slots {
             let stored = r.opt_bytes()?;
             if let Val::Unknown = slot {
                 *slot = match stored {
-                    Some(bytes) => Val::Stored(Span::of(buf, bytes)),
+                    Some(bytes) => match cbor_int(bytes).filter(|_| codec == Codec::Cbor) {
+                        Some(int) => Val::Int(int),
+                        None => Val::Stored(Span::of(buf, bytes)),
+                    },
                     None => Val::Absent,
                 };
             }
@@ -50,9 +62,15 @@ impl ValueCache {
     }
 
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
-        for &slot in &batch.touched {
+        let mut int_bytes = Vec::new();
+        for &slot in batch.touched() {
             match self.slots[slot as usize] {
                 Val::Written(span) => put_value_op(out, slot, ValueOp::Set(span.get(&batch.arena))),
+                Val::Int(int) => {
+                    int_bytes.clear();
+                    put_int(&mut int_bytes, int);
+                    put_value_op(out, slot, ValueOp::Set(&int_bytes));
+                }
                 Val::Absent => put_value_op(out, slot, ValueOp::Clear),
                 Val::Unknown | Val::Stored(_) => {}
             }
@@ -142,12 +160,15 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
             if let Val::Unknown = a.value_cache().slots[slot] {
                 a.ensure_loaded()?;
             }
+            let name = a.name;
             let bytes = match a.value_cache().slots[slot] {
+                Val::Int(int) => {
+                    return decode_int(int).map(Some).map_err(|e| decode_error(name, e));
+                }
                 Val::Stored(span) => span.get(&a.batch.buf),
                 Val::Written(span) => span.get(&a.batch.arena),
                 Val::Absent | Val::Unknown => return Ok(None),
             };
-            let name = a.name;
             decode(a.codec, bytes)
                 .map(Some)
                 .map_err(|e| decode_error(name, e))
@@ -176,10 +197,15 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
     {
         self.ctx.with_state(&self.id, |a| {
             let name = a.name;
-            let span =
-                encode(a.codec, value, &mut a.batch.arena).map_err(|e| encode_error(name, e))?;
+            let val = match int_of(value).filter(|_| a.codec == Codec::Cbor) {
+                Some(int) => Val::Int(int),
+                None => Val::Written(
+                    encode(a.codec, value, &mut a.batch.arena)
+                        .map_err(|e| encode_error(name, e))?,
+                ),
+            };
             let slot = a.slot;
-            a.value_cache().slots[slot as usize] = Val::Written(span);
+            a.value_cache().slots[slot as usize] = val;
             a.batch.touch(slot);
             Ok(())
         })
