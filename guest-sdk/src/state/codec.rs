@@ -582,6 +582,18 @@ mod tests {
             "{bytes:02x?} as {}",
             std::any::type_name::<T>()
         );
+        // An integer a value state holds decoded reads as its bytes do (errors compared for
+        // the shortest form only: for a longer one they name the bytes that are not there).
+        if let Some(int) = cbor_int(bytes) {
+            let held = decode_int::<T>(int).map_err(|e| e.to_string());
+            let mut shortest = Vec::new();
+            put_int(&mut shortest, int);
+            if shortest == bytes {
+                assert_eq!(held, theirs, "{int:?} as {}", std::any::type_name::<T>());
+            } else {
+                assert_eq!(held.ok(), theirs.ok(), "{bytes:02x?} held as {int:?}");
+            }
+        }
     }
 
     #[derive(serde::Deserialize, Debug, PartialEq)]
@@ -627,6 +639,12 @@ mod tests {
         let theirs = cbor4ii::serde::to_vec(Vec::new(), value).unwrap();
         assert_eq!(span.get(&buf), theirs, "{value:?}");
         assert_eq!(buf.len(), 3 + theirs.len(), "{value:?}");
+        // A value state holds an integer decoded and writes it back as these bytes.
+        if let Some(int) = int_of(value) {
+            let mut held = Vec::new();
+            put_int(&mut held, int);
+            assert_eq!(held, theirs, "{value:?} held as {int:?}");
+        }
     }
 
     #[derive(serde::Serialize, Debug)]
@@ -655,6 +673,16 @@ mod tests {
                 encodes_as_cbor4ii(&Pair { a: v as u64 });
             }
             encodes_as_cbor4ii(&i);
+        }
+        assert_eq!(int_of(&Some(Total(-3))), Some(Int::Negative(-3)));
+        assert_eq!(int_of(&u64::MAX), Some(Int::Unsigned(u64::MAX)));
+        for not_int in [
+            int_of("5"),
+            int_of(&1.5f64),
+            int_of(&None::<u64>),
+            int_of(&5u128),
+        ] {
+            assert_eq!(not_int, None);
         }
         // What is not an integer or a string goes to cbor4ii.
         encodes_as_cbor4ii(&None::<u64>);
