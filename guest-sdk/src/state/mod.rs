@@ -2,9 +2,10 @@
 //!
 //! The host ships state "in" per batch and takes a diff "out" (see `wit/stream.wit`). For each
 //! state used in a batch the SDK keeps a [`StateEntry`]: the first read calls `load()` once
-//! and keeps the answer (`Batch::buf`) with per-key-slot spans into it; writes are encoded
-//! once into an arena and recorded per slot; at the end of the batch the changes of every
-//! touched slot go back in one `store()`. Nothing is hashed or allocated per record in the
+//! and keeps the answer (`Batch::buf`) with per-key-slot spans into it (a value state's
+//! integers decoded); writes are encoded once into an arena (integers held decoded) and
+//! recorded per slot; at the end of the batch the changes of every touched slot go back in one
+//! `store()`. Nothing is hashed or allocated per record in the
 //! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
 
 pub(crate) mod codec;

@@ -22,8 +22,8 @@ enum Val {
     /// In the arena.
     Written(Span),
     /// A CBOR integer (the commonest value: counts, sums, timestamps), loaded or set in this
-    /// batch: reading and writing it decodes and encodes nothing, and an unpredictable branch
-    /// on the length of its encoding per access goes.
+    /// batch: reading and writing it neither decodes nor encodes, nor branches on the length
+    /// of its encoding, which is as good as random per record.
     Int(Int),
 }
 
