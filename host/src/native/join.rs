@@ -196,6 +196,10 @@ pub(crate) struct JoinOperator {
     step: i64,
     offset: i64,
     side: Vec<(String, Batch)>,
+    /// The slot index of `process` and each record's slot, kept between batches (taken for
+    /// a batch and put back after it).
+    slots: Slots,
+    record_slots: Vec<u32>,
 }
 
 pub(crate) fn build(
@@ -219,6 +223,8 @@ pub(crate) fn build(
         step: spec.slide.or(spec.size).map_or(0, ms),
         offset: ms(spec.offset),
         side: Vec::new(),
+        slots: Slots::default(),
+        record_slots: Vec::new(),
         spec: spec.clone(),
     }))
 }
@@ -385,7 +391,10 @@ impl Operator for JoinOperator {
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let s = usize::from(which.min(1));
-        let (mut slots, mut record_slots) = (Slots::default(), Vec::new());
+        let (mut slots, mut record_slots) = (
+            std::mem::take(&mut self.slots),
+            std::mem::take(&mut self.record_slots),
+        );
         keyed_slots(
             &self.state,
             input,
@@ -470,6 +479,7 @@ impl Operator for JoinOperator {
         if !late.is_empty() {
             self.side.push((self.spec.late.clone(), late));
         }
+        (self.slots, self.record_slots) = (slots, record_slots);
         Ok(())
     }
 

@@ -478,6 +478,10 @@ pub(crate) struct WindowOperator {
     gap: i64,
     lateness: i64,
     side: Vec<(String, Batch)>,
+    /// The slot index of `process` and each record's slot, kept between batches (taken for
+    /// a batch and put back after it).
+    slots: Slots,
+    record_slots: Vec<u32>,
 }
 
 /// The starts of the windows of `size` starting every `step` (from `offset`) that `ts` falls
@@ -547,6 +551,8 @@ pub(crate) fn build(
         gap: spec.gap.map_or(0, ms),
         lateness: ms(spec.allowed_lateness),
         side: Vec::new(),
+        slots: Slots::default(),
+        record_slots: Vec::new(),
         spec: spec.clone(),
     }))
 }
@@ -994,7 +1000,10 @@ impl Operator for WindowOperator {
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {
-        let (mut slots, mut record_slots) = (Slots::default(), Vec::new());
+        let (mut slots, mut record_slots) = (
+            std::mem::take(&mut self.slots),
+            std::mem::take(&mut self.record_slots),
+        );
         keyed_slots(
             &self.state,
             input,
@@ -1060,6 +1069,7 @@ impl Operator for WindowOperator {
         if !late.is_empty() {
             self.side.push((self.spec.late.clone(), late));
         }
+        (self.slots, self.record_slots) = (slots, record_slots);
         Ok(())
     }
 
