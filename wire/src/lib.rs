@@ -38,7 +38,7 @@ pub use primitives::{
 pub use record::{Kind, RecordRef};
 pub use state_ops::{
     Elements, ListOp, ListWrite, MapOp, ValueOp, put_list_op, put_map_op, put_value_op,
-    read_list_ops, read_map_ops, read_value_ops,
+    put_value_set_short, read_list_ops, read_map_ops, read_value_ops,
 };
 pub use timers::{
     FiredTimer, TimeDomain, TimerOp, put_timer_op, read_fired_timers, read_timer_ops,

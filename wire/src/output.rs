@@ -8,9 +8,16 @@ use crate::primitives::{
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
 /// Accumulates records leaving an operator.
+///
+/// The records are the first `used` bytes of `buf`; the bytes after them are slack, left
+/// from earlier records (cleared writers keep theirs), into which a short record is written
+/// in place: growing a `Vec` by the most such a record takes and cutting it back costs a
+/// guest more than the record's own bytes (zeroing the room first, and the vector's length
+/// and capacity read and written through memory).
 #[derive(Debug, Default)]
 pub struct OutputWriter {
     buf: Vec<u8>,
+    used: usize,
     records: usize,
 }
 
@@ -24,7 +31,7 @@ impl OutputWriter {
         {
             return self.push_short(rec);
         }
-        let b = &mut self.buf;
+        let b = self.appending();
         put_u8(
             b,
             header(
@@ -44,7 +51,16 @@ impl OutputWriter {
             put_i64(b, ts);
         }
         put_bytes(b, rec.value);
+        self.used = self.buf.len();
         self.records += 1;
+    }
+
+    /// The buffer cut to the records, for appending with `Vec`'s own methods; the caller
+    /// sets `used` to its length afterwards.
+    #[inline(always)]
+    fn appending(&mut self) -> &mut Vec<u8> {
+        self.buf.truncate(self.used);
+        &mut self.buf
     }
 
     /// [`push`](Self::push) of a record to the main output whose key and value are short:
@@ -53,10 +69,13 @@ impl OutputWriter {
     #[inline(always)]
     fn push_short(&mut self, rec: &RecordRef<'_>) {
         const MOST: usize = 1 + (4 + SHORT) + 8 + (4 + SHORT);
-        let b = &mut self.buf;
-        let at = b.len();
-        b.extend_from_slice(&[0; MOST]);
-        let dst: &mut [u8; MOST] = (&mut b[at..at + MOST]).try_into().expect("MOST bytes");
+        let at = self.used;
+        if self.buf.len() < at + MOST {
+            self.grow(at + MOST);
+        }
+        let dst: &mut [u8; MOST] = (&mut self.buf[at..at + MOST])
+            .try_into()
+            .expect("MOST bytes");
         dst[0] = header(rec.kind, rec.key.is_some(), rec.timestamp.is_some(), false);
         let mut n = 1;
         if let Some(key) = rec.key {
@@ -65,8 +84,14 @@ impl OutputWriter {
             n += 4 + key.len();
         }
         let n = put_short_tail(dst, n, rec.timestamp, rec.value);
-        b.truncate(at + n);
+        self.used = at + n;
         self.records += 1;
+    }
+
+    /// Makes the buffer at least `len` bytes long, at least doubling it.
+    #[cold]
+    fn grow(&mut self, len: usize) {
+        self.buf.resize(len.max(2 * self.buf.len()), 0);
     }
 
     /// Like [`push`](Self::push), but the value is written by `write_value` straight into the
@@ -80,7 +105,7 @@ impl OutputWriter {
         timestamp: Option<i64>,
         write_value: impl FnOnce(&mut Vec<u8>),
     ) {
-        let b = &mut self.buf;
+        let b = self.appending();
         put_u8(
             b,
             header(
@@ -107,18 +132,20 @@ impl OutputWriter {
             .filter(|&l| l != NONE)
             .expect("a value must be shorter than 4 GiB");
         b[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        self.used = b.len();
         self.records += 1;
     }
 
     /// Bytes buffered so far.
+    #[inline]
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.used
     }
 
     /// Whether nothing is buffered.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.used == 0
     }
 
     /// Records buffered so far.
@@ -129,19 +156,23 @@ impl OutputWriter {
     /// The encoded records; the writer starts over empty.
     #[inline]
     pub fn take(&mut self) -> Vec<u8> {
+        self.buf.truncate(self.used);
+        self.used = 0;
         self.records = 0;
         std::mem::take(&mut self.buf)
     }
 
     /// Empties the writer, keeping its allocation.
+    #[inline]
     pub fn clear(&mut self) {
+        self.used = 0;
         self.records = 0;
-        self.buf.clear();
     }
 
     /// The encoded records, borrowed.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.buf
+        &self.buf[..self.used]
     }
 }
 
@@ -288,5 +319,67 @@ mod tests {
             .map(|(side, rec)| (side.map(str::as_bytes), *rec))
             .collect();
         assert_eq!(read, written);
+    }
+
+    #[test]
+    fn a_reused_writer_holds_only_what_was_pushed_since_it_was_cleared() {
+        // Long records first, so that the slack left after `clear` holds stale bytes where
+        // the shorter records after it are written; every way of pushing, mixed.
+        let long = [7u8; 100];
+        let rec = |key: Option<&'static [u8]>, value: &'static [u8]| RecordRef {
+            kind: Kind::Insert,
+            key,
+            timestamp: None,
+            value,
+        };
+        let mut w = OutputWriter::default();
+        for _ in 0..50 {
+            w.push(
+                None,
+                &RecordRef {
+                    value: &long,
+                    ..rec(Some(b"k"), b"")
+                },
+            );
+        }
+        w.clear();
+        assert!(w.is_empty());
+        w.push(None, &rec(Some(b"a"), b"1"));
+        w.push_with(None, Kind::Delete, None, Some(5), |b| {
+            b.extend_from_slice(b"22")
+        });
+        w.push(Some("side"), &rec(None, b"333"));
+        w.push(None, &rec(Some(b"b"), b"4"));
+        let read: Vec<_> = OutputReader::new(w.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+        let want = [
+            (None, rec(Some(b"a"), b"1")),
+            (
+                None,
+                RecordRef {
+                    kind: Kind::Delete,
+                    timestamp: Some(5),
+                    ..rec(None, b"22")
+                },
+            ),
+            (Some(&b"side"[..]), rec(None, b"333")),
+            (None, rec(Some(b"b"), b"4")),
+        ];
+        assert_eq!(read, want);
+        assert_eq!(w.records(), 4);
+        assert_eq!(w.take(), w_bytes(&want));
+        // After `take`, the writer starts over empty.
+        w.push(None, &rec(None, b"5"));
+        assert_eq!(w.as_bytes(), w_bytes(&[(None, rec(None, b"5"))]));
+    }
+
+    /// The bytes a fresh writer makes of `records`.
+    fn w_bytes(records: &[(Option<&[u8]>, RecordRef<'_>)]) -> Vec<u8> {
+        let mut w = OutputWriter::default();
+        for (side, rec) in records {
+            w.push(side.map(|s| std::str::from_utf8(s).unwrap()), rec);
+        }
+        w.take()
     }
 }

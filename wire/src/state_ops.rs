@@ -111,6 +111,23 @@ pub fn put_value_op(buf: &mut Vec<u8>, slot: u32, op: ValueOp<'_>) {
     }
 }
 
+/// [`put_value_op`] of a set to the first `len` bytes of `value` (an integer's CBOR
+/// encoding is at most nine bytes), written with one fixed-size move.
+///
+/// # Panics
+/// When `len` is more than 9.
+#[inline(always)]
+pub fn put_value_set_short(buf: &mut Vec<u8>, slot: u32, value: &[u8; 9], len: usize) {
+    assert!(len <= 9, "a value of {len} bytes in an array of 9");
+    let mut op = [0; 18];
+    op[..5].copy_from_slice(&head(slot, VALUE_SET));
+    op[5..9].copy_from_slice(&(len as u32).to_le_bytes());
+    op[9..].copy_from_slice(value);
+    let at = buf.len();
+    buf.extend_from_slice(&op);
+    buf.truncate(at + 9 + len);
+}
+
 /// Writes a list change of the key in `slot`; `elems` are the elements of a replace or an
 /// append (a clear ignores them).
 pub fn put_list_op<'b>(
@@ -275,6 +292,20 @@ mod tests {
                 [(0x0102_0304, MapOp::Put(a, b)), (7, MapOp::Remove(b))]
             );
         }
+    }
+
+    #[test]
+    fn a_short_set_is_the_set_of_its_first_bytes() {
+        let value: [u8; 9] = *b"123456789";
+        let mut buf = vec![0xee];
+        for len in 0..=9 {
+            put_value_set_short(&mut buf, len as u32, &value, len);
+        }
+        let mut want = vec![0xee];
+        for len in 0..=9 {
+            put_value_op(&mut want, len as u32, ValueOp::Set(&value[..len]));
+        }
+        assert_eq!(buf, want);
     }
 
     /// A list op's elements are checked when the op is read, since iterating them cannot

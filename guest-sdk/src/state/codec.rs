@@ -198,10 +198,25 @@ pub(crate) fn int_of<T: Serialize + ?Sized>(value: &T) -> Option<Int> {
 /// Appends the CBOR encoding of `int`.
 #[inline(always)]
 pub(crate) fn put_int(buf: &mut Vec<u8>, int: Int) {
+    put_array(buf, int_bytes(int));
+}
+
+/// Appends the first `len` bytes of `bytes` with one growth of `buf` and a fixed-size move.
+#[inline(always)]
+fn put_array(buf: &mut Vec<u8>, (bytes, len): ([u8; 9], usize)) {
+    let at = buf.len();
+    buf.extend_from_slice(&bytes);
+    buf.truncate(at + len);
+}
+
+/// The CBOR encoding of `int`: its first `len` bytes, in a fixed-size array so that callers
+/// copy it with fixed-size moves.
+#[inline(always)]
+pub(crate) fn int_bytes(int: Int) -> ([u8; 9], usize) {
     match int {
-        Int::Unsigned(n) => put_head(buf, 0, n),
+        Int::Unsigned(n) => cbor_head(0, n),
         // CBOR's negative integers are -1 - n.
-        Int::Negative(v) => put_head(buf, 0x20, (-1 - v) as u64),
+        Int::Negative(v) => cbor_head(0x20, (-1 - v) as u64),
     }
 }
 
@@ -246,13 +261,11 @@ pub(crate) fn cbor_int(bytes: &[u8]) -> Option<Int> {
     }
 }
 
-/// Appends the CBOR head of major type `major` (in its top three bits) and argument `n` as
-/// cbor4ii writes it: the shortest form, with one growth of `buf`.
+/// The CBOR head of major type `major` (in its top three bits) and argument `n` as cbor4ii
+/// writes it, the shortest form: its first `len` bytes.
 #[inline(always)]
-fn put_head(buf: &mut Vec<u8>, major: u8, n: u64) {
-    let at = buf.len();
-    buf.extend_from_slice(&[0; 9]);
-    let head: &mut [u8; 9] = (&mut buf[at..at + 9]).try_into().expect("9 bytes");
+fn cbor_head(major: u8, n: u64) -> ([u8; 9], usize) {
+    let mut head = [0; 9];
     let len = match n {
         0..=23 => {
             head[0] = major | n as u8;
@@ -278,7 +291,7 @@ fn put_head(buf: &mut Vec<u8>, major: u8, n: u64) {
             9
         }
     };
-    buf.truncate(at + len);
+    (head, len)
 }
 
 /// Writes the value being encoded when it is an integer of at most 64 bits or a string
@@ -303,7 +316,7 @@ impl DirectOut for Vec<u8> {
 
     #[inline(always)]
     fn str(&mut self, s: &str) -> Result<(), NotDirect> {
-        put_head(self, 0x60, s.len() as u64);
+        put_array(self, cbor_head(0x60, s.len() as u64));
         extend_bytes(self, s.as_bytes());
         Ok(())
     }

@@ -5,9 +5,9 @@ use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use weir_wire::{DecodeError, Reader, ValueOp, put_value_op};
+use weir_wire::{DecodeError, Reader, ValueOp, put_value_op, put_value_set_short};
 
-use super::codec::{Codec, Int, Span, cbor_int, decode, decode_int, encode, int_of, put_int};
+use super::codec::{Codec, Int, Span, cbor_int, decode, decode_int, encode, int_bytes, int_of};
 use super::{Access, Batch, Cache, StateId, decode_error, encode_error, expect_end};
 use crate::{Context, Result};
 
@@ -23,8 +23,23 @@ enum Val {
     Written(Span),
     /// A CBOR integer (the commonest value: counts, sums, timestamps), loaded or set in this
     /// batch: reading and writing it neither decodes nor encodes, nor branches on the length
-    /// of its encoding, which is as good as random per record.
-    Int(Int),
+    /// of its encoding, which is as good as random per record. Two variants rather than one
+    /// of an [`Int`], so that a slot takes 16 bytes rather than 24: the slots are read in
+    /// the order of the batch's keys, as good as random, and fewer cache lines are missed.
+    Unsigned(u64),
+    Negative(i64),
+}
+
+const _: () = assert!(std::mem::size_of::<Val>() == 16);
+
+impl Val {
+    #[inline(always)]
+    fn of_int(int: Int) -> Val {
+        match int {
+            Int::Unsigned(n) => Val::Unsigned(n),
+            Int::Negative(n) => Val::Negative(n),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -51,7 +66,7 @@ impl ValueCache {
             if let Val::Unknown = slot {
                 *slot = match stored {
                     Some(bytes) => match cbor_int(bytes).filter(|_| codec == Codec::Cbor) {
-                        Some(int) => Val::Int(int),
+                        Some(int) => Val::of_int(int),
                         None => Val::Stored(Span::of(buf, bytes)),
                     },
                     None => Val::Absent,
@@ -62,20 +77,23 @@ impl ValueCache {
     }
 
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
-        let mut int_bytes = Vec::new();
         for &slot in batch.touched() {
             match self.slots[slot as usize] {
                 Val::Written(span) => put_value_op(out, slot, ValueOp::Set(span.get(&batch.arena))),
-                Val::Int(int) => {
-                    int_bytes.clear();
-                    put_int(&mut int_bytes, int);
-                    put_value_op(out, slot, ValueOp::Set(&int_bytes));
-                }
+                Val::Unsigned(n) => put_int_op(out, slot, Int::Unsigned(n)),
+                Val::Negative(n) => put_int_op(out, slot, Int::Negative(n)),
                 Val::Absent => put_value_op(out, slot, ValueOp::Clear),
                 Val::Unknown | Val::Stored(_) => {}
             }
         }
     }
+}
+
+/// Writes the change of `slot` to `int`.
+#[inline(always)]
+fn put_int_op(out: &mut Vec<u8>, slot: u32, int: Int) {
+    let (bytes, len) = int_bytes(int);
+    put_value_set_short(out, slot, &bytes, len);
 }
 
 impl Access<'_> {
@@ -162,8 +180,15 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
             }
             let name = a.name;
             let bytes = match a.value_cache().slots[slot] {
-                Val::Int(int) => {
-                    return decode_int(int).map(Some).map_err(|e| decode_error(name, e));
+                Val::Unsigned(n) => {
+                    return decode_int(Int::Unsigned(n))
+                        .map(Some)
+                        .map_err(|e| decode_error(name, e));
+                }
+                Val::Negative(n) => {
+                    return decode_int(Int::Negative(n))
+                        .map(Some)
+                        .map_err(|e| decode_error(name, e));
                 }
                 Val::Stored(span) => span.get(&a.batch.buf),
                 Val::Written(span) => span.get(&a.batch.arena),
@@ -198,7 +223,7 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
         self.ctx.with_state(&self.id, |a| {
             let name = a.name;
             let val = match int_of(value).filter(|_| a.codec == Codec::Cbor) {
-                Some(int) => Val::Int(int),
+                Some(int) => Val::of_int(int),
                 None => Val::Written(
                     encode(a.codec, value, &mut a.batch.arena)
                         .map_err(|e| encode_error(name, e))?,
