@@ -153,6 +153,61 @@ fn one_name_cannot_be_two_kinds_of_state() {
 }
 
 #[test]
+fn a_handle_that_cannot_be_used_says_why_every_time() {
+    // The operator ignores the error of its misused handle; every use still reports it, in
+    // every batch, and the state of the name keeps working as what it was declared.
+    #[derive(Default)]
+    struct Ignores;
+    impl Operator for Ignores {
+        fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+            ctx.value_state::<String>("v").set(rec.value_str()?)?;
+            let err = ctx.list_state::<String>("v").add("x").unwrap_err();
+            ctx.emit(rec.key(), err.to_string())
+        }
+    }
+    let mut h = Harness::<Ignores>::new();
+    let want = "state \"v\" is a value state but is used here as a list state";
+    for batch in [[("k", "1"), ("k", "2")], [("j", "3"), ("k", "4")]] {
+        let out = h.process(batch);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|o| o.value_str().contains(want)), "{out:?}");
+    }
+    assert_eq!(h.value_state::<String>("v", "k").as_deref(), Some("4"));
+}
+
+#[test]
+fn state_used_from_a_display_the_context_is_running_is_an_error() {
+    // `emit_display` formats its value with the context borrowed; a state handle made and
+    // used inside that `Display` gets an error, not a panic.
+    struct Sneaky<'c, 'a>(&'c Context<'a>, std::cell::RefCell<Option<String>>);
+    impl std::fmt::Display for Sneaky<'_, '_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let got = self.0.value_state::<u64>("n").get();
+            *self.1.borrow_mut() = got.err().map(|e| e.to_string());
+            f.write_str("x")
+        }
+    }
+    #[derive(Default)]
+    struct Reenters;
+    impl Operator for Reenters {
+        fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+            let sneaky = Sneaky(ctx, std::cell::RefCell::new(None));
+            ctx.emit_display(rec.key(), &sneaky)?;
+            let err = sneaky.1.take().unwrap_or_default();
+            ctx.emit(rec.key(), err)
+        }
+    }
+    let out = Harness::<Reenters>::new().process([("k", "")]);
+    assert_eq!(out[0].value_str(), "x");
+    assert!(
+        out[1]
+            .value_str()
+            .contains("from inside a Display or serde implementation"),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn event_time_timers() {
     let mut h = Harness::<Timers>::new();
     h.process([
