@@ -42,6 +42,9 @@ pub struct Context<'a> {
     keys: &'a [&'a [u8]],
     pub(crate) slot: Option<u32>,
     pub(crate) timestamp: Option<i64>,
+    /// The buffer of this call, the batch or the fired timers (empty in `close`): keys and
+    /// values emitted from it are copied with fixed-size moves (`OutputWriter::push_within`).
+    pub(crate) input: &'a [u8],
     /// The codec of states declared now, when [`Context::with_codec`] overrides the
     /// operator's.
     codec: std::cell::Cell<Option<Codec>>,
@@ -73,6 +76,7 @@ impl<'a> Context<'a> {
             keys,
             slot: None,
             timestamp: None,
+            input: &[],
             codec: std::cell::Cell::new(None),
         }
     }
@@ -400,15 +404,13 @@ impl<'a> Context<'a> {
         value: &[u8],
     ) -> Result<()> {
         let mut core = self.core()?;
-        core.output.push(
-            side_output,
-            &RecordRef {
-                kind,
-                key,
-                timestamp,
-                value,
-            },
-        );
+        let rec = RecordRef {
+            kind,
+            key,
+            timestamp,
+            value,
+        };
+        core.output.push_within(side_output, &rec, self.input);
         core.flush_output_if_full();
         Ok(())
     }

@@ -240,7 +240,7 @@ impl<T: Operator> Instance<T> {
         let mut keys = recycle(mem::take(&mut self.key_copy));
         keys.extend_from_slice(reader.keys());
         self.core.borrow_mut().begin();
-        let result = run_batch(&mut self.operator, &self.core, &keys, &mut reader);
+        let result = run_batch(&mut self.operator, &self.core, &keys, batch, &mut reader);
         CURRENT_RECORD.set(None);
         if result.is_ok() {
             self.core.borrow_mut().finish(&keys);
@@ -258,7 +258,7 @@ impl<T: Operator> Instance<T> {
             .map_err(malformed)
             .and_then(|()| {
                 self.core.borrow_mut().begin();
-                run_timers(&mut self.operator, &self.core, &keys, &fired)?;
+                run_timers(&mut self.operator, &self.core, &keys, timers, &fired)?;
                 self.core.borrow_mut().finish(&keys);
                 Ok(())
             });
@@ -281,9 +281,11 @@ fn run_batch<T: Operator>(
     operator: &mut T,
     core: &RefCell<Core>,
     keys: &[&[u8]],
+    batch: &[u8],
     reader: &mut BatchReader<'_>,
 ) -> Result<()> {
     let mut ctx = Context::new(core, keys);
+    ctx.input = batch;
     let mut index = 0;
     while let Some(next) = reader.next() {
         let rec = next.map_err(malformed)?;
@@ -310,9 +312,11 @@ fn run_timers<T: Operator>(
     operator: &mut T,
     core: &RefCell<Core>,
     keys: &[&[u8]],
+    timers: &[u8],
     fired: &[FiredTimer<'_>],
 ) -> Result<()> {
     let mut ctx = Context::new(core, keys);
+    ctx.input = timers;
     for t in fired {
         ctx.slot = Some(t.slot);
         // As in Flink: output of an event-time timer carries the timer's time, output of a

@@ -2,8 +2,7 @@
 //! name, until the end of the buffer.
 
 use crate::primitives::{
-    DecodeError, NONE, Reader, SHORT, copy_short, put_bytes, put_i64, put_short_tail, put_u8,
-    put_u32,
+    DecodeError, NONE, Reader, SHORT, copy_short_within, put_bytes, put_i64, put_u8, put_u32,
 };
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
@@ -25,11 +24,19 @@ impl OutputWriter {
     /// Adds `rec`, to the side output named `side_output` or (`None`) to the main output.
     #[inline]
     pub fn push(&mut self, side_output: Option<&str>, rec: &RecordRef<'_>) {
+        self.push_within(side_output, rec, &[]);
+    }
+
+    /// [`push`](Self::push) of a record whose key or value may be parts of `within` (say, the
+    /// batch being processed), which short ones are then copied from without branching on
+    /// their length (see `copy_short_within`).
+    #[inline]
+    pub fn push_within(&mut self, side_output: Option<&str>, rec: &RecordRef<'_>, within: &[u8]) {
         if side_output.is_none()
             && rec.key.is_none_or(|k| k.len() <= SHORT)
             && rec.value.len() <= SHORT
         {
-            return self.push_short(rec);
+            return self.push_short(rec, within);
         }
         let b = self.appending();
         put_u8(
@@ -67,7 +74,7 @@ impl OutputWriter {
     /// the buffer grows once, by the most such a record takes, and the record is written with
     /// fixed-size moves (see [`SHORT`]).
     #[inline(always)]
-    fn push_short(&mut self, rec: &RecordRef<'_>) {
+    fn push_short(&mut self, rec: &RecordRef<'_>, within: &[u8]) {
         const MOST: usize = 1 + (4 + SHORT) + 8 + (4 + SHORT);
         let at = self.used;
         if self.buf.len() < at + MOST {
@@ -78,13 +85,20 @@ impl OutputWriter {
             .expect("MOST bytes");
         dst[0] = header(rec.kind, rec.key.is_some(), rec.timestamp.is_some(), false);
         let mut n = 1;
+        // Fields in order: a copy of SHORT bytes may run past its field into the next, which
+        // is written after it, or into the slack.
         if let Some(key) = rec.key {
             dst[n..n + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
-            copy_short(&mut dst[n + 4..], key);
+            copy_short_within(&mut dst[n + 4..], key, within);
             n += 4 + key.len();
         }
-        let n = put_short_tail(dst, n, rec.timestamp, rec.value);
-        self.used = at + n;
+        if let Some(ts) = rec.timestamp {
+            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
+            n += 8;
+        }
+        dst[n..n + 4].copy_from_slice(&(rec.value.len() as u32).to_le_bytes());
+        copy_short_within(&mut dst[n + 4..], rec.value, within);
+        self.used = at + n + 4 + rec.value.len();
         self.records += 1;
     }
 
@@ -309,11 +323,16 @@ mod tests {
             }
         }
         let mut w = OutputWriter::default();
+        // Keys and values are parts of `bytes`: pushed within it, short ones are copied from
+        // it with fixed-size moves, to the same bytes.
+        let mut within = OutputWriter::default();
         for (side, rec) in &records {
             w.push(*side, rec);
+            within.push_within(*side, rec, &bytes);
         }
         assert_eq!(w.records(), records.len());
         let buf = w.take();
+        assert_eq!(within.take(), buf);
         let read: Vec<_> = OutputReader::new(&buf).map(Result::unwrap).collect();
         let written: Vec<_> = (records.iter())
             .map(|(side, rec)| (side.map(str::as_bytes), *rec))
