@@ -9,15 +9,18 @@ use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, hea
 /// Accumulates records leaving an operator.
 ///
 /// The records are the first `used` bytes of `buf`; the bytes after them are slack, left
-/// from earlier records (cleared writers keep theirs), into which a short record is written
-/// in place: growing a `Vec` by the most such a record takes and cutting it back costs a
+/// from earlier records (a cleared writer keeps its buffer), into which a record is written
+/// in place: growing a `Vec` by the most a short record takes and cutting it back costs a
 /// guest more than the record's own bytes (zeroing the room first, and the vector's length
-/// and capacity read and written through memory).
+/// and capacity read and written through memory). The buffer is only ever lengthened, by
+/// doubling, so its zeroing is paid once per byte of its largest size.
 #[derive(Debug, Default)]
 pub struct OutputWriter {
     buf: Vec<u8>,
     used: usize,
     records: usize,
+    /// Where a record that is not short is put together before it is copied into place.
+    long: Vec<u8>,
 }
 
 impl OutputWriter {
@@ -38,41 +41,48 @@ impl OutputWriter {
         {
             return self.push_short(rec, within);
         }
-        let b = self.appending();
-        put_u8(
-            b,
-            header(
-                rec.kind,
-                rec.key.is_some(),
-                rec.timestamp.is_some(),
-                side_output.is_some(),
-            ),
-        );
-        if let Some(side) = side_output {
-            put_bytes(b, side.as_bytes());
+        self.push_built(|b| {
+            put_u8(
+                b,
+                header(
+                    rec.kind,
+                    rec.key.is_some(),
+                    rec.timestamp.is_some(),
+                    side_output.is_some(),
+                ),
+            );
+            if let Some(side) = side_output {
+                put_bytes(b, side.as_bytes());
+            }
+            if let Some(key) = rec.key {
+                put_bytes(b, key);
+            }
+            if let Some(ts) = rec.timestamp {
+                put_i64(b, ts);
+            }
+            put_bytes(b, rec.value);
+        });
+    }
+
+    /// Adds the record `build` writes (into an empty scratch buffer), copied into place.
+    #[inline]
+    fn push_built(&mut self, build: impl FnOnce(&mut Vec<u8>)) {
+        let mut rec = std::mem::take(&mut self.long);
+        rec.clear();
+        build(&mut rec);
+        let at = self.used;
+        if self.buf.len() < at + rec.len() {
+            self.grow(at + rec.len());
         }
-        if let Some(key) = rec.key {
-            put_bytes(b, key);
-        }
-        if let Some(ts) = rec.timestamp {
-            put_i64(b, ts);
-        }
-        put_bytes(b, rec.value);
-        self.used = self.buf.len();
+        self.buf[at..at + rec.len()].copy_from_slice(&rec);
+        self.used = at + rec.len();
         self.records += 1;
+        self.long = rec;
     }
 
-    /// The buffer cut to the records, for appending with `Vec`'s own methods; the caller
-    /// sets `used` to its length afterwards.
-    #[inline(always)]
-    fn appending(&mut self) -> &mut Vec<u8> {
-        self.buf.truncate(self.used);
-        &mut self.buf
-    }
-
-    /// [`push`](Self::push) of a record to the main output whose key and value are short:
-    /// the buffer grows once, by the most such a record takes, and the record is written with
-    /// fixed-size moves (see [`SHORT`]).
+    /// [`push`](Self::push) of a record to the main output whose key and value are short,
+    /// written in place with fixed-size moves (see [`SHORT`]) into room for the most such a
+    /// record takes.
     #[inline(always)]
     fn push_short(&mut self, rec: &RecordRef<'_>, within: &[u8]) {
         const MOST: usize = 1 + (4 + SHORT) + 8 + (4 + SHORT);
@@ -119,35 +129,34 @@ impl OutputWriter {
         timestamp: Option<i64>,
         write_value: impl FnOnce(&mut Vec<u8>),
     ) {
-        let b = self.appending();
-        put_u8(
-            b,
-            header(
-                kind,
-                key.is_some(),
-                timestamp.is_some(),
-                side_output.is_some(),
-            ),
-        );
-        if let Some(side) = side_output {
-            put_bytes(b, side.as_bytes());
-        }
-        if let Some(key) = key {
-            put_bytes(b, key);
-        }
-        if let Some(ts) = timestamp {
-            put_i64(b, ts);
-        }
-        let len_at = b.len();
-        put_u32(b, 0);
-        write_value(b);
-        let len = u32::try_from(b.len() - len_at - 4)
-            .ok()
-            .filter(|&l| l != NONE)
-            .expect("a value must be shorter than 4 GiB");
-        b[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
-        self.used = b.len();
-        self.records += 1;
+        self.push_built(|b| {
+            put_u8(
+                b,
+                header(
+                    kind,
+                    key.is_some(),
+                    timestamp.is_some(),
+                    side_output.is_some(),
+                ),
+            );
+            if let Some(side) = side_output {
+                put_bytes(b, side.as_bytes());
+            }
+            if let Some(key) = key {
+                put_bytes(b, key);
+            }
+            if let Some(ts) = timestamp {
+                put_i64(b, ts);
+            }
+            let len_at = b.len();
+            put_u32(b, 0);
+            write_value(b);
+            let len = u32::try_from(b.len() - len_at - 4)
+                .ok()
+                .filter(|&l| l != NONE)
+                .expect("a value must be shorter than 4 GiB");
+            b[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        });
     }
 
     /// Bytes buffered so far.
