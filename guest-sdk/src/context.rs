@@ -59,7 +59,7 @@ impl fmt::Debug for Context<'_> {
     }
 }
 
-/// Writes `fmt::Write` output straight into an output buffer.
+/// Writes `fmt::Write` output into a byte buffer.
 struct Bytes<'b>(&'b mut Vec<u8>);
 
 impl fmt::Write for Bytes<'_> {
@@ -450,7 +450,7 @@ impl<'a> Context<'a> {
     }
 
     /// Emits an [`Insert`](Kind::Insert) record whose value is `value` formatted with
-    /// `Display`, written straight into the output buffer (no `String` in between).
+    /// `Display` into a buffer the context keeps (no `String` per record).
     ///
     /// ```
     /// # use weir_sdk::prelude::*;

@@ -15,7 +15,7 @@
 //!         let count = ctx.value_state::<u64>("count");
 //!         let n = count.get()?.unwrap_or(0) + 1;
 //!         count.set(&n)?;
-//!         ctx.emit_display(word.key(), n)   // value = n formatted with Display, written straight into the output buffer
+//!         ctx.emit_display(word.key(), n)   // value = n formatted with Display, no String allocated
 //!     }
 //! }
 //!

@@ -254,7 +254,7 @@ pub(crate) fn crash_loop_checked(
             );
             std::thread::sleep(Duration::from_millis(2));
         }
-        // Two intervals of the longest checkpoint interval of these tests (100 ms): every
+        // Twice the longest checkpoint interval of these tests (100 ms): every
         // moment between two checkpoints is reached. A longer wait only lets each run get
         // further: with up to 400 ms, five runs got through most of the 20.8M-word input and
         // one in 21 soak runs finished before its kill.

@@ -1,9 +1,7 @@
 //! Output (guest to host): records leaving an operator, each with its optional side-output
 //! name, until the end of the buffer.
 
-use crate::primitives::{
-    DecodeError, NONE, Reader, SHORT, copy_short_within, put_bytes, put_i64, put_u8, put_u32,
-};
+use crate::primitives::{DecodeError, Reader, SHORT, copy_short_within, field_len};
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
 /// Accumulates records leaving an operator.
@@ -19,8 +17,8 @@ pub struct OutputWriter {
     buf: Vec<u8>,
     used: usize,
     records: usize,
-    /// Where a record that is not short is put together before it is copied into place.
-    long: Vec<u8>,
+    /// Where `push_with` has its value written.
+    value: Vec<u8>,
 }
 
 impl OutputWriter {
@@ -41,43 +39,38 @@ impl OutputWriter {
         {
             return self.push_short(rec, within);
         }
-        self.push_built(|b| {
-            put_u8(
-                b,
-                header(
-                    rec.kind,
-                    rec.key.is_some(),
-                    rec.timestamp.is_some(),
-                    side_output.is_some(),
-                ),
-            );
-            if let Some(side) = side_output {
-                put_bytes(b, side.as_bytes());
-            }
-            if let Some(key) = rec.key {
-                put_bytes(b, key);
-            }
-            if let Some(ts) = rec.timestamp {
-                put_i64(b, ts);
-            }
-            put_bytes(b, rec.value);
-        });
+        self.push_long(side_output.map(str::as_bytes), rec);
     }
 
-    /// Adds the record `build` writes (into an empty scratch buffer), copied into place.
-    #[inline]
-    fn push_built(&mut self, build: impl FnOnce(&mut Vec<u8>)) {
-        let mut rec = std::mem::take(&mut self.long);
-        rec.clear();
-        build(&mut rec);
+    /// [`push`](Self::push) of any record, written in place field by field. Left out of line:
+    /// most records are short.
+    #[inline(never)]
+    fn push_long(&mut self, side_output: Option<&[u8]>, rec: &RecordRef<'_>) {
+        let field = |b: Option<&[u8]>| b.map_or(0, |b| 4 + b.len());
+        let timestamp = if rec.timestamp.is_some() { 8 } else { 0 };
+        let len = 1 + field(side_output) + field(rec.key) + timestamp + field(Some(rec.value));
         let at = self.used;
-        if self.buf.len() < at + rec.len() {
-            self.grow(at + rec.len());
+        if self.buf.len() < at + len {
+            self.grow(at + len);
         }
-        self.buf[at..at + rec.len()].copy_from_slice(&rec);
-        self.used = at + rec.len();
+        let dst = &mut self.buf[at..at + len];
+        dst[0] = header(
+            rec.kind,
+            rec.key.is_some(),
+            rec.timestamp.is_some(),
+            side_output.is_some(),
+        );
+        let mut n = 1;
+        for b in [side_output, rec.key].into_iter().flatten() {
+            n = put_field(dst, n, b);
+        }
+        if let Some(ts) = rec.timestamp {
+            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
+            n += 8;
+        }
+        put_field(dst, n, rec.value);
+        self.used = at + len;
         self.records += 1;
-        self.long = rec;
     }
 
     /// [`push`](Self::push) of a record to the main output whose key and value are short,
@@ -118,8 +111,8 @@ impl OutputWriter {
         self.buf.resize(len.max(2 * self.buf.len()), 0);
     }
 
-    /// Like [`push`](Self::push), but the value is written by `write_value` straight into the
-    /// buffer (no intermediate allocation).
+    /// Like [`push`](Self::push), but the value is written by `write_value` (into a buffer
+    /// the writer keeps, then copied as `push` copies a value).
     #[inline]
     pub fn push_with(
         &mut self,
@@ -129,34 +122,17 @@ impl OutputWriter {
         timestamp: Option<i64>,
         write_value: impl FnOnce(&mut Vec<u8>),
     ) {
-        self.push_built(|b| {
-            put_u8(
-                b,
-                header(
-                    kind,
-                    key.is_some(),
-                    timestamp.is_some(),
-                    side_output.is_some(),
-                ),
-            );
-            if let Some(side) = side_output {
-                put_bytes(b, side.as_bytes());
-            }
-            if let Some(key) = key {
-                put_bytes(b, key);
-            }
-            if let Some(ts) = timestamp {
-                put_i64(b, ts);
-            }
-            let len_at = b.len();
-            put_u32(b, 0);
-            write_value(b);
-            let len = u32::try_from(b.len() - len_at - 4)
-                .ok()
-                .filter(|&l| l != NONE)
-                .expect("a value must be shorter than 4 GiB");
-            b[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
-        });
+        let mut value = std::mem::take(&mut self.value);
+        value.clear();
+        write_value(&mut value);
+        let rec = RecordRef {
+            kind,
+            key,
+            timestamp,
+            value: &value,
+        };
+        self.push(side_output, &rec);
+        self.value = value;
     }
 
     /// Bytes buffered so far.
@@ -269,6 +245,14 @@ impl<'a> Iterator for OutputReader<'a> {
     }
 }
 
+/// Writes `b` with its length before it at `dst[n..]`; returns where it ends.
+#[inline]
+fn put_field(dst: &mut [u8], n: usize, b: &[u8]) -> usize {
+    dst[n..n + 4].copy_from_slice(&field_len(b).to_le_bytes());
+    dst[n + 4..n + 4 + b.len()].copy_from_slice(b);
+    n + 4 + b.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,13 +319,19 @@ mod tests {
         // Keys and values are parts of `bytes`: pushed within it, short ones are copied from
         // it with fixed-size moves, to the same bytes.
         let mut within = OutputWriter::default();
+        // And written by `push_with`, set aside first: the same bytes again.
+        let mut with = OutputWriter::default();
         for (side, rec) in &records {
             w.push(*side, rec);
             within.push_within(*side, rec, &bytes);
+            with.push_with(*side, rec.kind, rec.key, rec.timestamp, |b| {
+                b.extend_from_slice(rec.value)
+            });
         }
         assert_eq!(w.records(), records.len());
         let buf = w.take();
         assert_eq!(within.take(), buf);
+        assert_eq!(with.take(), buf);
         let read: Vec<_> = OutputReader::new(&buf).map(Result::unwrap).collect();
         let written: Vec<_> = (records.iter())
             .map(|(side, rec)| (side.map(str::as_bytes), *rec))

@@ -249,16 +249,25 @@ pub fn put_i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
+/// The length written before `b`.
+///
+/// # Panics
+/// When `b` is 4 GiB or longer (its length would not fit, or would read as absent).
+#[inline(always)]
+pub(crate) fn field_len(b: &[u8]) -> u32 {
+    u32::try_from(b.len())
+        .ok()
+        .filter(|&l| l != NONE)
+        .expect("a buffer field must be shorter than 4 GiB")
+}
+
 /// Writes `bytes`.
 ///
 /// # Panics
 /// When `b` is 4 GiB or longer; callers enforce far smaller limits.
 #[inline(always)]
 pub fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
-    let len = u32::try_from(b.len())
-        .ok()
-        .filter(|&l| l != NONE)
-        .expect("a buffer field must be shorter than 4 GiB");
+    let len = field_len(b);
     if b.len() > SHORT {
         put_u32(buf, len);
         return buf.extend_from_slice(b);

@@ -181,9 +181,8 @@ pub(crate) fn decode_int<T: DeserializeOwned>(int: Int) -> Result<T, CodecError>
 
 #[inline(never)]
 fn decode_int_any<T: DeserializeOwned>(int: Int) -> Result<T, CodecError> {
-    let mut bytes = Vec::with_capacity(9);
-    put_int(&mut bytes, int);
-    decode_any(Codec::Cbor, &bytes)
+    let (bytes, len) = int_bytes(int);
+    decode_any(Codec::Cbor, &bytes[..len])
 }
 
 /// The integer `value` is in CBOR, if it is one of at most 64 bits (through options and
