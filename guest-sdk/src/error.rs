@@ -31,9 +31,21 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// let e = e.context("record 3");
 /// assert_eq!(e.to_string(), "record 3: unknown command \"frobnicate\"");
 /// ```
-pub struct Error {
+// One pointer, so that a `Result<(), Error>` is one word: in a guest, the hooks' and the
+// SDK's results are then returned in a register rather than through the stack in memory.
+pub struct Error(Box<Inner>);
+
+struct Inner {
     message: String,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+const _: () = assert!(std::mem::size_of::<Result<()>>() == std::mem::size_of::<usize>());
+
+impl Error {
+    fn of(message: String, source: Option<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Error(Box::new(Inner { message, source }))
+    }
 }
 
 impl Error {
@@ -44,10 +56,7 @@ impl Error {
     /// assert_eq!(e.to_string(), "bad line 7");
     /// ```
     pub fn msg(message: impl fmt::Display) -> Self {
-        Error {
-            message: message.to_string(),
-            source: None,
-        }
+        Error::of(message.to_string(), None)
     }
 
     /// Wraps an error value, keeping it as the [`source`](StdError::source).
@@ -59,10 +68,7 @@ impl Error {
     /// assert!(std::error::Error::source(&e).is_some());
     /// ```
     pub fn new(error: impl StdError + Send + Sync + 'static) -> Self {
-        Error {
-            message: error.to_string(),
-            source: Some(Box::new(error)),
-        }
+        Error::of(error.to_string(), Some(Box::new(error)))
     }
 
     /// Prefixes the message with what was being done: `"{context}: {message}"`.
@@ -73,27 +79,28 @@ impl Error {
     /// ```
     #[must_use]
     pub fn context(mut self, context: impl fmt::Display) -> Self {
-        self.message = format!("{context}: {}", self.message);
+        self.0.message = format!("{context}: {}", self.0.message);
         self
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.0.message)
     }
 }
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `Debug` is what `unwrap()` and `fn main() -> Result` print: keep it readable.
-        write!(f, "{:?}", self.message)
+        write!(f, "{:?}", self.0.message)
     }
 }
 
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
+        self.0
+            .source
             .as_deref()
             .map(|e| e as &(dyn StdError + 'static))
     }
@@ -134,9 +141,6 @@ impl From<&str> for Error {
 
 impl From<Box<dyn StdError + Send + Sync + 'static>> for Error {
     fn from(e: Box<dyn StdError + Send + Sync + 'static>) -> Self {
-        Error {
-            message: e.to_string(),
-            source: Some(e),
-        }
+        Error::of(e.to_string(), Some(e))
     }
 }

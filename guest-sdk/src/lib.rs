@@ -115,8 +115,8 @@ pub use level::Level;
 pub use operator::{OpenContext, Operator};
 pub use record::{Record, Timer};
 pub use state::{
-    Codec, CodecError, ListState, MapState, OperatorListState, OperatorState, Redistribution,
-    ValueState,
+    Codec, CodecError, ListState, ListStateHandle, MapState, MapStateHandle, OperatorListState,
+    OperatorState, Redistribution, StateHandle, ValueState, ValueStateHandle,
 };
 pub use ttl::{StateVisibility, Ttl, TtlTimeCharacteristic, UpdateType};
 pub use weir_wire::{Kind, TimeDomain};
@@ -143,9 +143,9 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Codec, Context, Error, Kind, Level, ListState, MapState, OpenContext, Operator,
-        OperatorListState, OperatorState, Record, Redistribution, Result, TimeDomain, Timer, Ttl,
-        ValueState,
+        Codec, Context, Error, Kind, Level, ListState, ListStateHandle, MapState, MapStateHandle,
+        OpenContext, Operator, OperatorListState, OperatorState, Record, Redistribution, Result,
+        StateHandle, TimeDomain, Timer, Ttl, ValueState, ValueStateHandle,
     };
 }
 

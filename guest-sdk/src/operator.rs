@@ -6,10 +6,12 @@ use std::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::backend::StateKind;
 use crate::context::log_to;
 use crate::runtime::{Core, OpenInfo};
 use crate::{
-    Context, Error, Level, OperatorListState, OperatorState, Record, Redistribution, Result, Timer,
+    Context, Error, Level, ListStateHandle, MapStateHandle, OperatorListState, OperatorState,
+    Record, Redistribution, Result, Timer, Ttl, ValueStateHandle,
 };
 
 /// A stream operator: one required method, [`process`](Self::process); the other hooks do
@@ -301,6 +303,100 @@ impl<'a> OpenContext<'a> {
             "" => "{}",
             text => text,
         }
+    }
+
+    /// Declares the keyed [`ValueState`](crate::ValueState) called `name`: a handle that
+    /// [`Context::state`] binds to the current key in `process` and `on_timer`, without
+    /// looking the state up by name as [`Context::value_state`] does. Flink's
+    /// `getState(new ValueStateDescriptor<>(name, ...))` in `open`.
+    ///
+    /// The state is in the operator's [`STATE_CODEC`](Operator::STATE_CODEC) (a state in
+    /// another codec is reached by name, with [`Context::with_codec`]). An error if `name` is
+    /// declared already as another kind of state, with another TTL or in another codec.
+    ///
+    /// ```
+    /// # use weir_sdk::prelude::*;
+    /// #[derive(Default)]
+    /// struct Op {
+    ///     count: ValueStateHandle<u64>,
+    /// }
+    ///
+    /// impl Operator for Op {
+    ///     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+    ///         self.count = ctx.value_state("count")?;
+    ///         Ok(())
+    ///     }
+    ///
+    ///     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+    ///         let count = ctx.state(&self.count);
+    ///         count.set(&(count.get()?.unwrap_or(0) + 1))
+    ///     }
+    /// }
+    /// # let mut h = weir_sdk::testing::Harness::<Op>::new();
+    /// # h.process([("k", ""), ("k", "")]);
+    /// # assert_eq!(h.value_state::<u64>("count", "k"), Some(2));
+    /// ```
+    pub fn value_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<ValueStateHandle<T>> {
+        self.declare(name, StateKind::Value, None)
+            .map(ValueStateHandle::new)
+    }
+
+    /// [`value_state`](Self::value_state) with a time-to-live (enforced by the host).
+    pub fn value_state_with_ttl<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        ttl: Ttl,
+    ) -> Result<ValueStateHandle<T>> {
+        self.declare(name, StateKind::Value, Some(ttl))
+            .map(ValueStateHandle::new)
+    }
+
+    /// Declares the keyed [`ListState`](crate::ListState) called `name`, as
+    /// [`value_state`](Self::value_state).
+    pub fn list_state<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<ListStateHandle<T>> {
+        self.declare(name, StateKind::List, None)
+            .map(ListStateHandle::new)
+    }
+
+    /// [`list_state`](Self::list_state) with a time-to-live (enforced by the host).
+    pub fn list_state_with_ttl<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        ttl: Ttl,
+    ) -> Result<ListStateHandle<T>> {
+        self.declare(name, StateKind::List, Some(ttl))
+            .map(ListStateHandle::new)
+    }
+
+    /// Declares the keyed [`MapState`](crate::MapState) called `name`, as
+    /// [`value_state`](Self::value_state).
+    pub fn map_state<K, V>(&self, name: &str) -> Result<MapStateHandle<K, V>>
+    where
+        K: Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        self.declare(name, StateKind::Map, None)
+            .map(MapStateHandle::new)
+    }
+
+    /// [`map_state`](Self::map_state) with a time-to-live (enforced by the host).
+    pub fn map_state_with_ttl<K, V>(&self, name: &str, ttl: Ttl) -> Result<MapStateHandle<K, V>>
+    where
+        K: Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        self.declare(name, StateKind::Map, Some(ttl))
+            .map(MapStateHandle::new)
+    }
+
+    fn declare(&self, name: &str, kind: StateKind, ttl: Option<Ttl>) -> Result<usize> {
+        crate::state::declare(self.core, name, kind, ttl, None).map_err(Error::msg)
     }
 
     /// The non-keyed [`OperatorState`] called `name`, as [`Context::operator_state`]: in

@@ -175,6 +175,100 @@ fn a_handle_that_cannot_be_used_says_why_every_time() {
     assert_eq!(h.value_state::<String>("v", "k").as_deref(), Some("4"));
 }
 
+/// Keeps per key a count, the values seen (list) and how often each was seen (map), through
+/// handles declared in `open`, and reads the count by name too: both reach one state.
+#[derive(Default)]
+struct Declared {
+    count: ValueStateHandle<u64>,
+    values: ListStateHandle<String>,
+    times: MapStateHandle<String, u32>,
+}
+
+impl Operator for Declared {
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.count = ctx.value_state("count")?;
+        self.values = ctx.list_state("values")?;
+        self.times =
+            ctx.map_state_with_ttl("times", Ttl::new(std::time::Duration::from_secs(60)))?;
+        Ok(())
+    }
+
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let count = ctx.state(&self.count);
+        let n = count.get()?.unwrap_or(0) + 1;
+        count.set(&n)?;
+        let by_name = ctx.value_state::<u64>("count").get()?;
+        let value = rec.value_str()?;
+        ctx.state(&self.values).add(value)?;
+        let times = ctx.state(&self.times);
+        let t = times.get(value)?.unwrap_or(0) + 1;
+        times.put(value, &t)?;
+        let all = ctx.state(&self.values).get()?.join(",");
+        ctx.emit_display(rec.key(), format_args!("{n} {by_name:?} {t} {all}"))
+    }
+}
+
+#[test]
+fn handles_declared_in_open_reach_the_state_of_the_current_key() {
+    let mut h = Harness::<Declared>::new();
+    let out = h.process([("k", "a"), ("j", "a"), ("k", "b")]);
+    assert_eq!(
+        values(&out),
+        ["1 Some(1) 1 a", "1 Some(1) 1 a", "2 Some(2) 1 a,b"]
+    );
+    // A restarted instance declares its handles again, in its own `open`.
+    h.restart();
+    let out = h.process([("k", "a")]);
+    assert_eq!(values(&out), ["3 Some(3) 2 a,b,a"]);
+    assert_eq!(h.value_state::<u64>("count", "k"), Some(3));
+    assert_eq!(h.list_state::<String>("values", "j"), ["a"]);
+}
+
+#[test]
+fn a_handle_open_did_not_declare_is_an_error_naming_the_fix() {
+    #[derive(Default)]
+    struct Forgets {
+        count: ValueStateHandle<u64>,
+    }
+    impl Operator for Forgets {
+        fn process(&mut self, ctx: &mut Context, _: Record<'_>) -> Result<()> {
+            ctx.state(&self.count).set(&1)
+        }
+    }
+    let err = Harness::<Forgets>::new()
+        .try_process([("k", "")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Operator::open did not declare"), "{err}");
+    assert!(err.contains("ctx.value_state(\"count\")"), "{err}");
+}
+
+#[test]
+fn open_cannot_declare_one_name_as_two_kinds_of_state() {
+    #[derive(Default)]
+    struct TwoKinds {
+        list: ListStateHandle<String>,
+    }
+    impl Operator for TwoKinds {
+        fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+            ctx.value_state::<String>("v")?;
+            self.list = ctx.list_state("v")?;
+            Ok(())
+        }
+        fn process(&mut self, _: &mut Context, _: Record<'_>) -> Result<()> {
+            Ok(())
+        }
+    }
+    let err = Harness::<TwoKinds>::new()
+        .try_process([("k", "")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("state \"v\" is a value state but is used here as a list state"),
+        "{err}"
+    );
+}
+
 #[test]
 fn state_used_from_a_display_the_context_is_running_is_an_error() {
     // `emit_display` formats its value with the context borrowed; a state handle made and

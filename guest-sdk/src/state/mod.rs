@@ -9,11 +9,13 @@
 //! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
 
 pub(crate) mod codec;
+mod handle;
 mod list;
 mod map;
 mod operator;
 mod value;
 
+pub use handle::{ListStateHandle, MapStateHandle, StateHandle, ValueStateHandle};
 pub use list::ListState;
 pub use map::MapState;
 pub use operator::{OperatorListState, OperatorState, Redistribution};
@@ -27,7 +29,10 @@ pub use codec::{Codec, CodecError};
 
 use weir_wire::eq_bytes;
 
+use std::cell::RefCell;
+
 use crate::backend::{Backend, StateKind};
+use crate::runtime::{Core, borrow_core};
 use crate::{Error, Result, Ttl};
 
 /// A state declared by this instance, with its cache for the current batch.
@@ -203,6 +208,49 @@ impl StateEntry {
         }
         !out.is_empty()
     }
+}
+
+/// Declares keyed state `name` of `kind` with `ttl` in `codec` (`None`: the operator's), or
+/// finds it declared the same way before: its index in `Core::states`, or why it cannot be.
+#[cold]
+pub(crate) fn declare(
+    core: &RefCell<Core>,
+    name: &str,
+    kind: StateKind,
+    ttl: Option<Ttl>,
+    codec: Option<Codec>,
+) -> std::result::Result<usize, String> {
+    let mut core = borrow_core(core).map_err(|e| e.to_string())?;
+    let codec = codec.unwrap_or(core.codec);
+    if let Some(i) = core.states.iter().position(|s| s.name == name) {
+        let s = &core.states[i];
+        if s.codec != codec {
+            return Err(format!(
+                "state \"{name}\" was declared with codec {:?} but is used here with \
+                 {codec:?}; a state has one codec (move it to another under a new name)",
+                s.codec
+            ));
+        }
+        if s.kind != kind {
+            return Err(format!(
+                "state \"{name}\" is a {} state but is used here as a {kind} state; \
+                 give the {kind} state another name",
+                s.kind
+            ));
+        }
+        if s.ttl != ttl {
+            return Err(format!(
+                "state \"{name}\" was declared with TTL {:?} but is used here with TTL \
+                 {ttl:?}; declare it the same way everywhere",
+                s.ttl
+            ));
+        }
+        return Ok(i);
+    }
+    let handle = core.backend.declare_state(kind, name, ttl.as_ref());
+    core.states
+        .push(StateEntry::new(name, kind, ttl, codec, handle));
+    Ok(core.states.len() - 1)
 }
 
 /// What a typed handle resolved its name to: an index into the instance's states, or the

@@ -23,11 +23,28 @@ const LARGE: u64 = 50_000;
 /// A timer fires this long after an account's last transaction.
 const QUIET_MS: i64 = 3_600_000;
 
-/// The operator; exported below.
+/// The operator; exported below. Its states are declared once, in `open` (as Flink's
+/// descriptors are), and bound to the current key with `ctx.state`.
 #[derive(Default)]
-pub struct Score;
+pub struct Score {
+    merchants: MapStateHandle<String, u64>,
+    recent: ListStateHandle<u64>,
+    count: ValueStateHandle<u64>,
+    total: ValueStateHandle<u64>,
+    last_seen: ValueStateHandle<i64>,
+}
 
 impl Operator for Score {
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.merchants = ctx.map_state("merchants")?;
+        self.recent = ctx.list_state("recent")?;
+        self.count = ctx.value_state("count")?;
+        self.total = ctx.value_state("total")?;
+        self.last_seen =
+            ctx.value_state_with_ttl("last_seen", Ttl::new(Duration::from_secs(3600)))?;
+        Ok(())
+    }
+
     fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
         let account = rec.key_str()?.ok_or("records are keyed by account")?;
         let ts = rec.timestamp().ok_or("records carry their event time")?;
@@ -37,10 +54,10 @@ impl Operator for Score {
             .ok_or("a record is merchant,cents")?;
         let cents: u64 = cents.parse()?;
 
-        let merchants = ctx.map_state::<String, u64>("merchants");
+        let merchants = ctx.state(&self.merchants);
         let seen = merchants.get(merchant)?;
         let known = !merchants.is_empty()?;
-        let recent = ctx.list_state::<u64>("recent");
+        let recent = ctx.state(&self.recent);
         let mut amounts = recent.get()?;
         if amounts.len() >= 3 {
             let mean = amounts.iter().sum::<u64>() / amounts.len() as u64;
@@ -66,12 +83,11 @@ impl Operator for Score {
             recent.add(&cents)?;
         }
 
-        let count = ctx.value_state::<u64>("count");
+        let count = ctx.state(&self.count);
         count.set(&(count.get()?.unwrap_or(0) + 1))?;
-        let total = ctx.value_state::<u64>("total");
+        let total = ctx.state(&self.total);
         total.set(&(total.get()?.unwrap_or(0) + cents))?;
-        let last_seen =
-            ctx.value_state_with_ttl::<i64>("last_seen", Ttl::new(Duration::from_secs(3600)));
+        let last_seen = ctx.state(&self.last_seen);
         if let Some(previous) = last_seen.get()? {
             ctx.delete_event_timer(previous + QUIET_MS)?;
         }
@@ -81,9 +97,9 @@ impl Operator for Score {
 
     fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
         let account = timer.key_str()?;
-        let count = ctx.value_state::<u64>("count").get()?.unwrap_or(0);
-        let total = ctx.value_state::<u64>("total").get()?.unwrap_or(0);
-        let merchants = ctx.map_state::<String, u64>("merchants").keys()?.len();
+        let count = ctx.state(&self.count).get()?.unwrap_or(0);
+        let total = ctx.state(&self.total).get()?.unwrap_or(0);
+        let merchants = ctx.state(&self.merchants).keys()?.len();
         ctx.emit_display(
             Some(timer.key()),
             format_args!("SUMMARY {account} count={count} total={total} merchants={merchants}"),

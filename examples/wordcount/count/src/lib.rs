@@ -9,11 +9,18 @@ use weir_sdk::prelude::*;
 
 /// The operator; exported below.
 #[derive(Default)]
-pub struct CountWords;
+pub struct CountWords {
+    count: ValueStateHandle<u64>,
+}
 
 impl Operator for CountWords {
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.count = ctx.value_state("count")?;
+        Ok(())
+    }
+
     fn process(&mut self, ctx: &mut Context, word: Record<'_>) -> Result<()> {
-        let count = ctx.value_state::<u64>("count");
+        let count = ctx.state(&self.count);
         let n = count.get()?.unwrap_or(0) + 1;
         count.set(&n)?;
         let kind = if n == 1 {
