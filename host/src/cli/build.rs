@@ -725,11 +725,20 @@ strip = true
 use weir_sdk::prelude::*;
 
 #[derive(Default)]
-pub struct Count;
+pub struct Count {
+    count: ValueStateHandle<u64>,
+}
 
 impl Operator for Count {
+    // States are declared once here and bound to the current key with `ctx.state`
+    // (`ctx.value_state("count")` in `process` works too, looked up by name every time).
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.count = ctx.value_state("count")?;
+        Ok(())
+    }
+
     fn process(&mut self, ctx: &mut Context, record: Record<'_>) -> Result<()> {
-        let count = ctx.value_state::<u64>("count");
+        let count = ctx.state(&self.count);
         let n = count.get()?.unwrap_or(0) + 1;
         count.set(&n)?;
         ctx.emit_display(record.key(), n)
