@@ -69,11 +69,6 @@ impl fmt::Write for Bytes<'_> {
     }
 }
 
-/// What a handle of another instance's `open` gets (a handle of this instance's `open` is an
-/// index into its states).
-const UNKNOWN_HANDLE: &str = "weir-sdk: a state handle of another operator instance was used; \
-    declare handles in this operator's own open";
-
 impl<'a> Context<'a> {
     pub(crate) fn new(core: &'a RefCell<Core>, keys: &'a [&'a [u8]]) -> Self {
         Context {
@@ -224,9 +219,8 @@ impl<'a> Context<'a> {
             epoch,
             ..
         } = &mut *core;
-        let entry = states
-            .get_mut(*index)
-            .ok_or_else(|| Error::msg(UNKNOWN_HANDLE))?;
+        // An index of this instance's states: handles are made by its own `open` or by name.
+        let entry = &mut states[*index];
         let mut access = Access::new(entry, *epoch, self.slot, &mut **backend, self.keys)?;
         f(&mut access)
     }

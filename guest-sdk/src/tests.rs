@@ -176,7 +176,8 @@ fn a_handle_that_cannot_be_used_says_why_every_time() {
 }
 
 /// Keeps per key a count, the values seen (list) and how often each was seen (map), through
-/// handles declared in `open`, and reads the count by name too: both reach one state.
+/// handles declared in `open`, and reads the count by name too: both reach one state. Each
+/// record sets an event-time timer at 100 that reports its key's count and values.
 #[derive(Default)]
 struct Declared {
     count: ValueStateHandle<u64>,
@@ -204,7 +205,14 @@ impl Operator for Declared {
         let t = times.get(value)?.unwrap_or(0) + 1;
         times.put(value, &t)?;
         let all = ctx.state(&self.values).get()?.join(",");
+        ctx.register_event_timer(100)?;
         ctx.emit_display(rec.key(), format_args!("{n} {by_name:?} {t} {all}"))
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context, timer: Timer<'_>) -> Result<()> {
+        let n = ctx.state(&self.count).get()?.unwrap_or(0);
+        let all = ctx.state(&self.values).get()?.join(",");
+        ctx.emit_display(Some(timer.key()), format_args!("timer {n} {all}"))
     }
 }
 
@@ -222,6 +230,13 @@ fn handles_declared_in_open_reach_the_state_of_the_current_key() {
     assert_eq!(values(&out), ["3 Some(3) 2 a,b,a"]);
     assert_eq!(h.value_state::<u64>("count", "k"), Some(3));
     assert_eq!(h.list_state::<String>("values", "j"), ["a"]);
+    // Timers reach the state of their key through the same handles.
+    let mut fired = values(&h.fire_event_timers_up_to(100))
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    fired.sort();
+    assert_eq!(fired, ["timer 1 a", "timer 3 a,b,a"]);
 }
 
 #[test]

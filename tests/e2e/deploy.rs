@@ -191,7 +191,17 @@ fn new_code_that_traps_or_changes_a_states_kind_rolls_back_by_itself() {
     let recount = server.component("weir_test_recount");
     let cases = [
         (hostile, json!({ "trap_after_ms": 0 }), "trapping"),
-        (recount, json!({ "kind": "map" }), "declared as map state"),
+        (
+            recount.clone(),
+            json!({ "kind": "map" }),
+            "declared as map state",
+        ),
+        // The same, declared in `open` (as a state handle is).
+        (
+            recount,
+            json!({ "kind": "map", "in_open": true }),
+            "declared as map state",
+        ),
     ];
     for (i, (sha, config, cause)) in cases.into_iter().enumerate() {
         let done = upgrade_count(&server, &id, &sha, config, 2_000);

@@ -93,7 +93,7 @@ impl BatchWriter {
             dst[n..n + 4].copy_from_slice(&slot.to_le_bytes());
             n += 4;
         }
-        let n = put_short_tail(dst, n, timestamp, value);
+        let n = put_short_tail(dst, n, timestamp, value, &[]);
         b.truncate(at + n);
         self.records += 1;
     }

@@ -1,7 +1,7 @@
 //! Output (guest to host): records leaving an operator, each with its optional side-output
 //! name, until the end of the buffer.
 
-use crate::primitives::{DecodeError, Reader, SHORT, copy_short_within, field_len};
+use crate::primitives::{DecodeError, Reader, SHORT, copy_short_within, field_len, put_short_tail};
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, TO_SIDE_OUTPUT, header};
 
 /// Accumulates records leaving an operator.
@@ -95,13 +95,7 @@ impl OutputWriter {
             copy_short_within(&mut dst[n + 4..], key, within);
             n += 4 + key.len();
         }
-        if let Some(ts) = rec.timestamp {
-            dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
-            n += 8;
-        }
-        dst[n..n + 4].copy_from_slice(&(rec.value.len() as u32).to_le_bytes());
-        copy_short_within(&mut dst[n + 4..], rec.value, within);
-        self.used = at + n + 4 + rec.value.len();
+        self.used = at + put_short_tail(dst, n, rec.timestamp, rec.value, within);
         self.records += 1;
     }
 

@@ -414,20 +414,22 @@ fn word8_be(b: &[u8], at: usize) -> u64 {
 }
 
 /// Writes the end of a record, its optional timestamp and its value of at most [`SHORT`]
-/// bytes (length first), at `dst[n..]` with fixed-size moves; returns where the record ends.
+/// bytes (length first), at `dst[n..]` with fixed-size moves (from `within` if the value lies
+/// in it, see [`copy_short_within`]); returns where the record ends.
 #[inline(always)]
 pub(crate) fn put_short_tail(
     dst: &mut [u8],
     mut n: usize,
     timestamp: Option<i64>,
     value: &[u8],
+    within: &[u8],
 ) -> usize {
     if let Some(ts) = timestamp {
         dst[n..n + 8].copy_from_slice(&ts.to_le_bytes());
         n += 8;
     }
     dst[n..n + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
-    copy_short(&mut dst[n + 4..], value);
+    copy_short_within(&mut dst[n + 4..], value, within);
     n + 4 + value.len()
 }
 

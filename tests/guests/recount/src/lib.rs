@@ -5,7 +5,8 @@
 //! Config: `prefix` (default `"v2:"`); `state` names the value state it counts in (default
 //! `count`: another name leaves `count` undeclared, kept for a later version); with
 //! `kind = "map"` it declares `count` as a map state, which the first version wrote as a
-//! value state: a failure of the new version when it is declared.
+//! value state: a failure of the new version when it is declared (in `process`, or in `open`
+//! with `in_open = true`).
 
 use serde::Deserialize;
 use weir_sdk::prelude::*;
@@ -16,6 +17,7 @@ struct Config {
     prefix: String,
     state: String,
     kind: String,
+    in_open: bool,
 }
 
 impl Default for Config {
@@ -24,6 +26,7 @@ impl Default for Config {
             prefix: "v2:".into(),
             state: "count".into(),
             kind: "value".into(),
+            in_open: false,
         }
     }
 }
@@ -36,6 +39,9 @@ struct Recount {
 impl Operator for Recount {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
         self.config = ctx.config()?;
+        if self.config.kind == "map" && self.config.in_open {
+            ctx.map_state::<String, u64>(&self.config.state)?;
+        }
         Ok(())
     }
 
