@@ -119,6 +119,10 @@ export class OpenContext extends Logging {
   readonly configJson: string;
   /** The operator's config table of the job spec ({} when absent). */
   readonly config: { [key: string]: unknown };
+  /** Declares keyed state once; the handle acts on the current key in process and onTimer. */
+  valueState<T extends StateValue = StateValue>(name: string, ttl?: Ttl | null): ValueState<T>;
+  listState<T extends StateValue = StateValue>(name: string, ttl?: Ttl | null): ListState<T>;
+  mapState<K extends StateValue = StateValue, V extends StateValue = StateValue>(name: string, ttl?: Ttl | null): MapState<K, V>;
 }
 
 type Bytes = Uint8Array | string;

@@ -4,10 +4,13 @@
 import * as weir from "weir-sdk";
 
 export default class CountWords extends weir.Operator {
+  open(ctx) {
+    // Declared once; in process the handle acts on the current record's key.
+    this.count = ctx.valueState("count");
+  }
   process(ctx, word) {
-    const count = ctx.valueState("count");
-    const n = count.get(0) + 1;
-    count.set(n);
+    const n = this.count.get(0) + 1;
+    this.count.set(n);
     ctx.emitRecord(n === 1 ? weir.Kind.INSERT : weir.Kind.UPDATE_AFTER, word.key, word.timestamp, n);
   }
 }

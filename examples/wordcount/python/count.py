@@ -6,10 +6,13 @@ import weir
 
 
 class CountWords(weir.Operator):
+    def open(self, ctx):
+        # Declared once; in process the handle acts on the current record's key.
+        self.count = ctx.value_state("count")
+
     def process(self, ctx, word):
-        count = ctx.value_state("count")
-        n = count.get(0) + 1
-        count.set(n)
+        n = self.count.get(0) + 1
+        self.count.set(n)
         kind = weir.Kind.INSERT if n == 1 else weir.Kind.UPDATE_AFTER
         ctx.emit_record(kind, word.key, word.timestamp, n)
 

@@ -526,11 +526,13 @@ class Logging {
   }
 }
 
-/** What open() gets: who this instance is, its config, operator state and the log. */
+/** What open() gets: who this instance is, its config, keyed state to declare, operator state
+ * and the log. */
 export class OpenContext extends Logging {
-  constructor(core, info) {
+  constructor(core, info, ctx) {
     super();
     this.core = core;
+    this.ctx = ctx;
     this.operatorUid = info.operatorUid;
     this.subtaskIndex = info.subtaskIndex;
     this.parallelism = info.parallelism;
@@ -543,6 +545,27 @@ export class OpenContext extends Logging {
     } catch (e) {
       throw new WeirError(`the operator's config is not JSON: ${e.message}`);
     }
+  }
+  declare(cls, name, ttl) {
+    const handle = this.ctx.handle(cls, name, ttl);
+    // Declared now, so that a state declared twice in two ways fails open.
+    this.core.entry(name, cls.kind, ttl);
+    return handle;
+  }
+  /** Declares the keyed value state `name` once, as Flink's state descriptors are, and returns
+   * its handle: keep it (`this.count = ctx.valueState("count")`) and use it in process and
+   * onTimer, where it acts on the current key. The same state as Context.valueState(name);
+   * declaring it here also finds a conflict in open. */
+  valueState(name, ttl = null) {
+    return this.declare(ValueState, name, ttl);
+  }
+  /** Declares the keyed list state `name` (see valueState). */
+  listState(name, ttl = null) {
+    return this.declare(ListState, name, ttl);
+  }
+  /** Declares the keyed map state `name` (see valueState). */
+  mapState(name, ttl = null) {
+    return this.declare(MapState, name, ttl);
   }
 }
 
@@ -628,7 +651,7 @@ export class Instance {
 
   open() {
     try {
-      this.operator.open(new OpenContext(this.core, this.info));
+      this.operator.open(new OpenContext(this.core, this.info, this.ctx));
     } catch (e) {
       throw new WeirError(failure(e, "open"));
     }

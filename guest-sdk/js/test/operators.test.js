@@ -239,3 +239,46 @@ test("a ttl is declared with the state", () => {
   assert.equal(h.valueState("recent", "k"), 1);
   assert.throws(() => new weir.Ttl(0), /at least 1 ms/);
 });
+
+test("state declared in open acts on the current key in process and onTimer", () => {
+  class Declared extends weir.Operator {
+    open(ctx) {
+      this.count = ctx.valueState("count");
+      this.seen = ctx.listState("seen", new weir.Ttl(60000));
+      this.byValue = ctx.mapState("byValue");
+    }
+    process(ctx, record) {
+      const n = this.count.get(0) + 1;
+      this.count.set(n);
+      this.seen.add(record.valueStr());
+      this.byValue.put(record.valueStr(), n);
+      // The same state reached by name.
+      assert.equal(ctx.valueState("count").get(), n);
+      ctx.registerEventTimer(100);
+    }
+    onTimer(ctx, timer) {
+      ctx.emit(timer.key, JSON.stringify([this.count.get(), this.seen.get(), this.byValue.entries()]));
+    }
+  }
+  const h = new Harness(Declared);
+  h.process([["a", "x"], ["b", "y"], ["a", "z"]]);
+  h.restart(); // open runs again and declares the states of the new instance
+  h.process([["b", "w"]]);
+  assert.equal(h.valueState("count", "a"), 2);
+  assert.equal(h.valueState("count", "b"), 2);
+  const out = h.fireEventTimersUpTo(100).map((o) => [o.keyStr, o.valueStr]).sort();
+  assert.deepEqual(out, [
+    ["a", JSON.stringify([2, ["x", "z"], [["x", 1], ["z", 2]]])],
+    ["b", JSON.stringify([2, ["y", "w"], [["w", 2], ["y", 1]]])],
+  ]);
+});
+
+test("a state declared in open two ways fails open", () => {
+  class Conflicting extends weir.Operator {
+    open(ctx) {
+      ctx.valueState("s");
+      ctx.listState("s");
+    }
+  }
+  assert.throws(() => new Harness(Conflicting).process([["k", "v"]]), /open.*"s" is a value state; it cannot also be/s);
+});

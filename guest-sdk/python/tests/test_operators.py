@@ -293,3 +293,44 @@ def test_ttl_is_declared_with_the_state():
     assert seen[0].ttl_ms == 5_000
     with pytest.raises(ValueError, match="at least 1 ms"):
         weir.Ttl(ms=0)
+
+
+def test_state_declared_in_open_acts_on_the_current_key_in_process_and_on_timer():
+    class Declared(weir.Operator):
+        def open(self, ctx):
+            self.count = ctx.value_state("count")
+            self.seen = ctx.list_state("seen", ttl=weir.Ttl(ms=60_000))
+            self.by_value = ctx.map_state("by_value")
+
+        def process(self, ctx, record):
+            n = self.count.get(0) + 1
+            self.count.set(n)
+            self.seen.add(record.value_str())
+            self.by_value.put(record.value_str(), n)
+            # The same state reached by name.
+            assert ctx.value_state("count").get() == n
+            ctx.register_event_timer(100)
+
+        def on_timer(self, ctx, timer):
+            ctx.emit(timer.key, f"{self.count.get()} {self.seen.get()} {self.by_value.items()}")
+
+    h = Harness(Declared)
+    h.process([("a", "x"), ("b", "y"), ("a", "z")])
+    h.restart()  # open runs again and declares the states of the new instance
+    h.process([("b", "w")])
+    assert h.value_state("count", "a") == 2 and h.value_state("count", "b") == 2
+    out = h.fire_event_timers_up_to(100)
+    assert sorted((o.key_str, o.value_str) for o in out) == [
+        ("a", "2 ['x', 'z'] [('x', 1), ('z', 2)]"),
+        ("b", "2 ['y', 'w'] [('w', 2), ('y', 1)]"),
+    ]
+
+
+def test_a_state_declared_in_open_two_ways_fails_open():
+    class Conflicting(weir.Operator):
+        def open(self, ctx):
+            ctx.value_state("s")
+            ctx.list_state("s")
+
+    with pytest.raises(weir.WeirError, match="open.*'s' is a value state; it cannot also be"):
+        Harness(Conflicting).process([("k", "v")])

@@ -596,12 +596,14 @@ class _Logging:
 
 
 class OpenContext(_Logging):
-    """What ``open`` gets: who this instance is, its config, operator state and the log."""
+    """What ``open`` gets: who this instance is, its config, keyed state to declare, operator
+    state and the log."""
 
-    __slots__ = ("_core", "operator_uid", "subtask_index", "parallelism", "config_json")
+    __slots__ = ("_core", "_ctx", "operator_uid", "subtask_index", "parallelism", "config_json")
 
-    def __init__(self, core, info):
+    def __init__(self, core, info, ctx):
         self._core = core
+        self._ctx = ctx
         self.operator_uid = info["operator_uid"]
         self.subtask_index = info["subtask_index"]
         self.parallelism = info["parallelism"]
@@ -614,6 +616,27 @@ class OpenContext(_Logging):
             return json.loads(self.config_json or "{}")
         except ValueError as e:
             raise WeirError(f"the operator's config is not JSON: {e}") from None
+
+    def _declare(self, cls, name, ttl):
+        handle = self._ctx._handle(cls, name, ttl)
+        # Declared now, so that a state declared twice in two ways fails open.
+        self._core.entry(name, cls._kind, ttl)
+        return handle
+
+    def value_state(self, name, ttl=None):
+        """Declares the keyed value state ``name`` once, as Flink's state descriptors are, and
+        returns its handle: keep it (``self.count = ctx.value_state("count")``) and use it in
+        ``process`` and ``on_timer``, where it acts on the current key. The same state as
+        ``Context.value_state(name)``; declaring it here also finds a conflict in ``open``."""
+        return self._declare(ValueState, name, ttl)
+
+    def list_state(self, name, ttl=None):
+        """Declares the keyed list state ``name`` (see :meth:`value_state`)."""
+        return self._declare(ListState, name, ttl)
+
+    def map_state(self, name, ttl=None):
+        """Declares the keyed map state ``name`` (see :meth:`value_state`)."""
+        return self._declare(MapState, name, ttl)
 
 
 class Context(_Logging):
@@ -717,7 +740,7 @@ class Instance:
 
     def open(self):
         try:
-            self.operator.open(OpenContext(self.core, self.info))
+            self.operator.open(OpenContext(self.core, self.info, self.ctx))
         except Exception as e:
             raise WeirError(failure(e, "open")) from e
 

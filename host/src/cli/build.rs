@@ -807,10 +807,14 @@ import weir
 
 
 class Count(weir.Operator):
+    def open(self, ctx):
+        # Declared once, as Flink's state descriptors are; in process the handle acts on the
+        # current record's key (`ctx.value_state("count")` in process works too).
+        self.count = ctx.value_state("count")
+
     def process(self, ctx, record):
-        count = ctx.value_state("count")
-        n = count.get(0) + 1
-        count.set(n)
+        n = self.count.get(0) + 1
+        self.count.set(n)
         ctx.emit(record.key, n)
 
 
@@ -854,10 +858,14 @@ fn js_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
 import * as weir from "weir-sdk";
 
 export default class Count extends weir.Operator {
+  open(ctx) {
+    // Declared once, as Flink's state descriptors are; in process the handle acts on the
+    // current record's key (ctx.valueState("count") in process works too).
+    this.count = ctx.valueState("count");
+  }
   process(ctx, record) {
-    const count = ctx.valueState("count");
-    const n = count.get(0) + 1;
-    count.set(n);
+    const n = this.count.get(0) + 1;
+    this.count.set(n);
     ctx.emit(record.key, n);
   }
 }
