@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{build_weir, exec, guests, repo, target_dir};
+use crate::{build_weir, callgrind, exec, guests, repo, target_dir};
 
 const PARALLELISM: u32 = 2;
 /// Small enough that both source subtasks get splits of the default input.
@@ -22,14 +22,20 @@ pub struct Options {
     /// Another `weir` binary (an earlier build) to run the WASM and native word counts with
     /// too, interleaved with this one's, for a before/after comparison in one invocation.
     compare: Option<PathBuf>,
+    /// Instructions per word under callgrind instead of time (`--callgrind`), and the
+    /// functions that run the most of them (`--functions N`).
+    callgrind: bool,
+    functions: Option<usize>,
 }
 
 impl Options {
     pub fn parse(args: &[String]) -> Result<Options> {
         let mut options = Options {
-            words: 5_000_000,
+            words: 0,
             runs: 3,
             compare: None,
+            callgrind: false,
+            functions: None,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -41,10 +47,24 @@ impl Options {
                     let bin = args.next().context("--compare needs a weir binary")?;
                     options.compare = Some(PathBuf::from(bin));
                 }
+                "--callgrind" => options.callgrind = true,
+                "--functions" => {
+                    options.callgrind = true;
+                    options.functions = Some(value("--functions")? as usize);
+                }
                 other => bail!(
-                    "unknown bench option `{other}`; use --words N, --runs R and --compare BIN"
+                    "unknown bench option `{other}`; use --words N, --runs R, --compare BIN, \
+                     --callgrind and --functions N"
                 ),
             }
+        }
+        if options.words == 0 {
+            // Callgrind runs some fifty times slower.
+            options.words = if options.callgrind {
+                1_000_000
+            } else {
+                5_000_000
+            };
         }
         ensure!(
             options.words > 0 && options.words.is_multiple_of(10),
@@ -90,6 +110,9 @@ pub(crate) fn prepare(name: &str) -> Result<(PathBuf, PathBuf)> {
 pub fn run(options: Options) -> Result<()> {
     let (weir, dir) = prepare("bench")?;
     let input = generate(&dir, options.words)?;
+    if options.callgrind {
+        return callgrind_counts(&weir, &dir, &input, options.words, options.functions);
+    }
 
     let operators = guests::operators_dir();
     let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
@@ -183,6 +206,93 @@ pub fn run(options: Options) -> Result<()> {
             (best[1] / best[5] - 1.0) * 100.0
         );
     }
+    Ok(())
+}
+
+/// The WASM and native word counts once each under callgrind (memory state, no checkpoints):
+/// instructions per word, the WASM one's split by where they go (see `callgrind`), and with
+/// `functions` the functions that run the most of them, the guests' by name.
+fn callgrind_counts(
+    weir: &Path,
+    dir: &Path,
+    input: &Path,
+    words: u64,
+    functions: Option<usize>,
+) -> Result<()> {
+    callgrind::ensure_valgrind()?;
+    let (weir, operators) = match functions {
+        Some(_) => callgrind::with_symbols(&["wordcount-split", "wordcount-count"])?,
+        None => (weir.to_path_buf(), guests::operators_dir()),
+    };
+    let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
+    let variant = |name: &str, split: String, count: String| Variant {
+        name: name.into(),
+        weir: None,
+        split,
+        count,
+        flags: &[],
+        // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
+        tables: "\n[limits]\ncall_deadline = \"1h\"\n".into(),
+    };
+    let variants = [
+        variant(
+            "wasm",
+            wasm("wordcount_split.wasm"),
+            wasm("wordcount_count.wasm"),
+        ),
+        variant(
+            "native",
+            "native = \"split_words\"".into(),
+            "native = \"count_words\"".into(),
+        ),
+    ];
+    let mut counted = Vec::new();
+    for variant in &variants {
+        let spec = dir.join(format!("callgrind-{}.toml", variant.name));
+        std::fs::write(&spec, job_spec(variant, input))
+            .with_context(|| format!("cannot write {}", spec.display()))?;
+        let file = dir.join(format!("callgrind.{}.out", variant.name));
+        println!("{}: {words} words under callgrind (slow)", variant.name);
+        // The native job runs no guest: nothing for the perf map to name.
+        let guest = variant.name == "wasm";
+        let listed = functions.is_some() && guest;
+        callgrind::run(&weir, &spec, &dir.join("summary.json"), &file, None, listed)?;
+        counted.push(if guest {
+            let split = callgrind::split(&file)?;
+            let names = match listed {
+                true => callgrind::functions(&file, &std::env::temp_dir())?,
+                false => Vec::new(),
+            };
+            (split.total, Some((split, names)))
+        } else {
+            (callgrind::total(&file)?, None)
+        });
+    }
+    println!();
+    println!(
+        "instructions per word, {words} words, parallelism {PARALLELISM}, memory state, no \
+         checkpoints"
+    );
+    for (variant, (total, split)) in variants.iter().zip(&counted) {
+        println!("  {}: {} in all", variant.name, total / words);
+        let Some((split, names)) = split else {
+            continue;
+        };
+        for (part, n) in &split.parts {
+            println!(
+                "    {part:<24} {:>7} {:>5.1} %",
+                n / words,
+                *n as f64 * 100.0 / split.total as f64
+            );
+        }
+        if let Some(n) = functions {
+            callgrind::print_functions(names, n, words, split.total);
+        }
+    }
+    println!(
+        "  wasm/native instruction ratio: {:.2}",
+        counted[0].0 as f64 / counted[1].0 as f64
+    );
     Ok(())
 }
 

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -207,7 +207,9 @@ fn callgrind_split(
 ) -> Result<()> {
     callgrind::ensure_valgrind()?;
     let (weir, operators) = match functions {
-        Some(_) => with_symbols()?,
+        Some(_) => {
+            callgrind::with_symbols(&["bench-scorer-parse", "bench-scorer-score", "bench-topn"])?
+        }
         None => (weir.to_path_buf(), guests::operators_dir()),
     };
     let mut rows = Vec::new();
@@ -221,29 +223,17 @@ fn callgrind_split(
         let limits = "\n[limits]\ncall_deadline = \"1h\"\n";
         let text = job_spec(&operators, job, input, dir, "memory", Checkpoints::Off) + limits;
         std::fs::write(&spec, text)?;
-        // Once under valgrind without a tool, so that the components are compiled (into
-        // weir's cache) before: for the CPU valgrind presents and the same profiler, which
-        // are part of the cache's key.
-        let mut warm_up = Command::new("valgrind");
-        warm_up.args(["--tool=none", "-q"]).arg(&weir);
-        if functions.is_some() {
-            warm_up.env("WEIR_WASM_PROFILER", "perfmap");
-        }
-        run_job_by(warm_up, &spec, &dir.join("summary.json"), &[])?;
-        let _ = std::fs::remove_dir_all(&out);
         let file = dir.join(format!("callgrind.{job}.out"));
-        let mut command = Command::new("valgrind");
-        command
-            .args(["--tool=callgrind", "--dump-line=no"])
-            .arg(format!("--callgrind-out-file={}", file.display()));
-        if functions.is_some() {
-            command
-                .args(callgrind::FUNCTION_OPTIONS)
-                .env("WEIR_WASM_PROFILER", "perfmap");
-        }
-        command.arg(&weir);
         println!("{job}: {records} records under callgrind (slow)");
-        run_job_by(command, &spec, &dir.join("summary.json"), &[])?;
+        let summary = dir.join("summary.json");
+        callgrind::run(
+            &weir,
+            &spec,
+            &summary,
+            &file,
+            Some(&out),
+            functions.is_some(),
+        )?;
         check(
             &committed(&out)?,
             expected,
@@ -277,52 +267,10 @@ fn callgrind_split(
             );
         }
         if let Some(n) = functions {
-            println!("    functions by their own instructions (G: guest, H: host):");
-            for f in listed.iter().take(n) {
-                // The end of a long name says the most: the function, not its crate.
-                let cut = f.name.len().saturating_sub(110);
-                let name = &f.name[f.name.ceil_char_boundary(cut)..];
-                println!(
-                    "    {} {:>7} {:>5.1} %  {name}",
-                    if f.guest { 'G' } else { 'H' },
-                    f.instructions / records,
-                    f.instructions as f64 * 100.0 / split.total as f64
-                );
-            }
+            callgrind::print_functions(&listed, n, records, split.total);
         }
     }
     Ok(())
-}
-
-/// `weir` built with wasmtime's profiling agents (copied to `release/weir-profiling`; the next
-/// plain build puts the plain binary back in `release/weir`), and the benchmark's guests built
-/// with their function names (in `guest-symbols/` of the target directory, so that the guests
-/// of `build/operators` stay as they are): what `--functions` runs.
-fn with_symbols() -> Result<(PathBuf, PathBuf)> {
-    let target = crate::target_dir()?;
-    exec(crate::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "weir",
-        "--bins",
-        "--features",
-        "profiling",
-    ]))?;
-    let weir = target.join("release").join("weir-profiling");
-    std::fs::copy(target.join("release").join("weir"), &weir)
-        .with_context(|| format!("cannot copy weir to {}", weir.display()))?;
-    let symbols = target.join("guest-symbols");
-    let mut build = crate::cargo();
-    build
-        .args(["build", "--profile", "guest", "--target", guests::TARGET])
-        .args(["--config", "profile.guest.strip=false", "--target-dir"])
-        .arg(&symbols);
-    for package in ["bench-scorer-parse", "bench-scorer-score", "bench-topn"] {
-        build.args(["-p", package]);
-    }
-    exec(&mut build)?;
-    Ok((weir, symbols.join(guests::TARGET).join("guest")))
 }
 
 /// Checkpointing of a run: every second, aligned or unaligned, or none.

@@ -8,10 +8,13 @@
 
 use std::collections::HashMap;
 use std::io::BufRead as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+use crate::bench::run_job_by;
+use crate::{exec, guests};
 
 /// The parts, each the sum of the inclusive counts of its entry functions (none nested in
 /// another of the same part), matched at the end of their demangled names.
@@ -87,45 +90,108 @@ pub(crate) fn ensure_valgrind() -> Result<()> {
         .context("valgrind is needed for --callgrind; install it (apt-get install valgrind)")
 }
 
-/// Splits the counts of the callgrind output file `out`.
-pub(crate) fn split(out: &Path) -> Result<Split> {
-    let annotated = Command::new("callgrind_annotate")
-        .args(["--inclusive=yes", "--threshold=100"])
-        .arg(out)
-        .output()
-        .context("cannot run callgrind_annotate")?;
-    if !annotated.status.success() {
-        bail!(
-            "callgrind_annotate failed: {}",
-            String::from_utf8_lossy(&annotated.stderr)
+/// `weir` built with wasmtime's profiling agents (copied to `release/weir-profiling`; the next
+/// plain build puts the plain binary back in `release/weir`), and the guests `packages` built
+/// with their function names (in `guest-symbols/` of the target directory, so that the guests
+/// of `build/operators` stay as they are): what `--functions` runs.
+pub(crate) fn with_symbols(packages: &[&str]) -> Result<(PathBuf, PathBuf)> {
+    let target = crate::target_dir()?;
+    exec(crate::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "weir",
+        "--bins",
+        "--features",
+        "profiling",
+    ]))?;
+    let weir = target.join("release").join("weir-profiling");
+    std::fs::copy(target.join("release").join("weir"), &weir)
+        .with_context(|| format!("cannot copy weir to {}", weir.display()))?;
+    let symbols = target.join("guest-symbols");
+    let mut build = crate::cargo();
+    build
+        .args(["build", "--profile", "guest", "--target", guests::TARGET])
+        .args(["--config", "profile.guest.strip=false", "--target-dir"])
+        .arg(&symbols);
+    for package in packages {
+        build.args(["-p", package]);
+    }
+    exec(&mut build)?;
+    Ok((weir, symbols.join(guests::TARGET).join("guest")))
+}
+
+/// Runs the job `spec` once under callgrind, its counts into `out`; with `functions`, with
+/// [`FUNCTION_OPTIONS`] and the guests' names in wasmtime's perf map (`weir` built by
+/// [`with_symbols`]). The spec must allow calls far longer than usual (`[limits]
+/// call_deadline`): under callgrind a batch runs some fifty times slower. `sink_dir`, where
+/// the job writes its output, is emptied before the measured run, for its output to be
+/// checked.
+pub(crate) fn run(
+    weir: &Path,
+    spec: &Path,
+    summary: &Path,
+    out: &Path,
+    sink_dir: Option<&Path>,
+    functions: bool,
+) -> Result<()> {
+    // Once under valgrind without a tool, so that the components are compiled (into weir's
+    // cache) before: for the CPU valgrind presents and the same profiler, which are part of
+    // the cache's key.
+    let mut warm_up = Command::new("valgrind");
+    warm_up.args(["--tool=none", "-q"]).arg(weir);
+    if functions {
+        warm_up.env("WEIR_WASM_PROFILER", "perfmap");
+    }
+    run_job_by(warm_up, spec, summary, &[])?;
+    if let Some(dir) = sink_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let mut command = Command::new("valgrind");
+    command
+        .args(["--tool=callgrind", "--dump-line=no"])
+        .arg(format!("--callgrind-out-file={}", out.display()));
+    if functions {
+        command
+            .args(FUNCTION_OPTIONS)
+            .env("WEIR_WASM_PROFILER", "perfmap");
+    }
+    command.arg(weir);
+    run_job_by(command, spec, summary, &[]).map(|_| ())
+}
+
+/// Prints the `n` functions of `listed` that run the most instructions themselves, per unit
+/// of `per` (records, words) and as a share of `total`.
+pub(crate) fn print_functions(listed: &[Function], n: usize, per: u64, total: u64) {
+    println!("    functions by their own instructions (G: guest, H: host):");
+    for f in listed.iter().take(n) {
+        // The end of a long name says the most: the function, not its crate.
+        let cut = f.name.len().saturating_sub(110);
+        let name = &f.name[f.name.ceil_char_boundary(cut)..];
+        println!(
+            "    {} {:>7} {:>5.1} %  {name}",
+            if f.guest { 'G' } else { 'H' },
+            f.instructions / per,
+            f.instructions as f64 * 100.0 / total as f64
         );
     }
-    let text = String::from_utf8_lossy(&annotated.stdout);
-    let mut total = None;
-    // A function's instructions are listed per source file its code came from (inlining);
-    // the line of the largest count is the function's inclusive count.
-    let mut functions: std::collections::HashMap<String, u64> = Default::default();
-    for line in text.lines() {
-        let line = line.trim_start();
-        let Some((count, rest)) = line.split_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.replace(',', "").parse::<u64>() else {
-            continue;
-        };
-        if rest.contains("PROGRAM TOTALS") {
-            total = Some(count);
-            continue;
-        }
-        // "(12.3%)  file:function [object]"
-        let name = rest.split_once(')').map_or(rest, |(_, n)| n).trim();
-        let name = name.rsplit_once(" [").map_or(name, |(n, _)| n);
-        let most = functions
-            .entry(function_name(name).to_string())
-            .or_default();
-        *most = (*most).max(count);
-    }
-    let total = total.context("callgrind_annotate printed no PROGRAM TOTALS")?;
+}
+
+/// The instructions of the callgrind output file `out`, start-up left out, without a split:
+/// for jobs without guests.
+pub(crate) fn total(out: &Path) -> Result<u64> {
+    let (total, functions) = inclusive(out)?;
+    let startup: u64 = functions
+        .iter()
+        .filter(|(name, _)| STARTUP.iter().any(|e| name.ends_with(e)))
+        .map(|(_, n)| n)
+        .sum();
+    Ok(total.saturating_sub(startup))
+}
+
+/// Splits the counts of the callgrind output file `out`.
+pub(crate) fn split(out: &Path) -> Result<Split> {
+    let (total, functions) = inclusive(out)?;
     let sum = |entries: &[&str]| -> u64 {
         functions
             .iter()
@@ -158,6 +224,49 @@ pub(crate) fn split(out: &Path) -> Result<Split> {
         startup,
         parts,
     })
+}
+
+/// The program's total and each function's inclusive count in the callgrind output file
+/// `out`.
+fn inclusive(out: &Path) -> Result<(u64, HashMap<String, u64>)> {
+    let annotated = Command::new("callgrind_annotate")
+        .args(["--inclusive=yes", "--threshold=100"])
+        .arg(out)
+        .output()
+        .context("cannot run callgrind_annotate")?;
+    if !annotated.status.success() {
+        bail!(
+            "callgrind_annotate failed: {}",
+            String::from_utf8_lossy(&annotated.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&annotated.stdout);
+    let mut total = None;
+    // A function's instructions are listed per source file its code came from (inlining);
+    // the line of the largest count is the function's inclusive count.
+    let mut functions: HashMap<String, u64> = HashMap::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        let Some((count, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        if rest.contains("PROGRAM TOTALS") {
+            total = Some(count);
+            continue;
+        }
+        // "(12.3%)  file:function [object]"
+        let name = rest.split_once(')').map_or(rest, |(_, n)| n).trim();
+        let name = name.rsplit_once(" [").map_or(name, |(n, _)| n);
+        let most = functions
+            .entry(function_name(name).to_string())
+            .or_default();
+        *most = (*most).max(count);
+    }
+    let total = total.context("callgrind_annotate printed no PROGRAM TOTALS")?;
+    Ok((total, functions))
 }
 
 /// Instructions a function runs itself (its callees' not counted).

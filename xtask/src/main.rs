@@ -53,11 +53,14 @@ commands:
                               node-test, build, services, tests)
   soak [--iterations N]       run the SIGKILL crash tests N times (default 3) and
                               print runs, kills, rows compared and mismatches
-  bench [--words N] [--runs R] [--compare BIN]
+  bench [--words N] [--runs R] [--compare BIN] [--callgrind] [--functions N]
                               word count throughput, WASM vs native operators
                               (default 5000000 words, 3 runs); with --compare,
                               also with another weir binary, before/after
-                              a change
+                              a change; --callgrind: instructions per word by
+                              part instead (default 1000000 words),
+                              --functions N: and the N functions (host and
+                              guest) that run the most
   bench-checkpoints [--records N] [--runs R] [--keys K]
                               keyed count with checkpoints off and every second:
                               throughput, checkpoint duration and size at 100k
