@@ -85,6 +85,7 @@ pub(crate) fn number<'a>(args: &mut impl Iterator<Item = &'a String>, name: &str
 }
 
 /// One way of running the word count.
+#[derive(Clone)]
 struct Variant {
     name: String,
     /// The `weir` binary; `None`: the one just built.
@@ -114,27 +115,17 @@ pub fn run(options: Options) -> Result<()> {
         return callgrind_counts(&weir, &dir, &input, options.words, options.functions);
     }
 
-    let operators = guests::operators_dir();
-    let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
-    let variant = |name: &str, split: String, count: String| Variant {
+    let [wasm, native] = wasm_and_native(&guests::operators_dir(), "");
+    let renamed = |variant: &Variant, name: &str| Variant {
         name: name.into(),
-        weir: None,
-        split,
-        count,
-        flags: &[],
-        tables: String::new(),
+        ..variant.clone()
     };
-    let (wasm_split, wasm_count) = (wasm("wordcount_split.wasm"), wasm("wordcount_count.wasm"));
-    let (native_split, native_count) = (
-        "native = \"split_words\"".to_owned(),
-        "native = \"count_words\"".to_owned(),
-    );
     let mut variants = vec![
-        variant("wasm", wasm_split.clone(), wasm_count.clone()),
-        variant("native", native_split.clone(), native_count.clone()),
+        wasm.clone(),
+        native.clone(),
         Variant {
             flags: &["--no-epoch-interruption"],
-            ..variant("wasm-no-epoch", wasm_split.clone(), wasm_count.clone())
+            ..renamed(&wasm, "wasm-no-epoch")
         },
         Variant {
             tables: format!(
@@ -143,18 +134,16 @@ pub fn run(options: Options) -> Result<()> {
                 toml_str(&dir.join("state")),
                 toml_str(&dir.join("checkpoints"))
             ),
-            ..variant("wasm-rocksdb", wasm_split.clone(), wasm_count.clone())
+            ..renamed(&wasm, "wasm-rocksdb")
         },
     ];
     if let Some(other) = &options.compare {
-        variants.push(Variant {
-            weir: Some(other.clone()),
-            ..variant("wasm-compare", wasm_split, wasm_count)
-        });
-        variants.push(Variant {
-            weir: Some(other.clone()),
-            ..variant("native-compare", native_split, native_count)
-        });
+        for (variant, name) in [(&wasm, "wasm-compare"), (&native, "native-compare")] {
+            variants.push(Variant {
+                weir: Some(other.clone()),
+                ..renamed(variant, name)
+            });
+        }
     }
     let mut best = vec![f64::INFINITY; variants.len()];
     for run in 1..=options.runs {
@@ -209,6 +198,32 @@ pub fn run(options: Options) -> Result<()> {
     Ok(())
 }
 
+/// The word count with the guests of `operators` ("wasm") and with the native operators
+/// ("native"), `tables` added to their job specs.
+fn wasm_and_native(operators: &Path, tables: &str) -> [Variant; 2] {
+    let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
+    let variant = |name: &str, split: String, count: String| Variant {
+        name: name.into(),
+        weir: None,
+        split,
+        count,
+        flags: &[],
+        tables: tables.into(),
+    };
+    [
+        variant(
+            "wasm",
+            wasm("wordcount_split.wasm"),
+            wasm("wordcount_count.wasm"),
+        ),
+        variant(
+            "native",
+            "native = \"split_words\"".into(),
+            "native = \"count_words\"".into(),
+        ),
+    ]
+}
+
 /// The WASM and native word counts once each under callgrind (memory state, no checkpoints):
 /// instructions per word, the WASM one's split by where they go (see `callgrind`), and with
 /// `functions` the functions that run the most of them, the guests' by name.
@@ -224,28 +239,8 @@ fn callgrind_counts(
         Some(_) => callgrind::with_symbols(&["wordcount-split", "wordcount-count"])?,
         None => (weir.to_path_buf(), guests::operators_dir()),
     };
-    let wasm = |file: &str| format!("wasm = {}", toml_str(&operators.join(file)));
-    let variant = |name: &str, split: String, count: String| Variant {
-        name: name.into(),
-        weir: None,
-        split,
-        count,
-        flags: &[],
-        // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
-        tables: "\n[limits]\ncall_deadline = \"1h\"\n".into(),
-    };
-    let variants = [
-        variant(
-            "wasm",
-            wasm("wordcount_split.wasm"),
-            wasm("wordcount_count.wasm"),
-        ),
-        variant(
-            "native",
-            "native = \"split_words\"".into(),
-            "native = \"count_words\"".into(),
-        ),
-    ];
+    // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
+    let variants = wasm_and_native(&operators, "\n[limits]\ncall_deadline = \"1h\"\n");
     let mut counted = Vec::new();
     for variant in &variants {
         let spec = dir.join(format!("callgrind-{}.toml", variant.name));
