@@ -181,24 +181,13 @@ pub(crate) fn print_functions(listed: &[Function], n: usize, per: u64, total: u6
 /// for jobs without guests.
 pub(crate) fn total(out: &Path) -> Result<u64> {
     let (total, functions) = inclusive(out)?;
-    let startup: u64 = functions
-        .iter()
-        .filter(|(name, _)| STARTUP.iter().any(|e| name.ends_with(e)))
-        .map(|(_, n)| n)
-        .sum();
-    Ok(total.saturating_sub(startup))
+    Ok(total.saturating_sub(sum(&functions, STARTUP)))
 }
 
 /// Splits the counts of the callgrind output file `out`.
 pub(crate) fn split(out: &Path) -> Result<Split> {
     let (total, functions) = inclusive(out)?;
-    let sum = |entries: &[&str]| -> u64 {
-        functions
-            .iter()
-            .filter(|(name, _)| entries.iter().any(|e| name.ends_with(e)))
-            .map(|(_, n)| n)
-            .sum()
-    };
+    let sum = |entries: &[&str]| sum(&functions, entries);
     let startup = sum(STARTUP);
     let total = total.saturating_sub(startup);
     let mut parts: Vec<(&'static str, u64)> = PARTS.iter().map(|(p, e)| (*p, sum(e))).collect();
@@ -224,6 +213,15 @@ pub(crate) fn split(out: &Path) -> Result<Split> {
         startup,
         parts,
     })
+}
+
+/// The inclusive counts of the functions whose names end in one of `entries`.
+fn sum(functions: &HashMap<String, u64>, entries: &[&str]) -> u64 {
+    functions
+        .iter()
+        .filter(|(name, _)| entries.iter().any(|e| name.ends_with(e)))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// The program's total and each function's inclusive count in the callgrind output file
