@@ -30,6 +30,7 @@ pub struct Options {
 
 impl Options {
     pub fn parse(args: &[String]) -> Result<Options> {
+        let mut words = None;
         let mut options = Options {
             words: 0,
             runs: 3,
@@ -41,7 +42,7 @@ impl Options {
         while let Some(arg) = args.next() {
             let mut value = |name: &str| number(&mut args, name);
             match arg.as_str() {
-                "--words" => options.words = value("--words")?,
+                "--words" => words = Some(value("--words")?),
                 "--runs" => options.runs = u32::try_from(value("--runs")?)?,
                 "--compare" => {
                     let bin = args.next().context("--compare needs a weir binary")?;
@@ -58,14 +59,13 @@ impl Options {
                 ),
             }
         }
-        if options.words == 0 {
-            // Callgrind runs some fifty times slower.
-            options.words = if options.callgrind {
-                1_000_000
-            } else {
-                5_000_000
-            };
-        }
+        // Callgrind runs some fifty times slower.
+        let default = if options.callgrind {
+            1_000_000
+        } else {
+            5_000_000
+        };
+        options.words = words.unwrap_or(default);
         ensure!(
             options.words > 0 && options.words.is_multiple_of(10),
             "--words must be a positive multiple of 10 (the generator writes 10 words per line)"
@@ -240,53 +240,49 @@ fn callgrind_counts(
         None => (weir.to_path_buf(), guests::operators_dir()),
     };
     // Under callgrind a batch runs some fifty times longer than a call's deadline allows.
-    let variants = wasm_and_native(&operators, "\n[limits]\ncall_deadline = \"1h\"\n");
-    let mut counted = Vec::new();
-    for variant in &variants {
+    let [wasm, native] = wasm_and_native(&operators, "\n[limits]\ncall_deadline = \"1h\"\n");
+    let measure = |variant: &Variant, functions: bool| -> Result<PathBuf> {
         let spec = dir.join(format!("callgrind-{}.toml", variant.name));
         std::fs::write(&spec, job_spec(variant, input))
             .with_context(|| format!("cannot write {}", spec.display()))?;
         let file = dir.join(format!("callgrind.{}.out", variant.name));
         println!("{}: {words} words under callgrind (slow)", variant.name);
-        // The native job runs no guest: nothing for the perf map to name.
-        let guest = variant.name == "wasm";
-        let listed = functions.is_some() && guest;
-        callgrind::run(&weir, &spec, &dir.join("summary.json"), &file, None, listed)?;
-        counted.push(if guest {
-            let split = callgrind::split(&file)?;
-            let names = match listed {
-                true => callgrind::functions(&file, &std::env::temp_dir())?,
-                false => Vec::new(),
-            };
-            (split.total, Some((split, names)))
-        } else {
-            (callgrind::total(&file)?, None)
-        });
-    }
+        callgrind::run(
+            &weir,
+            &spec,
+            &dir.join("summary.json"),
+            &file,
+            None,
+            functions,
+        )?;
+        Ok(file)
+    };
+    let wasm_file = measure(&wasm, functions.is_some())?;
+    // The native job runs no guest: nothing to split off, nothing for a perf map to name.
+    let native_total = callgrind::total(&measure(&native, false)?)?;
+    let split = callgrind::split(&wasm_file)?;
+
     println!();
     println!(
         "instructions per word, {words} words, parallelism {PARALLELISM}, memory state, no \
          checkpoints"
     );
-    for (variant, (total, split)) in variants.iter().zip(&counted) {
-        println!("  {}: {} in all", variant.name, total / words);
-        let Some((split, names)) = split else {
-            continue;
-        };
-        for (part, n) in &split.parts {
-            println!(
-                "    {part:<24} {:>7} {:>5.1} %",
-                n / words,
-                *n as f64 * 100.0 / split.total as f64
-            );
-        }
-        if let Some(n) = functions {
-            callgrind::print_functions(names, n, words, split.total);
-        }
+    println!("  wasm: {} in all", split.total / words);
+    for (part, n) in &split.parts {
+        println!(
+            "    {part:<24} {:>7} {:>5.1} %",
+            n / words,
+            *n as f64 * 100.0 / split.total as f64
+        );
     }
+    if let Some(n) = functions {
+        let listed = callgrind::functions(&wasm_file, &std::env::temp_dir())?;
+        callgrind::print_functions(&listed, n, words, split.total);
+    }
+    println!("  native: {} in all", native_total / words);
     println!(
         "  wasm/native instruction ratio: {:.2}",
-        counted[0].0 as f64 / counted[1].0 as f64
+        split.total as f64 / native_total as f64
     );
     Ok(())
 }
@@ -428,6 +424,12 @@ mod tests {
         let o = Options::parse(&args).unwrap();
         assert_eq!((o.words, o.runs), (1000, 1));
         assert!(Options::parse(&["--words".into(), "15".into()]).is_err());
+        assert!(Options::parse(&["--words".into(), "0".into()]).is_err());
+        let o = Options::parse(&["--functions".into(), "20".into()]).unwrap();
+        assert_eq!(
+            (o.callgrind, o.functions, o.words),
+            (true, Some(20), 1_000_000)
+        );
         assert!(Options::parse(&["--fast".into()]).is_err());
     }
 }
