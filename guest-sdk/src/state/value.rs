@@ -175,11 +175,13 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
     pub fn get(&self) -> Result<Option<T>> {
         self.ctx.with_state(&self.id, |a| {
             let slot = a.slot as usize;
-            if let Val::Unknown = a.value_cache().slots[slot] {
+            let mut val = a.value_cache().slots[slot];
+            if let Val::Unknown = val {
                 a.ensure_loaded()?;
+                val = a.value_cache().slots[slot];
             }
             let name = a.name;
-            let bytes = match a.value_cache().slots[slot] {
+            let bytes = match val {
                 Val::Unsigned(n) => {
                     return decode_int(Int::Unsigned(n))
                         .map(Some)
