@@ -56,7 +56,7 @@ pub struct RecordRef<'a> {
 pub(crate) fn header(kind: Kind, key: bool, timestamp: bool, side: bool) -> u8 {
     // Arithmetic rather than branches: a guest compiles each `if` to a select.
     kind as u8
-        | u8::from(key) * HAS_KEY
-        | u8::from(timestamp) * HAS_TIMESTAMP
-        | u8::from(side) * TO_SIDE_OUTPUT
+        | (u8::from(key) * HAS_KEY)
+        | (u8::from(timestamp) * HAS_TIMESTAMP)
+        | (u8::from(side) * TO_SIDE_OUTPUT)
 }
