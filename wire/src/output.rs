@@ -298,8 +298,15 @@ mod tests {
 
     #[test]
     fn short_and_long_records_read_back_as_written() {
-        // Around SHORT, with and without key and timestamp, to the main and a side output.
+        // Around SHORT, with and without key and timestamp, to the main and a side output, of
+        // every kind (the header byte holds the kind beside the flags).
         let bytes: Vec<u8> = (0..=40).collect();
+        let kinds = [
+            Kind::Insert,
+            Kind::UpdateBefore,
+            Kind::UpdateAfter,
+            Kind::Delete,
+        ];
         let mut records = Vec::new();
         for key_len in [
             None,
@@ -312,9 +319,9 @@ mod tests {
             Some(40),
         ] {
             for value_len in [0, 1, 4, 9, 15, 16, 17, 33] {
-                for timestamp in [None, Some(-1), Some(i64::MAX)] {
+                for (i, timestamp) in [None, Some(-1), Some(i64::MAX)].into_iter().enumerate() {
                     let rec = RecordRef {
-                        kind: Kind::UpdateAfter,
+                        kind: kinds[(key_len.unwrap_or(2) + value_len + i) % kinds.len()],
                         key: key_len.map(|n| &bytes[1..=n]),
                         timestamp,
                         value: &bytes[2..2 + value_len],

@@ -164,6 +164,7 @@ impl Output {
     }
 
     /// Sends every non-empty pending batch.
+    // Out of line for the same reason as `push`.
     #[inline(never)]
     pub(crate) fn flush(&mut self) -> Result<(), Disconnected> {
         for t in &mut self.targets {
