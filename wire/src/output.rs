@@ -319,9 +319,10 @@ mod tests {
             Some(40),
         ] {
             for value_len in [0, 1, 4, 9, 15, 16, 17, 33] {
-                for (i, timestamp) in [None, Some(-1), Some(i64::MAX)].into_iter().enumerate() {
+                for timestamp in [None, Some(-1), Some(i64::MAX)] {
                     let rec = RecordRef {
-                        kind: kinds[(key_len.unwrap_or(2) + value_len + i) % kinds.len()],
+                        // The kinds in turn, one per pair pushed below.
+                        kind: kinds[records.len() / 2 % kinds.len()],
                         key: key_len.map(|n| &bytes[1..=n]),
                         timestamp,
                         value: &bytes[2..2 + value_len],
