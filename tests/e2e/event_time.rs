@@ -360,8 +360,25 @@ type = "file"
 input = "sessions"
 path = {session_out}
 format = "key_value"
+
+[[operator]]
+name = "process_windows"
+uid = "process_windows"
+{process}
+input = "events"
+edge = "key_by"
+window = {{ type = "sliding", size = "{WINDOW_MS}ms", slide = "250ms", function = "process" }}
+
+[[sink]]
+name = "process_out"
+type = "file"
+input = "process_windows"
+path = {process_out}
+format = "key_value"
 "#,
                 windows = wasm("weir_test_windows"),
+                process = wasm("weir_test_window_process"),
+                process_out = toml_path(&ws.path("process_out")),
                 out = toml_path(&ws.path("out")),
                 host_out = toml_path(&ws.path("host_out")),
                 session_out = toml_path(&ws.path("session_out")),
@@ -391,6 +408,13 @@ format = "key_value"
         .map(|n| n.parse::<u64>().unwrap())
         .sum();
     assert_eq!(sessions, 150_000);
+    // The process-window function got each window's records: as many as the host counted.
+    let (process_expected, again) = window_results(&clean.path("process_out"));
+    assert_eq!(again, 0);
+    let counts: BTreeMap<_, _> = (process_expected.iter())
+        .map(|(w, r)| (w.clone(), r.split_once(':').unwrap().0.to_owned()))
+        .collect();
+    assert_eq!(counts, host_expected);
 
     // Aligned checkpoints on memory state, and unaligned ones (whose records in flight come
     // back first) on RocksDB keeping 8 timers per domain in memory (the others in RocksDB).
@@ -406,6 +430,12 @@ format = "key_value"
         assert_eq!(
             (sessions, again),
             (sessions_expected.clone(), 0),
+            "{checkpoint}"
+        );
+        let (process, again) = window_results(&ws.path("process_out"));
+        assert_eq!(
+            (process, again),
+            (process_expected.clone(), 0),
             "{checkpoint}"
         );
     }

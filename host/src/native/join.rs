@@ -8,10 +8,11 @@
 //!   pair with them (`a + upper` for a left record, `b - lower` for a right one), where an
 //!   event-time timer drops them. A pair is emitted as soon as its second record arrives,
 //!   with the later of the two timestamps.
-//! - **Window join** (tumbling or sliding windows): records of both sides wait in their
-//!   window (a map state: window start → values), and when the watermark passes the window's
-//!   end every left record is paired with every right one, with the window's last
-//!   millisecond as timestamp; then the window's records are dropped.
+//! - **Window join** (tumbling or sliding windows): records of both sides wait in a list state
+//!   of their key (see `timed`), once however many windows they are in, and when the
+//!   watermark passes a window's end every left record in it is paired with every right one,
+//!   with the window's last millisecond as timestamp; a record is dropped once the last
+//!   window it is in has fired.
 //!
 //! A pair's value is `<left value>,<right value>` (window joins: `<start>,<end>,<left
 //! value>,<right value>`) with the records' key. A record at or before the watermark when
@@ -26,6 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use weir_wire::{Kind, MapLoad, MapOp, Reader, TimeDomain, put_bytes, put_map_op, read_map_load};
 
+use super::timed::{self, Appends, Waiting};
 use super::window::window_starts;
 use super::{keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
@@ -187,8 +189,11 @@ pub(crate) struct JoinOperator {
     spec: JoinSpec,
     name: String,
     state: KeyedState,
-    /// Each side's waiting records, by time (interval: timestamp; window: window start).
+    /// Each side's waiting records of an interval join, by timestamp (a window join's, by
+    /// window start, in checkpoints of an earlier layout).
     sides: [StateId; 2],
+    /// Each side's waiting records of a window join.
+    records: Option<[StateId; 2]>,
     watermark: Option<i64>,
     lower: i64,
     upper: i64,
@@ -208,14 +213,23 @@ pub(crate) fn build(
     setup: &StateSetup,
 ) -> Result<Box<dyn Operator>, OperatorError> {
     let (mut state, left) = super::keyed_state(ctx, setup, "left", StateKind::Map)?;
-    let right = state
-        .declare("right", StateKind::Map, None)
-        .map_err(|e| OperatorError::Contract(e.to_string()))?;
+    let mut declare = |name, kind| {
+        (state.declare(name, kind, None)).map_err(|e| OperatorError::Contract(e.to_string()))
+    };
+    let right = declare("right", StateKind::Map)?;
+    let records = match spec.kind {
+        JoinKind::Interval => None,
+        _ => Some([
+            declare("left_records", StateKind::List)?,
+            declare("right_records", StateKind::List)?,
+        ]),
+    };
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     Ok(Box::new(JoinOperator {
         name: ctx.uid.clone(),
         state,
         sides: [left, right],
+        records,
         watermark: None,
         lower: spec.lower.unwrap_or(0),
         upper: spec.upper.unwrap_or(0),
@@ -339,6 +353,19 @@ impl JoinOperator {
             if due.is_empty() {
                 return Ok(());
             }
+            let mut bufs: [Vec<u8>; 2] = Default::default();
+            let waiting: [Vec<Waiting>; 2] = match self.records {
+                Some(ids) => {
+                    let [l, r] = &mut bufs;
+                    [
+                        timed::load(&mut self.state, ids[0], &slots, l)?,
+                        timed::load(&mut self.state, ids[1], &slots, r)?,
+                    ]
+                }
+                None => Default::default(),
+            };
+            // The latest window end fired per key (window joins).
+            let mut fired: FastMap<u32, i64> = FastMap::default();
             let mut removed: [Vec<u8>; 2] = Default::default();
             for &(t, slot) in &due {
                 if self.spec.kind == JoinKind::Interval {
@@ -350,22 +377,46 @@ impl JoinOperator {
                     continue;
                 }
                 let start = t + 1 - self.size;
-                let mut lists: [Vec<u8>; 2] = Default::default();
-                for (s, list) in lists.iter_mut().enumerate() {
+                // A window's records its map entry keeps, from a checkpoint of an earlier
+                // layout.
+                let mut entries: [Vec<u8>; 2] = Default::default();
+                for (s, entry) in entries.iter_mut().enumerate() {
                     let k = time_key(start);
                     if let Some(v) = (self.state)
                         .map_get(self.sides[s], &slots, slot, &k)
                         .map_err(failed)?
                     {
-                        *list = v;
+                        *entry = v;
                         put_map_op(&mut removed[s], slot, MapOp::Remove(&k));
                     }
                 }
+                let side = |s: usize| {
+                    let records = &waiting[s][slot as usize];
+                    (values(&entries[s])).chain(
+                        (records.iter())
+                            .filter(move |&&(ts, _)| start <= ts && ts <= t)
+                            .map(|&(_, e)| timed::value(e)),
+                    )
+                };
                 let key = slots.key(slot as usize);
-                for l in values(&lists[0]) {
-                    for r in values(&lists[1]) {
+                for l in side(0) {
+                    for r in side(1) {
                         self.emit_pair(out, key, t, Some((start, t + 1)), l, r);
                     }
+                }
+                let last = fired.entry(slot).or_insert(t);
+                *last = (*last).max(t);
+            }
+            if let Some(ids) = self.records {
+                // A record whose last window fired waits no more.
+                for (s, id) in ids.into_iter().enumerate() {
+                    let mut changes = Vec::new();
+                    for (&slot, &t) in &fired {
+                        timed::retain(&mut changes, slot, &waiting[s][slot as usize], |ts| {
+                            self.last_window_end(ts) > t
+                        });
+                    }
+                    timed::store_changes(&mut self.state, id, &slots, &changes)?;
                 }
             }
             for (s, changes) in removed.iter().enumerate() {
@@ -376,6 +427,12 @@ impl JoinOperator {
                 }
             }
         }
+    }
+
+    /// The last millisecond of the last window a record at `ts` is in (window joins).
+    fn last_window_end(&self, ts: i64) -> i64 {
+        (window_starts(ts, self.size, self.step, self.offset).next())
+            .map_or(i64::MIN, |start| start.saturating_add(self.size) - 1)
     }
 }
 
@@ -409,6 +466,9 @@ impl Operator for JoinOperator {
             _ => Vec::new(),
         };
         let mut pending: FastMap<(u32, i64), Vec<u8>> = FastMap::default();
+        // Window joins: the records to wait, and the windows whose timers are registered.
+        let mut appends = Appends::default();
+        let mut timers: FastMap<(u32, i64), ()> = FastMap::default();
         let mut late = Batch::default();
         for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
@@ -461,11 +521,20 @@ impl Operator for JoinOperator {
                     continue;
                 }
                 kept = true;
-                self.wait(&mut pending, (s, &slots), (slot, start), (rec.value, last))?;
+                // Once per window and batch (registering a timer again changes nothing).
+                if timers.insert((slot, last), ()).is_none() {
+                    (self.state)
+                        .register_timer(TimeDomain::EventTime, last, key)
+                        .map_err(OperatorError::timers)?;
+                }
             }
-            if !kept {
-                late.push(&rec);
+            match kept {
+                true => appends.push(slot, ts, rec.value),
+                false => late.push(&rec),
             }
+        }
+        if let Some(ids) = self.records {
+            appends.store(&mut self.state, ids[s], &slots)?;
         }
         let mut changes = Vec::new();
         for ((slot, t), list) in &pending {
@@ -508,5 +577,149 @@ impl Operator for JoinOperator {
 
     fn take_side_outputs(&mut self) -> Vec<(String, Batch)> {
         std::mem::take(&mut self.side)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::SnapshotFormat;
+
+    fn setup(dir: &Path) -> StateSetup {
+        StateSetup {
+            config: crate::state::StateConfig::default(),
+            root: dir.to_path_buf(),
+            clock: crate::clock::Clock::system(),
+        }
+    }
+
+    fn join(spec: &str, dir: &Path) -> Box<dyn Operator> {
+        let spec: JoinSpec = toml::from_str(spec).unwrap();
+        build(&spec, &super::super::test_context(), &setup(dir)).unwrap()
+    }
+
+    fn batch(records: &[(&str, i64, &str)]) -> Batch {
+        let mut b = Batch::default();
+        for (key, ts, value) in records {
+            b.push_with(Kind::Insert, Some(key.as_bytes()), Some(*ts), |b| {
+                b.extend_from_slice(value.as_bytes())
+            });
+        }
+        b
+    }
+
+    /// `key @timestamp value` of each record, sorted.
+    fn text(out: &Batch) -> Vec<String> {
+        let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        let mut lines: Vec<String> = (out.iter())
+            .map(|r| {
+                format!(
+                    "{} @{} {}",
+                    s(r.key.unwrap()),
+                    r.timestamp.unwrap(),
+                    s(r.value)
+                )
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// The join's keyed state as a snapshot of it restores: `(state, key, entries)`.
+    fn stored(op: &mut dyn Operator, dir: &Path) -> Vec<(String, String, String)> {
+        let mut snapshot = Snapshot {
+            format: SnapshotFormat::Canonical,
+            bytes: Vec::new(),
+            key_groups: 0..128,
+            shared: None,
+        };
+        op.snapshot(1, &mut snapshot).unwrap();
+        let ctx = super::super::test_context();
+        let (mut state, _) =
+            super::super::keyed_state(&ctx, &setup(dir), "left", StateKind::Map).unwrap();
+        for (name, kind) in [
+            ("right", StateKind::Map),
+            ("left_records", StateKind::List),
+            ("right_records", StateKind::List),
+        ] {
+            state.declare(name, kind, None).unwrap();
+        }
+        restore_state(&mut state, &snapshot.bytes, dir).unwrap();
+        (state.dump().into_iter())
+            .map(|(name, key, rows)| (name, String::from_utf8(key).unwrap(), rows))
+            .collect()
+    }
+
+    #[test]
+    fn a_window_join_pairs_each_windows_records_and_keeps_none_past_its_last_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut op = join(
+            "type = \"sliding\"\nsize = \"200ms\"\nslide = \"100ms\"",
+            dir.path(),
+        );
+        let mut out = Batch::default();
+        let left = batch(&[("a", 50, "l1"), ("a", 150, "l2")]);
+        op.process_input(0, &left, &mut out).unwrap();
+        let right = batch(&[("a", 120, "r1"), ("b", 60, "rb")]);
+        op.process_input(1, &right, &mut out).unwrap();
+        op.on_watermark(199, &mut out).unwrap();
+        assert_eq!(text(&out), ["a @199 0,200,l1,r1", "a @199 0,200,l2,r1"]);
+        // l1 and rb were in no window still open; l2 and r1 are in [100, 300).
+        let element =
+            |ts: i64, v: &str| format!("{:?}", [&ts.to_le_bytes()[..], v.as_bytes()].concat());
+        let row = |name: &str, e| (name.to_string(), "a".to_string(), e);
+        assert_eq!(
+            stored(op.as_mut(), dir.path()),
+            [
+                row("left_records", element(150, "l2")),
+                row("right_records", element(120, "r1"))
+            ]
+        );
+        let mut out = Batch::default();
+        op.on_watermark(299, &mut out).unwrap();
+        assert_eq!(text(&out), ["a @299 100,300,l2,r1"]);
+        assert_eq!(stored(op.as_mut(), dir.path()), []);
+    }
+
+    #[test]
+    fn a_window_joins_records_in_a_checkpoint_of_the_earlier_layout_still_pair() {
+        // That layout kept a window's records in a map entry under its start, with the
+        // window's timer.
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = super::super::test_context();
+        let (mut state, left) =
+            super::super::keyed_state(&ctx, &setup(dir.path()), "left", StateKind::Map).unwrap();
+        let right = state.declare("right", StateKind::Map, None).unwrap();
+        let mut slots = Slots::default();
+        slots.push(b"a", state.key_group(b"a"));
+        for (id, value) in [(left, "old-l"), (right, "old-r")] {
+            let (mut entry, mut changes) = (Vec::new(), Vec::new());
+            put_bytes(&mut entry, value.as_bytes());
+            put_map_op(&mut changes, 0, MapOp::Put(&time_key(0), &entry));
+            state.store(id, &slots, &changes, u64::MAX).unwrap();
+        }
+        state
+            .register_timer(TimeDomain::EventTime, 99, b"a")
+            .unwrap();
+        let mut snapshot = Snapshot {
+            format: SnapshotFormat::Canonical,
+            bytes: Vec::new(),
+            key_groups: 0..128,
+            shared: None,
+        };
+        snapshot_state(&mut state, 1, &mut snapshot).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut op = join("type = \"tumbling\"\nsize = \"100ms\"", dir.path());
+        op.restore(&snapshot.bytes, dir.path()).unwrap();
+        let mut out = Batch::default();
+        let right = batch(&[("a", 20, "new-r")]);
+        op.process_input(1, &right, &mut out).unwrap();
+        op.on_watermark(99, &mut out).unwrap();
+        assert_eq!(
+            text(&out),
+            ["a @99 0,100,old-l,new-r", "a @99 0,100,old-l,old-r"]
+        );
+        assert_eq!(stored(op.as_mut(), dir.path()), []);
     }
 }

@@ -4,6 +4,7 @@
 //! guests do, on the same batches and the same keyed state store.
 
 pub(crate) mod join;
+mod timed;
 pub(crate) mod window;
 
 use weir_wire::Kind;

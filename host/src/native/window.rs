@@ -17,8 +17,8 @@
 //! A guest's function (`wasm` beside `window`, see `weir_sdk::window`) is called per batch,
 //! with window calls (`weir_wire::WindowCall`) as records: an aggregate's accumulator is
 //! opaque bytes the window keeps, updated once per batch for every window the batch touched
-//! and asked for its result when the window fires; a process-window function's window
-//! keeps the records' values and hands them over when it fires.
+//! and asked for its result when the window fires. A process-window function's records wait
+//! in a list state of their key (see `timed`) until the last window holding them is dropped.
 
 use std::path::Path;
 use std::time::Duration;
@@ -29,6 +29,7 @@ use weir_wire::{
     put_update,
 };
 
+use super::timed::{self, Appends, Waiting};
 use super::{keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
@@ -396,7 +397,8 @@ enum Contents {
     /// A guest aggregate's accumulators (none for a new window, several once sessions merged;
     /// one after each update call) and the values added since.
     Guest { accs: Vec<Vec<u8>>, added: Items },
-    /// A process-window function's values, in arrival order.
+    /// A process-window function's values carried in the window, by checkpoints of an
+    /// earlier layout; its records wait in the operator's `values` list state now.
     Values(Items),
 }
 
@@ -447,6 +449,11 @@ impl Win {
 /// One key's open windows in the batch being handled.
 type Open = Vec<Win>;
 
+/// Whether the waiting record at `ts` lies in `w`.
+fn holds(w: &Win, ts: i64) -> bool {
+    w.start <= ts && ts < w.end
+}
+
 /// Windows by key slot and start.
 type Starts = Vec<(u32, i64)>;
 
@@ -466,6 +473,8 @@ pub(crate) struct WindowOperator {
     name: String,
     state: KeyedState,
     windows: StateId,
+    /// A process-window function's records by key (see `timed`).
+    values: Option<StateId>,
     function: Function,
     /// The timers' domain: of the spec's `time`.
     domain: TimeDomain,
@@ -505,7 +514,7 @@ pub(crate) fn build(
     setup: &StateSetup,
     component: Option<&OperatorComponent>,
 ) -> Result<Box<dyn Operator>, OperatorError> {
-    let (state, windows) = super::keyed_state(ctx, setup, "windows", StateKind::Map)?;
+    let (mut state, windows) = super::keyed_state(ctx, setup, "windows", StateKind::Map)?;
     let function = match (spec.aggregate, component) {
         (Some(aggregate), _) => Function::Builtin(aggregate),
         (None, Some(component)) => {
@@ -533,11 +542,19 @@ pub(crate) fn build(
             )));
         }
     };
+    let values = match function {
+        Function::Guest { process: true, .. } => Some(
+            (state.declare("values", StateKind::List, None))
+                .map_err(|e| OperatorError::Contract(e.to_string()))?,
+        ),
+        _ => None,
+    };
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     Ok(Box::new(WindowOperator {
         name: ctx.uid.clone(),
         state,
         windows,
+        values,
         function,
         domain: match spec.time {
             WindowTime::Event => TimeDomain::EventTime,
@@ -586,7 +603,8 @@ impl WindowOperator {
         match contents {
             Contents::Builtin(acc) => acc.add(x),
             Contents::Guest { added, .. } => added.push(value),
-            Contents::Values(values) => values.push(value),
+            // Its records wait in the `values` list state (see `timed`).
+            Contents::Values(_) => {}
         }
     }
 
@@ -833,6 +851,43 @@ impl WindowOperator {
             .map_err(|e| OperatorError::Failed(e.to_string()))
     }
 
+    /// Each slot's records waiting for a process-window function (none for other functions).
+    fn load_waiting<'b>(
+        &mut self,
+        slots: &Slots,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<Vec<Waiting<'b>>, OperatorError> {
+        match self.values {
+            Some(id) => timed::load(&mut self.state, id, slots, buf),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Drops the waiting records that no open window of their key holds any more, for the
+    /// keys that `dropped` windows.
+    fn prune_waiting(
+        &mut self,
+        slots: &Slots,
+        open: &[Open],
+        dropped: &[(u32, i64)],
+        waiting: &[Waiting<'_>],
+    ) -> Result<(), OperatorError> {
+        let Some(id) = self.values else {
+            return Ok(());
+        };
+        let mut keys: Vec<u32> = dropped.iter().map(|&(slot, _)| slot).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut changes = Vec::new();
+        for slot in keys {
+            let windows = &open[slot as usize];
+            timed::retain(&mut changes, slot, &waiting[slot as usize], |ts| {
+                windows.iter().any(|w| holds(w, ts))
+            });
+        }
+        timed::store_changes(&mut self.state, id, slots, &changes)
+    }
+
     /// Calls the guest's function with `calls` (a batch of window calls) and returns what
     /// it emitted; an aggregate's answers are checked to be one per call.
     fn call_guest(&mut self, calls: &Batch, answers: bool) -> Result<Batch, OperatorError> {
@@ -893,16 +948,18 @@ impl WindowOperator {
         Ok(())
     }
 
-    /// Emits the results of `windows` (key and window) as records of `kind`.
+    /// Emits the results of `windows` (key, window, and for a process-window function the
+    /// slot of the key's records in `waiting`) as records of `kind`.
     fn emit_results(
         &mut self,
-        windows: &[(&[u8], &Win)],
+        windows: &[(&[u8], &Win, u32)],
+        waiting: &[Waiting<'_>],
         kind: Kind,
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let process = match &self.function {
             Function::Builtin(aggregate) => {
-                for (key, w) in windows {
+                for (key, w, _) in windows {
                     let Contents::Builtin(acc) = &w.contents else {
                         unreachable!("a built-in's window")
                     };
@@ -916,7 +973,7 @@ impl WindowOperator {
             return Ok(());
         }
         let mut calls = Batch::default();
-        for (key, w) in windows {
+        for (key, w, slot) in windows {
             calls.push_with(
                 Kind::Insert,
                 Some(key),
@@ -925,7 +982,17 @@ impl WindowOperator {
                     Contents::Guest { accs, .. } => {
                         put_result(b, w.window(), accs.first().map_or(&[][..], Vec::as_slice))
                     }
-                    Contents::Values(values) => put_process(b, w.window(), values.n, &values.bytes),
+                    Contents::Values(carried) => {
+                        // The values it carries, then its key's waiting records within it.
+                        let within = || {
+                            (waiting[*slot as usize].iter())
+                                .filter(|&&(ts, _)| holds(w, ts))
+                                .map(|&(_, e)| timed::value(e))
+                        };
+                        let n = carried.n + within().count() as u32;
+                        put_process(b, w.window(), n, &carried.bytes);
+                        within().for_each(|v| put_bytes(b, v));
+                    }
                     Contents::Builtin(_) => unreachable!("a guest's window"),
                 },
             );
@@ -935,7 +1002,7 @@ impl WindowOperator {
             out.append(&answers);
             return Ok(());
         }
-        for ((key, w), result) in windows.iter().zip(answers.iter()) {
+        for ((key, w, _), result) in windows.iter().zip(answers.iter()) {
             emit(out, kind, key, w, |b| b.extend_from_slice(result.value));
         }
         Ok(())
@@ -960,22 +1027,25 @@ impl WindowOperator {
                 .map(|(_, key)| slots.slot_of(key, || self.state.key_group(key)).0)
                 .collect();
             let mut open = self.load(&slots)?;
+            let mut buf = Vec::new();
+            let waiting = self.load_waiting(&slots, &mut buf)?;
             let mut dropped = Vec::new();
             let mut firing = Vec::new();
             for ((t, key), &slot) in due.iter().zip(&due_slots) {
                 for w in &open[slot as usize] {
                     if w.max_timestamp() == *t {
-                        firing.push((&key[..], w));
+                        firing.push((&key[..], w, slot));
                     }
                     if w.max_timestamp().saturating_add(self.lateness) == *t {
                         dropped.push((slot, w.start));
                     }
                 }
             }
-            self.emit_results(&firing, Kind::Insert, out)?;
+            self.emit_results(&firing, &waiting, Kind::Insert, out)?;
             for &(slot, start) in &dropped {
                 open[slot as usize].retain(|w| w.start != start);
             }
+            self.prune_waiting(&slots, &open, &dropped, &waiting)?;
             self.store(&slots, &open, &dropped)?;
         }
     }
@@ -1015,6 +1085,7 @@ impl Operator for WindowOperator {
         let mut late = Batch::default();
         let mut dropped = Vec::new();
         let mut refire = Vec::new();
+        let mut appends = Appends::default();
         let now = self.clock.now_ms();
         for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
@@ -1052,19 +1123,31 @@ impl Operator for WindowOperator {
             };
             if !counted {
                 late.push(&rec);
+            } else if self.values.is_some() {
+                appends.push(slot, ts, rec.value);
             }
         }
         self.update_guest(&slots, &mut open)?;
+        if let Some(id) = self.values {
+            appends.store(&mut self.state, id, &slots)?;
+        }
         // Windows that fired already and took late records fire again, once each.
         refire.sort_unstable();
         refire.dedup();
-        let again: Vec<(&[u8], &Win)> = (refire.iter())
+        let mut again_slots = Slots::default();
+        let again: Vec<(&[u8], &Win, u32)> = (refire.iter())
             .filter_map(|&(slot, start)| {
                 let w = open[slot as usize].iter().find(|w| w.start == start)?;
-                Some((slots.key(slot as usize), w))
+                let (key, group) = (slots.key(slot as usize), slots.group(slot as usize));
+                Some((key, w, again_slots.push(key, group)))
             })
             .collect();
-        self.emit_results(&again, Kind::UpdateAfter, out)?;
+        let mut buf = Vec::new();
+        let waiting = match again.is_empty() {
+            true => Vec::new(),
+            false => self.load_waiting(&again_slots, &mut buf)?,
+        };
+        self.emit_results(&again, &waiting, Kind::UpdateAfter, out)?;
         self.store(&slots, &open, &dropped)?;
         if !late.is_empty() {
             self.side.push((self.spec.late.clone(), late));

@@ -108,6 +108,16 @@ impl ValueCache {
         }
     }
 
+    /// Extends the list cached under `row` (which [`promote`](Self::promote) put into the
+    /// young generation) in place by what `write` appends; returns its length now.
+    pub(super) fn append(&mut self, row: &[u8], write: impl FnOnce(&mut Vec<u8>)) -> usize {
+        let c = (self.young.get_mut(row)).expect("promoted into the young generation");
+        c.dirty = Dirty::Whole;
+        let list = c.value.get_or_insert_default();
+        write(list);
+        list.len()
+    }
+
     /// Sets the map cached under `row` (its entries packed; `None` when it has none) after
     /// changes to the entries of `changed` map keys, which reach RocksDB when it is evicted or
     /// flushed, or once many distinct keys changed (into `batch`).

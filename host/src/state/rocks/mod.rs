@@ -415,20 +415,30 @@ impl Rocks {
         clear: bool,
         append: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<(), StateError> {
-        self.prefix(st, group, key);
-        let cached = !clear && self.cache.promote(&self.key);
-        let mut list = match cached {
-            true => self.cache.get(&self.key).unwrap_or_default().to_vec(),
-            false => Vec::new(),
-        };
-        for e in append {
-            list.extend_from_slice(&(e.len() as u32).to_le_bytes());
-            list.extend_from_slice(e);
+        let mut append = append.into_iter().peekable();
+        if !clear && append.peek().is_none() {
+            return Ok(());
         }
-        if !clear && !cached {
-            if !list.is_empty() {
-                self.batch.merge(&self.key, &list);
+        let write = |list: &mut Vec<u8>| {
+            for e in append {
+                list.extend_from_slice(&(e.len() as u32).to_le_bytes());
+                list.extend_from_slice(e);
             }
+        };
+        self.prefix(st, group, key);
+        if !clear && self.cache.promote(&self.key) {
+            // Extended where it is cached, not copied per append.
+            if self.cache.append(&self.key, write) > MAX_CACHED_LIST {
+                let list = self.cache.get(&self.key).unwrap_or_default().to_vec();
+                self.cache.forget(&self.key);
+                self.batch.put(&self.key, &list);
+            }
+            return self.flush_large_batch();
+        }
+        let mut list = Vec::new();
+        write(&mut list);
+        if !clear {
+            self.batch.merge(&self.key, &list);
         } else if list.len() <= MAX_CACHED_LIST {
             self.cache
                 .put(&self.key, (!list.is_empty()).then_some(&list[..]), true);

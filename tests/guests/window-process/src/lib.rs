@@ -1,6 +1,7 @@
 //! Test guest: a process-window function. A fired window of key `k` becomes the record
 //! `k`, `<start>,<end>,<count>:<sum>` of its records' values (decimal integers), as the
-//! `window-aggregate` guest's results read.
+//! `window-aggregate` guest's results read; a value that is not a decimal integer adds its
+//! bytes to the sum, so that words make a sum that tells which records a window got.
 
 use weir_sdk::prelude::*;
 use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
@@ -18,7 +19,10 @@ impl ProcessWindowFunction for CountSum {
     ) -> Result<()> {
         let mut sum = 0u64;
         for v in values {
-            sum += std::str::from_utf8(v)?.trim().parse::<u64>()?;
+            sum += match std::str::from_utf8(v).map(|v| v.trim().parse::<u64>()) {
+                Ok(Ok(n)) => n,
+                _ => v.iter().map(|&b| u64::from(b)).sum(),
+            };
         }
         let (start, end, n) = (window.start, window.end, values.len());
         ctx.emit_display(Some(key), format_args!("{start},{end},{n}:{sum}"))
