@@ -1,5 +1,5 @@
-//! Operators with two inputs: joins in the host (interval, tumbling and sliding window
-//! joins) checked against pairs computed here, their late records, their exactly-once output
+//! Operators with two inputs: joins in the host (interval, tumbling, sliding and session
+//! window joins) checked against pairs computed here, their late records, their exactly-once output
 //! across SIGKILLs, and the orders-and-payments example, whose `unpaid` operator is a guest
 //! that tells its two inputs apart.
 
@@ -185,6 +185,39 @@ fn expected_windowed(
     out
 }
 
+/// The pairs of a session window join computed here: a key's records of both sides, in time
+/// order, share a session while each is at most `gap` ms after the one before it; a session
+/// is `[first, last + gap)`.
+fn expected_sessions((left, right): (&Side, &Side), gap: i64) -> Vec<String> {
+    let mut by_key: BTreeMap<&str, Vec<(i64, usize, &str)>> = BTreeMap::new();
+    for (s, side) in [left, right].into_iter().enumerate() {
+        for (key, ts, value) in side {
+            by_key.entry(key).or_default().push((*ts, s, value));
+        }
+    }
+    let mut out = Vec::new();
+    for (key, mut records) in by_key {
+        records.sort();
+        let mut sessions: Vec<Vec<(i64, usize, &str)>> = Vec::new();
+        for r in records {
+            match sessions.last_mut() {
+                Some(session) if r.0 - session.last().unwrap().0 <= gap => session.push(r),
+                _ => sessions.push(vec![r]),
+            }
+        }
+        for session in &sessions {
+            let (start, end) = (session[0].0, session.last().unwrap().0 + gap);
+            for (_, _, lv) in session.iter().filter(|r| r.1 == 0) {
+                for (_, _, rv) in session.iter().filter(|r| r.1 == 1) {
+                    out.push(format!("{key}\t{start},{end},{lv},{rv}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn interval_and_window_joins_match_pairs_computed_independently() {
     let (left_text, left) = side(4_000, 300, 11, "L");
@@ -201,6 +234,10 @@ fn interval_and_window_joins_match_pairs_computed_independently() {
         (
             r#"{ type = "sliding", size = "400ms", slide = "200ms", offset = "50ms" }"#,
             expected_windowed((&left, &right), 400, 200, 50),
+        ),
+        (
+            r#"{ type = "session", gap = "150ms" }"#,
+            expected_sessions((&left, &right), 150),
         ),
     ];
     for (join, expected) in cases {
@@ -321,6 +358,7 @@ watermark = {{ max_out_of_orderness = "200ms" }}
                 r#"{ type = "interval", lower = "-10ms", upper = "10ms" }"#,
             ),
             ("tumbling", r#"{ type = "tumbling", size = "50ms" }"#),
+            ("session", r#"{ type = "session", gap = "10ms" }"#),
         ] {
             spec += &format!(
                 r#"
@@ -347,7 +385,7 @@ format = "key_value"
     let clean = Workspace::new();
     let run = weir(&["run", "--no-progress"], &job(&clean, ""));
     assert!(run.success(), "{run}");
-    let expected: Vec<Vec<String>> = ["interval", "tumbling"]
+    let expected: Vec<Vec<String>> = ["interval", "tumbling", "session"]
         .map(|name| sorted_lines(&clean.path(name)))
         .into();
     assert!(expected.iter().all(|pairs| pairs.len() > 1_000));
@@ -359,7 +397,7 @@ format = "key_value"
         let ws = Workspace::new();
         let spec = job(&ws, checkpoint);
         crash_loop(&ws, &spec, 3);
-        for (name, expected) in ["interval", "tumbling"].iter().zip(&expected) {
+        for (name, expected) in ["interval", "tumbling", "session"].iter().zip(&expected) {
             assert_same(
                 &sorted_lines(&ws.path(name)),
                 expected,

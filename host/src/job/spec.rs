@@ -1123,6 +1123,16 @@ mod tests {
                 "lower does not apply to type = \"tumbling\"",
             ),
             (
+                &format!("{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"session\" }}\n"),
+                "a session window needs gap = \"...\"",
+            ),
+            (
+                &format!(
+                    "{EVENTS}{OP}second_input = \"gen\"\njoin = {{ type = \"interval\", lower = \"0s\", upper = \"1s\", gap = \"1s\" }}\n"
+                ),
+                "gap does not apply to type = \"interval\"",
+            ),
+            (
                 &format!(
                     "{EVENTS}{OP}second_input = \"gen\"\nwindow = {{ type = \"tumbling\", size = \"1s\", aggregate = \"count\" }}\n"
                 ),

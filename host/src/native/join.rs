@@ -13,6 +13,10 @@
 //!   watermark passes a window's end every left record in it is paired with every right one,
 //!   with the window's last millisecond as timestamp; a record is dropped once the last
 //!   window it is in has fired.
+//! - **Session window join**: as a window join, over sessions of each key that records of
+//!   either side open and extend (`[first, last + gap)`, merging when a record bridges two),
+//!   kept in a map state (start → end) with a timer at each session's end; every left record
+//!   of a session pairs with every right one of it when the watermark passes its end.
 //!
 //! A pair's value is `<left value>,<right value>` (window joins: `<start>,<end>,<left
 //! value>,<right value>`) with the records' key. A record at or before the watermark when
@@ -40,11 +44,12 @@ use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
 /// join = { type = "interval", lower = "-5m", upper = "15m" }   # b - a in [-5m, 15m]
 /// join = { type = "tumbling", size = "1m" }
 /// join = { type = "sliding", size = "10m", slide = "1m", late = "too_late" }
+/// join = { type = "session", gap = "30s" }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JoinSpec {
-    /// `interval`, `tumbling` or `sliding`.
+    /// `interval`, `tumbling`, `sliding` or `session`.
     #[serde(rename = "type")]
     pub kind: JoinKind,
     /// Interval joins: the least `b - a` of a pair (a signed duration, `"-15m"`), in ms.
@@ -62,6 +67,9 @@ pub struct JoinSpec {
     /// Window joins: shifts the windows' starts from multiples of the size (or slide).
     #[serde(default, with = "humantime_serde")]
     pub offset: Duration,
+    /// Session window joins: records of a key no more than this apart share a session.
+    #[serde(default, with = "humantime_serde")]
+    pub gap: Option<Duration>,
     /// The side output that gets late records of either side (default `late`).
     #[serde(default = "default_late")]
     pub late: String,
@@ -77,6 +85,8 @@ pub enum JoinKind {
     Tumbling,
     /// Pairs in the same sliding window (a pair in several windows is emitted for each).
     Sliding,
+    /// Pairs in the same session of their key.
+    Session,
 }
 
 fn default_late() -> String {
@@ -111,6 +121,7 @@ impl JoinSpec {
                 unused("size", self.size.is_some())?;
                 unused("slide", self.slide.is_some())?;
                 unused("offset", !self.offset.is_zero())?;
+                unused("gap", self.gap.is_some())?;
                 let (Some(lower), Some(upper)) = (self.lower, self.upper) else {
                     return Err(
                         "an interval join needs lower = \"...\" and upper = \"...\": \
@@ -125,18 +136,19 @@ impl JoinSpec {
                     ));
                 }
             }
-            JoinKind::Tumbling | JoinKind::Sliding => {
+            JoinKind::Tumbling | JoinKind::Sliding | JoinKind::Session => {
                 unused("lower", self.lower.is_some())?;
                 unused("upper", self.upper.is_some())?;
                 // The same rules as a window of the same layout.
                 super::window::WindowSpec {
                     kind: match self.kind {
                         JoinKind::Tumbling => super::window::WindowKind::Tumbling,
-                        _ => super::window::WindowKind::Sliding,
+                        JoinKind::Sliding => super::window::WindowKind::Sliding,
+                        _ => super::window::WindowKind::Session,
                     },
                     size: self.size,
                     slide: self.slide,
-                    gap: None,
+                    gap: self.gap,
                     offset: self.offset,
                     allowed_lateness: Duration::ZERO,
                     aggregate: Some(super::window::Aggregate::Count),
@@ -161,6 +173,7 @@ impl JoinKind {
             JoinKind::Interval => "interval",
             JoinKind::Tumbling => "tumbling",
             JoinKind::Sliding => "sliding",
+            JoinKind::Session => "session",
         }
     }
 }
@@ -194,12 +207,15 @@ pub(crate) struct JoinOperator {
     sides: [StateId; 2],
     /// Each side's waiting records of a window join.
     records: Option<[StateId; 2]>,
+    /// A session window join's sessions: start → end (exclusive), by key.
+    sessions: Option<StateId>,
     watermark: Option<i64>,
     lower: i64,
     upper: i64,
     size: i64,
     step: i64,
     offset: i64,
+    gap: i64,
     side: Vec<(String, Batch)>,
     /// The slot index of `process` and each record's slot, kept between batches (taken for
     /// a batch and put back after it).
@@ -224,18 +240,24 @@ pub(crate) fn build(
             declare("right_records", StateKind::List)?,
         ]),
     };
+    let sessions = match spec.kind {
+        JoinKind::Session => Some(declare("sessions", StateKind::Map)?),
+        _ => None,
+    };
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     Ok(Box::new(JoinOperator {
         name: ctx.uid.clone(),
         state,
         sides: [left, right],
         records,
+        sessions,
         watermark: None,
         lower: spec.lower.unwrap_or(0),
         upper: spec.upper.unwrap_or(0),
         size: spec.size.map_or(0, ms),
         step: spec.slide.or(spec.size).map_or(0, ms),
         offset: ms(spec.offset),
+        gap: spec.gap.map_or(0, ms),
         side: Vec::new(),
         slots: Slots::default(),
         record_slots: Vec::new(),
@@ -255,12 +277,12 @@ impl JoinOperator {
     /// Every slot's entries of side `s`, by time, borrowed from `buf`.
     fn load<'b>(
         &mut self,
-        s: usize,
+        id: StateId,
         slots: &Slots,
         buf: &'b mut Vec<u8>,
     ) -> Result<Vec<Entries<'b>>, OperatorError> {
         self.state
-            .load(self.sides[s], slots, usize::MAX, buf)
+            .load(id, slots, usize::MAX, buf)
             .map_err(failed)?;
         let bad = |e: weir_wire::DecodeError| OperatorError::Contract(e.to_string());
         let mut r = Reader::new(buf, "join state");
@@ -364,6 +386,10 @@ impl JoinOperator {
                 }
                 None => Default::default(),
             };
+            let mut sessions = match self.sessions {
+                Some(id) => Some(self.load_sessions(id, &slots)?),
+                None => None,
+            };
             // The latest window end fired per key (window joins).
             let mut fired: FastMap<u32, i64> = FastMap::default();
             let mut removed: [Vec<u8>; 2] = Default::default();
@@ -376,18 +402,29 @@ impl JoinOperator {
                     }
                     continue;
                 }
-                let start = t + 1 - self.size;
+                let start = match &mut sessions {
+                    Some(sessions) => {
+                        let open = &mut sessions[slot as usize];
+                        match open.iter().position(|&(_, end)| end - 1 == t) {
+                            Some(at) => open.remove(at).0,
+                            None => continue,
+                        }
+                    }
+                    None => t + 1 - self.size,
+                };
                 // A window's records its map entry keeps, from a checkpoint of an earlier
-                // layout.
+                // layout (tumbling and sliding windows).
                 let mut entries: [Vec<u8>; 2] = Default::default();
-                for (s, entry) in entries.iter_mut().enumerate() {
-                    let k = time_key(start);
-                    if let Some(v) = (self.state)
-                        .map_get(self.sides[s], &slots, slot, &k)
-                        .map_err(failed)?
-                    {
-                        *entry = v;
-                        put_map_op(&mut removed[s], slot, MapOp::Remove(&k));
+                if sessions.is_none() {
+                    for (s, entry) in entries.iter_mut().enumerate() {
+                        let k = time_key(start);
+                        if let Some(v) = (self.state)
+                            .map_get(self.sides[s], &slots, slot, &k)
+                            .map_err(failed)?
+                        {
+                            *entry = v;
+                            put_map_op(&mut removed[s], slot, MapOp::Remove(&k));
+                        }
                     }
                 }
                 let side = |s: usize| {
@@ -409,15 +446,26 @@ impl JoinOperator {
             }
             if let Some(ids) = self.records {
                 // A record whose last window fired waits no more.
-                for (s, id) in ids.into_iter().enumerate() {
-                    let mut changes = Vec::new();
-                    for (&slot, &t) in &fired {
-                        timed::retain(&mut changes, slot, &waiting[s][slot as usize], |ts| {
-                            self.last_window_end(ts) > t
+                let waits = |slot: u32, ts: i64| match &sessions {
+                    Some(sessions) => {
+                        (sessions[slot as usize].iter()).any(|&(a, b)| a <= ts && ts < b)
+                    }
+                    None => self.last_window_end(ts) > fired[&slot],
+                };
+                let mut changes: [Vec<u8>; 2] = Default::default();
+                for (s, changes) in changes.iter_mut().enumerate() {
+                    for &slot in fired.keys() {
+                        timed::retain(changes, slot, &waiting[s][slot as usize], |ts| {
+                            waits(slot, ts)
                         });
                     }
-                    timed::store_changes(&mut self.state, id, &slots, &changes)?;
                 }
+                for (id, changes) in ids.into_iter().zip(&changes) {
+                    timed::store_changes(&mut self.state, id, &slots, changes)?;
+                }
+            }
+            if let (Some(id), Some(sessions)) = (self.sessions, &sessions) {
+                self.store_sessions(id, &slots, sessions, fired.keys().copied())?;
             }
             for (s, changes) in removed.iter().enumerate() {
                 if !changes.is_empty() {
@@ -433,6 +481,83 @@ impl JoinOperator {
     fn last_window_end(&self, ts: i64) -> i64 {
         (window_starts(ts, self.size, self.step, self.offset).next())
             .map_or(i64::MIN, |start| start.saturating_add(self.size) - 1)
+    }
+
+    /// Each slot's sessions, `(start, end)` with `end` exclusive, in start order.
+    fn load_sessions(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+    ) -> Result<Vec<Vec<(i64, i64)>>, OperatorError> {
+        let mut buf = Vec::new();
+        let corrupt = || OperatorError::Contract("a session of another layout".into());
+        (self.load(id, slots, &mut buf)?.into_iter())
+            .map(|entries| {
+                (entries.into_iter())
+                    .map(|(start, end)| {
+                        let end = end.try_into().map_err(|_| corrupt())?;
+                        Ok((start, i64::from_le_bytes(end)))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Writes the sessions of the slots `touched` whole.
+    fn store_sessions(
+        &mut self,
+        id: StateId,
+        slots: &Slots,
+        sessions: &[Vec<(i64, i64)>],
+        touched: impl Iterator<Item = u32>,
+    ) -> Result<(), OperatorError> {
+        let mut changes = Vec::new();
+        for slot in touched {
+            put_map_op(&mut changes, slot, MapOp::Clear);
+            for &(start, end) in &sessions[slot as usize] {
+                let op = MapOp::Put(&time_key(start), &end.to_le_bytes());
+                put_map_op(&mut changes, slot, op);
+            }
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        (self.state)
+            .store(id, slots, &changes, u64::MAX)
+            .map_err(failed)
+    }
+
+    /// Adds a record at `ts` of `key` to `open`, its key's sessions: its own `[ts, ts + gap)`
+    /// merged with every session it overlaps or touches, whose timers make way for the merged
+    /// session's. Returns false (changing nothing) when the merged session has fired: the
+    /// record is late.
+    fn add_to_session(
+        &mut self,
+        open: &mut Vec<(i64, i64)>,
+        ts: i64,
+        key: &[u8],
+    ) -> Result<bool, OperatorError> {
+        let own = (ts, ts.saturating_add(self.gap));
+        let touches = |&(a, b): &(i64, i64)| a <= own.1 && b >= own.0;
+        let (mut start, mut end) = own;
+        for &(a, b) in open.iter().filter(|s| touches(s)) {
+            (start, end) = (start.min(a), end.max(b));
+        }
+        if self.is_late(end - 1) {
+            return Ok(false);
+        }
+        for &(_, b) in open.iter().filter(|s| touches(s)) {
+            (self.state)
+                .delete_timer(TimeDomain::EventTime, b - 1, key)
+                .map_err(OperatorError::timers)?;
+        }
+        open.retain(|s| !touches(s));
+        open.push((start, end));
+        open.sort_unstable();
+        (self.state)
+            .register_timer(TimeDomain::EventTime, end - 1, key)
+            .map_err(OperatorError::timers)?;
+        Ok(true)
     }
 }
 
@@ -462,13 +587,18 @@ impl Operator for JoinOperator {
         // An interval join pairs with the other side's records as they are.
         let mut buf = Vec::new();
         let others = match self.spec.kind {
-            JoinKind::Interval => self.load(1 - s, &slots, &mut buf)?,
+            JoinKind::Interval => self.load(self.sides[1 - s], &slots, &mut buf)?,
             _ => Vec::new(),
         };
         let mut pending: FastMap<(u32, i64), Vec<u8>> = FastMap::default();
         // Window joins: the records to wait, and the windows whose timers are registered.
         let mut appends = Appends::default();
         let mut timers: FastMap<(u32, i64), ()> = FastMap::default();
+        let mut sessions = match self.sessions {
+            Some(id) => Some(self.load_sessions(id, &slots)?),
+            None => None,
+        };
+        let mut touched = vec![false; slots.len()];
         let mut late = Batch::default();
         for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
@@ -515,6 +645,16 @@ impl Operator for JoinOperator {
                 }
                 continue;
             }
+            if let Some(sessions) = &mut sessions {
+                match self.add_to_session(&mut sessions[slot as usize], ts, key)? {
+                    true => {
+                        touched[slot as usize] = true;
+                        appends.push(slot, ts, rec.value);
+                    }
+                    false => late.push(&rec),
+                }
+                continue;
+            }
             for start in window_starts(ts, self.size, self.step, self.offset) {
                 let last = start.saturating_add(self.size) - 1;
                 if self.is_late(last) {
@@ -535,6 +675,10 @@ impl Operator for JoinOperator {
         }
         if let Some(ids) = self.records {
             appends.store(&mut self.state, ids[s], &slots)?;
+        }
+        if let (Some(id), Some(sessions)) = (self.sessions, &sessions) {
+            let written = (0..slots.len() as u32).filter(|&slot| touched[slot as usize]);
+            self.store_sessions(id, &slots, sessions, written)?;
         }
         let mut changes = Vec::new();
         for ((slot, t), list) in &pending {
@@ -625,6 +769,11 @@ mod tests {
         lines
     }
 
+    /// A waiting record's element as [`stored`] shows it.
+    fn element(ts: i64, value: &str) -> String {
+        format!("{:?}", [&ts.to_le_bytes()[..], value.as_bytes()].concat())
+    }
+
     /// The join's keyed state as a snapshot of it restores: `(state, key, entries)`.
     fn stored(op: &mut dyn Operator, dir: &Path) -> Vec<(String, String, String)> {
         let mut snapshot = Snapshot {
@@ -641,6 +790,7 @@ mod tests {
             ("right", StateKind::Map),
             ("left_records", StateKind::List),
             ("right_records", StateKind::List),
+            ("sessions", StateKind::Map),
         ] {
             state.declare(name, kind, None).unwrap();
         }
@@ -665,8 +815,6 @@ mod tests {
         op.on_watermark(199, &mut out).unwrap();
         assert_eq!(text(&out), ["a @199 0,200,l1,r1", "a @199 0,200,l2,r1"]);
         // l1 and rb were in no window still open; l2 and r1 are in [100, 300).
-        let element =
-            |ts: i64, v: &str| format!("{:?}", [&ts.to_le_bytes()[..], v.as_bytes()].concat());
         let row = |name: &str, e| (name.to_string(), "a".to_string(), e);
         assert_eq!(
             stored(op.as_mut(), dir.path()),
@@ -678,6 +826,42 @@ mod tests {
         let mut out = Batch::default();
         op.on_watermark(299, &mut out).unwrap();
         assert_eq!(text(&out), ["a @299 100,300,l2,r1"]);
+        assert_eq!(stored(op.as_mut(), dir.path()), []);
+    }
+
+    #[test]
+    fn a_session_join_pairs_the_records_of_each_session_either_side_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut op = join("type = \"session\"\ngap = \"100ms\"", dir.path());
+        let mut out = Batch::default();
+        // a: l1 and l2 open two sessions, [0, 100) and [150, 250); r1 bridges them into
+        // [0, 250). r2 opens [400, 500); b's session has no left record.
+        let left = batch(&[("a", 0, "l1"), ("a", 150, "l2")]);
+        op.process_input(0, &left, &mut out).unwrap();
+        let right = batch(&[("a", 80, "r1"), ("a", 400, "r2"), ("b", 10, "rb")]);
+        op.process_input(1, &right, &mut out).unwrap();
+        op.on_watermark(249, &mut out).unwrap();
+        assert_eq!(text(&out), ["a @249 0,250,l1,r1", "a @249 0,250,l2,r1"]);
+        let session =
+            |start: i64, end: i64| format!("{:?}={:?}", time_key(start), end.to_le_bytes());
+        let row = |name: &str, key: &str, e| (name.to_string(), key.to_string(), e);
+        assert_eq!(
+            stored(op.as_mut(), dir.path()),
+            [
+                row("right_records", "a", element(400, "r2")),
+                row("sessions", "a", session(400, 500))
+            ]
+        );
+        // l3's session [300, 400) touches r2's and has not fired; one at 100 has.
+        let mut out = Batch::default();
+        let left = batch(&[("a", 300, "l3"), ("a", 100, "too late")]);
+        op.process_input(0, &left, &mut out).unwrap();
+        op.on_watermark(499, &mut out).unwrap();
+        assert_eq!(text(&out), ["a @499 300,500,l3,r2"]);
+        let late: Vec<String> = (op.take_side_outputs().iter())
+            .flat_map(|(name, b)| text(b).into_iter().map(move |r| format!("{name}: {r}")))
+            .collect();
+        assert_eq!(late, ["late: a @100 too late"]);
         assert_eq!(stored(op.as_mut(), dir.path()), []);
     }
 
