@@ -33,7 +33,7 @@ use weir_wire::{Kind, MapLoad, MapOp, Reader, TimeDomain, put_bytes, put_map_op,
 
 use super::timed::{self, Appends, Waiting};
 use super::window::window_starts;
-use super::{keyed_slots, restore_state, snapshot_state};
+use super::{failed, keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{FastMap, KeyedState, Slots, StateId, StateKind, StateSetup};
@@ -263,10 +263,6 @@ pub(crate) fn build(
         record_slots: Vec::new(),
         spec: spec.clone(),
     }))
-}
-
-fn failed(e: crate::state::StateError) -> OperatorError {
-    OperatorError::Failed(e.to_string())
 }
 
 impl JoinOperator {

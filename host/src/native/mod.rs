@@ -68,6 +68,11 @@ pub(crate) fn test_context() -> OperatorContext {
     }
 }
 
+/// A failed read or write of a native operator's keyed state.
+fn failed(e: crate::state::StateError) -> OperatorError {
+    OperatorError::Failed(e.to_string())
+}
+
 /// The operator's keyed state as `setup` says, with the one state it declares.
 fn keyed_state(
     ctx: &OperatorContext,
@@ -82,7 +87,7 @@ fn keyed_state(
         ctx.max_parallelism,
         ctx.key_groups.clone(),
     )
-    .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    .map_err(failed)?;
     let id = state
         .declare(name, kind, None)
         .map_err(|e| OperatorError::Contract(e.to_string()))?;

@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use weir_wire::{ListWrite, Reader, put_list_op};
 
+use super::failed;
 use crate::operator::OperatorError;
 use crate::state::{KeyedState, Slots, StateId};
 
@@ -19,10 +20,6 @@ pub(super) type Waiting<'b> = Vec<(i64, &'b [u8])>;
 /// The value of a waiting record's element.
 pub(super) fn value(element: &[u8]) -> &[u8] {
     &element[8..]
-}
-
-fn failed(e: crate::state::StateError) -> OperatorError {
-    OperatorError::Failed(e.to_string())
 }
 
 /// Each slot's waiting records in list state `id`.

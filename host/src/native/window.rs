@@ -30,7 +30,7 @@ use weir_wire::{
 };
 
 use super::timed::{self, Appends, Waiting};
-use super::{keyed_slots, restore_state, snapshot_state};
+use super::{failed, keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
 use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{KeyedState, Slots, StateId, StateKind, StateSetup};
@@ -791,7 +791,7 @@ impl WindowOperator {
         let mut buf = Vec::new();
         self.state
             .load(self.windows, slots, usize::MAX, &mut buf)
-            .map_err(|e| OperatorError::Failed(e.to_string()))?;
+            .map_err(failed)?;
         let bad = |e: weir_wire::DecodeError| OperatorError::Contract(e.to_string());
         let mut r = Reader::new(&buf, "window state");
         let mut open = Vec::with_capacity(slots.len());
@@ -848,7 +848,7 @@ impl WindowOperator {
         }
         self.state
             .store(self.windows, slots, &changes, u64::MAX)
-            .map_err(|e| OperatorError::Failed(e.to_string()))
+            .map_err(failed)
     }
 
     /// Each slot's records waiting for a process-window function (none for other functions).
