@@ -525,14 +525,14 @@ impl JoinOperator {
 
     /// Adds a record at `ts` of `key` to `open`, its key's sessions: its own `[ts, ts + gap)`
     /// merged with every session it overlaps or touches, whose timers make way for the merged
-    /// session's. Returns false (changing nothing) when the merged session has fired: the
-    /// record is late.
+    /// session's. Returns whether the sessions changed (not for a record inside one), or
+    /// `None` (changing nothing) when the merged session has fired: the record is late.
     fn add_to_session(
         &mut self,
         open: &mut Vec<(i64, i64)>,
         ts: i64,
         key: &[u8],
-    ) -> Result<bool, OperatorError> {
+    ) -> Result<Option<bool>, OperatorError> {
         let own = (ts, ts.saturating_add(self.gap));
         let touches = |&(a, b): &(i64, i64)| a <= own.1 && b >= own.0;
         let (mut start, mut end) = own;
@@ -540,7 +540,11 @@ impl JoinOperator {
             (start, end) = (start.min(a), end.max(b));
         }
         if self.is_late(end - 1) {
-            return Ok(false);
+            return Ok(None);
+        }
+        // Sessions neither overlap nor touch: only the session it lies in can equal the merge.
+        if open.contains(&(start, end)) {
+            return Ok(Some(false));
         }
         for &(_, b) in open.iter().filter(|s| touches(s)) {
             (self.state)
@@ -553,7 +557,7 @@ impl JoinOperator {
         (self.state)
             .register_timer(TimeDomain::EventTime, end - 1, key)
             .map_err(OperatorError::timers)?;
-        Ok(true)
+        Ok(Some(true))
     }
 }
 
@@ -643,11 +647,11 @@ impl Operator for JoinOperator {
             }
             if let Some(sessions) = &mut sessions {
                 match self.add_to_session(&mut sessions[slot as usize], ts, key)? {
-                    true => {
-                        touched[slot as usize] = true;
+                    Some(changed) => {
+                        touched[slot as usize] |= changed;
                         appends.push(slot, ts, rec.value);
                     }
-                    false => late.push(&rec),
+                    None => late.push(&rec),
                 }
                 continue;
             }
