@@ -4,9 +4,10 @@
 //! that tells its two inputs apart.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::exactly_once::{checkpointed_job, crash_loop};
+use crate::savepoint::stop_with_savepoint;
 use crate::support::{Workspace, key_value, part_files, repo, toml_path, wasm, weir};
 
 /// One side's records: `(key, timestamp, value)`.
@@ -404,6 +405,122 @@ format = "key_value"
                 &format!("{name} join, {checkpoint}"),
             );
         }
+    }
+}
+
+/// The four operators that keep records, sessions and timers per key — a session join, a
+/// sliding window join, a process-window function in a guest and a session window in the host —
+/// over two generated streams, as job `name` at `parallelism` on `backend`; sources and sinks
+/// stay at parallelism 2, whose positions and transactions the savepoints carry.
+fn keeping_job(ws: &Workspace, name: &str, parallelism: u32, backend: &str) -> PathBuf {
+    let mut spec = format!(
+        "[job]\nname = \"{name}\"\nparallelism = 2\n\n[checkpoint]\ninterval = \"50ms\"\n\
+         dir = {chk}\n\n[state]\nbackend = \"{backend}\"\ndir = {state}\n",
+        chk = toml_path(&ws.path(&format!("chk-{name}"))),
+        state = toml_path(&ws.path(&format!("state-{name}"))),
+    );
+    for (side, seed) in [("left", 1), ("right", 2)] {
+        spec += &format!(
+            r#"
+[[source]]
+name = "{side}"
+type = "generator"
+mode = "keyed_words"
+seed = {seed}
+vocabulary = 30
+count = 60_000
+rate = 15_000
+event_time = {{ start = 0, interval = "5ms", max_disorder = "200ms" }}
+watermark = {{ max_out_of_orderness = "200ms" }}
+"#
+        );
+    }
+    let operators = [
+        (
+            "session_join",
+            r#"second_input = "right"
+join = { type = "session", gap = "10ms" }"#
+                .to_owned(),
+        ),
+        (
+            "sliding_join",
+            r#"second_input = "right"
+join = { type = "sliding", size = "100ms", slide = "50ms" }"#
+                .to_owned(),
+        ),
+        (
+            "process_window",
+            format!(
+                "{}\nwindow = {{ type = \"sliding\", size = \"200ms\", slide = \"50ms\", \
+                 function = \"process\" }}",
+                wasm("weir_test_window_process")
+            ),
+        ),
+        (
+            "session_window",
+            r#"window = { type = "session", gap = "20ms", aggregate = "count" }"#.to_owned(),
+        ),
+    ];
+    for (op, what) in operators {
+        spec += &format!(
+            r#"
+[[operator]]
+name = "{op}"
+uid = "{op}"
+input = "left"
+edge = "key_by"
+parallelism = {parallelism}
+{what}
+
+[[sink]]
+name = "{op}_out"
+type = "file"
+input = "{op}"
+edge = "rebalance"
+path = {out}
+format = "key_value"
+"#,
+            out = toml_path(&ws.path(op)),
+        );
+    }
+    ws.write(&format!("{name}.toml"), spec)
+}
+
+#[test]
+fn windows_and_joins_move_their_waiting_records_to_other_parallelisms_through_savepoints() {
+    // Stopped with a savepoint while sessions and windows are open, restored at another
+    // parallelism and on the other backend twice: their records, sessions and timers move with
+    // their key groups, and every sink holds what an uninterrupted run's does.
+    let ops = [
+        "session_join",
+        "sliding_join",
+        "process_window",
+        "session_window",
+    ];
+    let clean = Workspace::new();
+    let run = weir(
+        &["run", "--no-progress"],
+        &keeping_job(&clean, "clean", 2, "memory"),
+    );
+    assert!(run.success(), "{run}");
+    let expected = ops.map(|op| sorted_lines(&clean.path(op)));
+    assert!(expected.iter().all(|lines| lines.len() > 1_000));
+
+    let ws = Workspace::new();
+    let (sp1, sp2) = (ws.path("savepoints/one"), ws.path("savepoints/two"));
+    let first = keeping_job(&ws, "first", 2, "memory");
+    stop_with_savepoint(&ws, &first, &[], &sp1, "first");
+    let second = keeping_job(&ws, "second", 3, "rocksdb");
+    let from = ["--from-savepoint", sp1.to_str().unwrap()];
+    stop_with_savepoint(&ws, &second, &from, &sp2, "second");
+    let third = keeping_job(&ws, "third", 1, "memory");
+    let run = weir(
+        &["run", "--no-progress", "-s", sp2.to_str().unwrap()],
+        &third,
+    );
+    assert!(run.success(), "{run}");
+    for (op, expected) in ops.iter().zip(&expected) {
+        assert_same(&sorted_lines(&ws.path(op)), expected, op);
     }
 }
 

@@ -93,7 +93,13 @@ fn start(ws: &Workspace, spec: &Path, log: &str, args: &[&str]) -> Child {
 
 /// Runs `spec` with `args`, stops it with a savepoint into `savepoint` once it has run a
 /// while, and checks that it stopped with one.
-fn stop_with_savepoint(ws: &Workspace, spec: &Path, args: &[&str], savepoint: &Path, run: &str) {
+pub(crate) fn stop_with_savepoint(
+    ws: &Workspace,
+    spec: &Path,
+    args: &[&str],
+    savepoint: &Path,
+    run: &str,
+) {
     let mut all = vec!["--stop-savepoint", savepoint.to_str().unwrap()];
     all.extend_from_slice(args);
     let mut child = start(ws, spec, run, &all);
