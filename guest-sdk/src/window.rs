@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use weir_wire::{WindowCall, read_window_call};
 
 use crate::state::codec;
-use crate::{Context, Error, Operator, Record, Result};
+use crate::{Context, Error, OpenContext, Operator, Record, Result};
 
 pub use weir_wire::Window;
 
@@ -98,6 +98,13 @@ pub trait AggregateFunction: Default + 'static {
 
     /// The window's result from its accumulator.
     fn result(&self, acc: &Self::Acc) -> Result<Self::Output>;
+
+    /// Called once before the first call, as [`Operator::open`]: to read the operator's
+    /// `config`, say.
+    fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
 }
 
 /// A function over all of a window's records, called when it fires (Flink's
@@ -131,6 +138,13 @@ pub trait ProcessWindowFunction: Default + 'static {
         window: Window,
         values: &[&[u8]],
     ) -> Result<()>;
+
+    /// Called once before the first window, as [`Operator::open`]: to read the operator's
+    /// `config`, say.
+    fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
 }
 
 /// The operator that runs an [`AggregateFunction`] for a window of the host; export it with
@@ -157,6 +171,10 @@ fn contract(what: impl std::fmt::Display) -> Error {
 }
 
 impl<F: AggregateFunction> Operator for Aggregate<F> {
+    fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
+        self.function.open(ctx)
+    }
+
     fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()> {
         let call = read_window_call(record.value()).map_err(contract)?;
         let f = &self.function;
@@ -201,6 +219,10 @@ pub struct ProcessWindow<F> {
 }
 
 impl<F: ProcessWindowFunction> Operator for ProcessWindow<F> {
+    fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
+        self.function.open(ctx)
+    }
+
     fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()> {
         let WindowCall::Process { window, values } =
             read_window_call(record.value()).map_err(contract)?

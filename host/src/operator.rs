@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::batch::Batch;
+use crate::clock::Clock;
+use crate::wasm::OperatorComponent;
 
 /// What an operator subtask knows about itself.
 #[derive(Debug, Clone)]
@@ -192,11 +194,21 @@ pub trait Operator: Send {
         None
     }
 
-    /// Gives up the instance and returns what the host holds for it beyond its code (keyed
-    /// state, timers, operator state), for an instance of new code to carry on with (an
-    /// upgrade); `None`: this kind of operator cannot be upgraded in place.
-    fn into_held(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
-        None
+    /// Carries on with the code of `component` (new code: an upgrade; the same: a renewal),
+    /// with `ctx.config`, keeping what the host holds for the operator (keyed state, timers,
+    /// operator state); the instance returned is not opened yet. An operator that runs no
+    /// guest code has none to replace.
+    fn with_code(
+        self: Box<Self>,
+        _component: &OperatorComponent,
+        _ctx: OperatorContext,
+        _clock: Clock,
+    ) -> Result<Box<dyn Operator>, OperatorError> {
+        Err(OperatorError::Contract(
+            "this operator runs no code of a component; only WebAssembly operators and window \
+             functions in components are upgraded"
+                .into(),
+        ))
     }
 }
 

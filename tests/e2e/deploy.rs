@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::service::{Server, TOKEN, committed, reference, word_count};
-use crate::support::{Workspace, operator};
+use crate::support::{Workspace, operator, toml_path, toml_str, weir};
 
 /// Lines of the rate-limited word counts, and their rate: long enough for an upgrade or two.
 const LINES: u64 = 200_000;
@@ -438,5 +438,111 @@ fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
     assert!(
         committed(&out) == reference(&ws, LINES),
         "the output of a run without the upgrade"
+    );
+}
+
+/// Sliding one-second windows, every 250 ms, of generated events (`count` of them, at `rate`
+/// a second, if any) with a process-window function in component `function` (a path or a
+/// reference), into a file sink in `out`.
+fn windowed(count: u64, rate: Option<u64>, function: &str, out: &Path) -> String {
+    let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
+    format!(
+        r#"[job]
+name = "windowed"
+parallelism = 2
+
+[checkpoint]
+interval = "100ms"
+
+[[source]]
+name = "events"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 30
+count = {count}
+{rate}event_time = {{ start = 0, interval = "2ms", max_disorder = "100ms" }}
+watermark = {{ max_out_of_orderness = "100ms" }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+wasm = {function}
+input = "events"
+edge = "key_by"
+window = {{ type = "sliding", size = "1s", slide = "250ms", function = "process" }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "windows"
+path = {out}
+format = "key_value"
+"#,
+        function = toml_str(function),
+        out = toml_path(out),
+    )
+}
+
+#[test]
+fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_records() {
+    const EVENTS: u64 = 100_000;
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let function = server.component("weir_test_window_process");
+    let reference = format!("sha256:{function}");
+    let id = server.submit(json!({ "spec": windowed(EVENTS, Some(20_000), &reference, &out) }));
+    server.wait_status(&id, "running", Duration::from_secs(60));
+    server.wait_checkpoints(&id, 2);
+    // The same component with a new config: each result tagged with the code that made it.
+    let request = json!({
+        "operators": [{ "uid": "windows", "component": reference, "config": { "prefix": "v2:" } }],
+        "probation_ms": 300,
+    });
+    let done = operate(&server, &id, "upgrade", request);
+    assert_eq!(done["status"], "completed", "{done}");
+    let job = server.job(&id);
+    let upgrade = &job["upgrades"][0];
+    assert_eq!(upgrade["status"], "committed", "{job}");
+    assert_eq!(upgrade["operators"][0]["from"]["config"], "{}", "{upgrade}");
+    assert_eq!(
+        upgrade["operators"][0]["to"]["config"], r#"{"prefix":"v2:"}"#,
+        "{upgrade}"
+    );
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    assert_not_restarted(&server, &id);
+
+    // Every window fired once, with every one of its records: those the old code's instance
+    // saw arrive and those after the swap.
+    let run = ws.write(
+        "reference.toml",
+        windowed(
+            EVENTS,
+            None,
+            operator("weir_test_window_process").to_str().unwrap(),
+            &ws.path("reference"),
+        )
+        .replace(
+            "interval = \"100ms\"\n",
+            &format!(
+                "interval = \"100ms\"\ndir = {}\n",
+                toml_path(&ws.path("chk"))
+            ),
+        ),
+    );
+    let ran = weir(&["run", "--no-progress"], &run);
+    assert!(ran.success(), "{ran}");
+    let lines = committed(&out);
+    let new = lines.iter().filter(|l| l.contains("\tv2:")).count();
+    assert!(
+        new > 0 && new < lines.len(),
+        "{new} of {} lines",
+        lines.len()
+    );
+    let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
+    untagged.sort_unstable();
+    assert!(
+        untagged == committed(&ws.path("reference")),
+        "the windows of a run without the upgrade"
     );
 }

@@ -32,7 +32,7 @@ use weir_wire::{
 use super::timed::{self, Appends, Waiting};
 use super::{failed, keyed_slots, restore_state, snapshot_state};
 use crate::batch::Batch;
-use crate::operator::{Operator, OperatorContext, OperatorError, Snapshot};
+use crate::operator::{InstanceUsage, Operator, OperatorContext, OperatorError, Snapshot};
 use crate::state::{KeyedState, Slots, StateId, StateKind, StateSetup};
 use crate::wasm::{OperatorComponent, WasmOperator};
 
@@ -507,6 +507,19 @@ pub(crate) fn window_starts(
         .take_while(move |&start| start > ts - size)
 }
 
+/// The component and context of the instance that runs a window's function: without keyed
+/// state or timers (the window is its state), under a uid of its own.
+fn function_code(
+    component: &OperatorComponent,
+    mut ctx: OperatorContext,
+) -> (OperatorComponent, OperatorContext) {
+    let mut component = component.clone();
+    component.limits.states = 0;
+    component.limits.timers = 0;
+    ctx.uid = format!("{}#function", ctx.uid);
+    (component, ctx)
+}
+
 /// The window operator of `spec` for one subtask; `component` is its function's, if user code.
 pub(crate) fn build(
     spec: &WindowSpec,
@@ -518,18 +531,13 @@ pub(crate) fn build(
     let function = match (spec.aggregate, component) {
         (Some(aggregate), _) => Function::Builtin(aggregate),
         (None, Some(component)) => {
-            // The function's instance has no keyed state or timers (the window is its
-            // state): it runs on memory state under a uid of its own.
-            let mut component = component.clone();
-            component.limits.states = 0;
-            component.limits.timers = 0;
-            let mut ctx = ctx.clone();
-            ctx.uid = format!("{}#function", ctx.uid);
+            // It runs on memory state: it has none of its own.
             let memory = StateSetup {
                 config: crate::state::StateConfig::default(),
                 root: setup.root.clone(),
                 clock: setup.clock.clone(),
             };
+            let (component, ctx) = function_code(component, ctx.clone());
             Function::Guest {
                 op: Box::new(WasmOperator::new(&component, ctx, &memory)?),
                 process: spec.function == Some(FunctionKind::Process),
@@ -1067,6 +1075,35 @@ impl Operator for WindowOperator {
             Function::Guest { op, .. } => op.open(),
             Function::Builtin(_) => Ok(()),
         }
+    }
+
+    /// Of the window's function: its instance's memory is watched, and renewed when it
+    /// leaks, as an operator's.
+    fn guest_usage(&self) -> Option<InstanceUsage> {
+        match &self.function {
+            Function::Guest { op, .. } => op.guest_usage(),
+            Function::Builtin(_) => None,
+        }
+    }
+
+    /// A new instance of the window's function, which keeps none of its own state: the
+    /// window's records, aggregates and timers stay.
+    fn with_code(
+        self: Box<Self>,
+        component: &OperatorComponent,
+        ctx: OperatorContext,
+        clock: crate::clock::Clock,
+    ) -> Result<Box<dyn Operator>, OperatorError> {
+        let mut window = *self;
+        let Function::Guest { op, process } = window.function else {
+            return Err(OperatorError::Contract(
+                "this window has a built-in aggregate, no function to replace".into(),
+            ));
+        };
+        let (component, ctx) = function_code(component, ctx);
+        let op = Box::new(op.carry_on(&component, ctx, clock)?);
+        window.function = Function::Guest { op, process };
+        Ok(Box::new(window))
     }
 
     fn process(&mut self, input: &Batch, out: &mut Batch) -> Result<(), OperatorError> {

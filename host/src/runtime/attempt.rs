@@ -541,19 +541,14 @@ fn plan_upgrade(parts: &JobParts, upgrade: &Upgrade) -> Result<(SwapPlan, Arc<Jo
         let VertexKind::Operator { code, config, .. } = &mut spec.vertices[v].kind else {
             unreachable!("found as an operator");
         };
-        if let OperatorCode::Window(w) = code
-            && w.code.is_some()
-        {
+        let guest = match code {
+            OperatorCode::Wasm { .. } => true,
+            OperatorCode::Window(w) => w.code.is_some(),
+            _ => false,
+        };
+        if !guest {
             return Err(format!(
-                "operator uid \"{}\" is a window with a function in a component, which is not \
-                 replaced in place yet; stop the job with a savepoint and start it from there \
-                 with the new component",
-                op.uid
-            ));
-        }
-        if !matches!(code, OperatorCode::Wasm { .. }) {
-            return Err(format!(
-                "operator uid \"{}\" is a built-in; only WebAssembly operators are upgraded",
+                "operator uid \"{}\" is a built-in; only WebAssembly operators and window functions in components are upgraded",
                 op.uid
             ));
         }

@@ -982,38 +982,36 @@ impl Chain {
                 continue;
             };
             let old = std::mem::replace(op, Box::new(Swapping));
-            let Some(held) = old.into_held() else {
-                return Err(self.fail(i, "upgrade", "this operator cannot be upgraded in place"));
-            };
-            let new = self.instance_with(v, component, config.as_ref(), held)?;
+            let new = self.carry_on(v, old, component, config.as_ref())?;
             tracing::info!(
                 subtask = self.subtask,
                 "operator \"{}\" runs its new code",
                 self.spec.vertices[v].name
             );
-            self.stages[i] = Stage::Operator(Box::new(new));
+            self.stages[i] = Stage::Operator(new);
             self.code[i] = Some((component.clone(), config.clone()));
         }
         Ok(())
     }
 
-    /// A new instance of `component` (with `config`, else the spec's) for operator vertex
-    /// `v`, carrying on with what an old instance `held`, opened.
-    fn instance_with(
+    /// Operator vertex `v`'s instance `old` carried on by `component` (with `config`, else the
+    /// spec's), opened.
+    fn carry_on(
         &self,
         v: usize,
+        old: Box<dyn Operator>,
         component: &OperatorComponent,
         config: Option<&String>,
-        held: Box<dyn std::any::Any + Send>,
-    ) -> Result<WasmOperator, Stop> {
+    ) -> Result<Box<dyn Operator>, Stop> {
         let mut ctx = operator_context(&self.spec, v, self.subtask, self.shared.cancel_flag());
         if let Some(config) = config {
             ctx.config = config.clone();
         }
-        let mut new = WasmOperator::with_held(component, ctx, held, self.clock.clone())
-            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
-        new.open()
-            .map_err(|e| operator_error(&self.spec, v, self.subtask, e))?;
+        let failed = |e| operator_error(&self.spec, v, self.subtask, e);
+        let mut new = old
+            .with_code(component, ctx, self.clock.clone())
+            .map_err(failed)?;
+        new.open().map_err(failed)?;
         Ok(new)
     }
 
@@ -1043,11 +1041,9 @@ impl Chain {
             return Ok(());
         }
         let v = self.vertices[i];
-        let Some(held) = std::mem::replace(op, Box::new(Swapping)).into_held() else {
-            return Err(self.fail(i, "renew", "this operator cannot be renewed in place"));
-        };
+        let old = std::mem::replace(op, Box::new(Swapping));
         let (component, config) = (component.clone(), config.clone());
-        let new = self.instance_with(v, &component, config.as_ref(), held)?;
+        let new = self.carry_on(v, old, &component, config.as_ref())?;
         tracing::warn!(
             subtask = self.subtask,
             "operator \"{}\" held {} of linear memory after {} calls, {}/{} of its limit of \
@@ -1062,7 +1058,7 @@ impl Chain {
             crate::wasm::bytes(limit),
         );
         self.metrics.vertices[v].renewed();
-        self.stages[i] = Stage::Operator(Box::new(new));
+        self.stages[i] = Stage::Operator(new);
         Ok(())
     }
 

@@ -42,6 +42,7 @@ use self::api::{
 use self::store::{check_name, is_id, new_id, now_ms, read_json};
 use crate::checkpoint::{CheckpointError, CheckpointHistory, RestoreFrom};
 use crate::job::spec::{JobSpec, OperatorCode, ParseError, VertexKind};
+use crate::native::window::WindowSpec;
 use crate::runtime::{Job, JobControl, JobEnd, JobError, Probation, Upgrade};
 use crate::wasm::{Limits, WasmEngine};
 
@@ -1065,7 +1066,7 @@ fn set_operator(
     let operator = operator_table(table, uid)?;
     if !operator.contains_key("wasm") {
         return Err(ServiceError::invalid(format!(
-            "operator uid \"{uid}\" is a built-in; only WebAssembly operators are upgraded"
+            "operator uid \"{uid}\" is a built-in; only WebAssembly operators and window functions in components are upgraded"
         )));
     }
     operator.insert("wasm".into(), format!("sha256:{sha}").into());
@@ -1083,23 +1084,27 @@ fn operator_uid(operator: &toml::Table) -> Option<&str> {
     operator.get("uid").and_then(|u| u.as_str()).or(name)
 }
 
-/// The version of each WebAssembly operator of a service's `spec`, by uid.
+/// The version of each operator of a service's `spec` that runs a component (a WebAssembly
+/// operator or a window's function), by uid.
 fn versions(spec: &JobSpec) -> BTreeMap<String, OperatorVersion> {
     spec.vertices
         .iter()
-        .filter_map(|v| match &v.kind {
-            VertexKind::Operator {
-                uid,
-                code: OperatorCode::Wasm { path, .. },
-                config,
-            } => Some((
-                uid.clone(),
-                OperatorVersion {
-                    component: path.file_stem()?.to_str()?.to_string(),
-                    config: config.clone(),
-                },
-            )),
-            _ => None,
+        .filter_map(|v| {
+            let VertexKind::Operator { uid, code, config } = &v.kind else {
+                return None;
+            };
+            let path = match code {
+                OperatorCode::Wasm { path, .. } => path,
+                OperatorCode::Window(WindowSpec {
+                    code: Some(code), ..
+                }) => &code.path,
+                _ => return None,
+            };
+            let version = OperatorVersion {
+                component: path.file_stem()?.to_str()?.to_string(),
+                config: config.clone(),
+            };
+            Some((uid.clone(), version))
         })
         .collect()
 }

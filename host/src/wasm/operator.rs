@@ -8,7 +8,7 @@ use super::Processor;
 use super::describe_bytes;
 use super::exports::weir::stream::operator::OpenContext;
 use super::guest_text;
-use super::host::{Held, Hook, HostState, MAX_GUEST_ERROR};
+use super::host::{Hook, HostState, MAX_GUEST_ERROR};
 use super::interrupt;
 use super::limits::{Limit, LimitExceeded, bytes};
 use crate::batch::{BATCH_RECORDS, Batch};
@@ -49,20 +49,16 @@ impl WasmOperator {
         Self::instantiate(component, data)
     }
 
-    /// Instantiates `component` for the operator whose old instance gave up `held` (see
-    /// [`Operator::into_held`]): the new code carries on with the old code's state.
-    pub(crate) fn with_held(
+    /// An instance of `component` (new code, or the same) that carries on with what the host
+    /// holds for this one: its keyed state, timers and operator state.
+    pub(crate) fn carry_on(
+        self,
         component: &OperatorComponent,
         ctx: OperatorContext,
-        held: Box<dyn std::any::Any + Send>,
         clock: crate::clock::Clock,
     ) -> Result<Self, OperatorError> {
-        let held = held.downcast::<Held>().map_err(|_| {
-            OperatorError::Contract(
-                "the old instance held the state of another kind of operator".into(),
-            )
-        })?;
-        let data = HostState::with_held(ctx, *held, clock, component.limits, &component.grants)
+        let held = self.store.into_data().into_held();
+        let data = HostState::with_held(ctx, held, clock, component.limits, &component.grants)
             .map_err(OperatorError::Failed)?;
         Self::instantiate(component, data)
     }
@@ -400,8 +396,13 @@ impl Operator for WasmOperator {
         self.store.data().undeclared_states()
     }
 
-    fn into_held(self: Box<Self>) -> Option<Box<dyn std::any::Any + Send>> {
-        Some(Box::new(self.store.into_data().into_held()))
+    fn with_code(
+        self: Box<Self>,
+        component: &OperatorComponent,
+        ctx: OperatorContext,
+        clock: crate::clock::Clock,
+    ) -> Result<Box<dyn Operator>, OperatorError> {
+        Ok(Box::new(self.carry_on(component, ctx, clock)?))
     }
 }
 

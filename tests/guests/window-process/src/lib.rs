@@ -2,14 +2,30 @@
 //! `k`, `<start>,<end>,<count>:<sum>` of its records' values (decimal integers), as the
 //! `window-aggregate` guest's results read; a value that is not a decimal integer adds its
 //! bytes to the sum, so that words make a sum that tells which records a window got.
+//!
+//! Config: `{ "prefix": "..." }` (default none) goes before each result, so that the output
+//! tells which version of the code wrote it.
 
 use weir_sdk::prelude::*;
 use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
 
 #[derive(Default)]
-struct CountSum;
+struct CountSum {
+    prefix: String,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct Config {
+    prefix: String,
+}
 
 impl ProcessWindowFunction for CountSum {
+    fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
+        self.prefix = ctx.config::<Config>()?.prefix;
+        Ok(())
+    }
+
     fn process(
         &mut self,
         ctx: &mut Context,
@@ -24,8 +40,8 @@ impl ProcessWindowFunction for CountSum {
                 _ => v.iter().map(|&b| u64::from(b)).sum(),
             };
         }
-        let (start, end, n) = (window.start, window.end, values.len());
-        ctx.emit_display(Some(key), format_args!("{start},{end},{n}:{sum}"))
+        let (prefix, start, end, n) = (&self.prefix, window.start, window.end, values.len());
+        ctx.emit_display(Some(key), format_args!("{prefix}{start},{end},{n}:{sum}"))
     }
 }
 
