@@ -1,8 +1,9 @@
 //! Hot deploy through `weir serve`: operators of a running word count get new code while
 //! sources and sinks run on; new code that fails rolls back by itself; a rollback is one call;
 //! a server killed during a probation resumes the job on one version; an upgrade that names a
-//! component that does not load changes nothing. Outputs are checked word by word (every count
-//! once, in order, the old format before the new) or against a run without the upgrade.
+//! component that does not load changes nothing; a window's function gets new code while its
+//! windows stay open. Outputs are checked word by word (every count once, in order, the old
+//! format before the new) or against a run without the upgrade.
 
 use std::collections::BTreeMap;
 use std::path::Path;

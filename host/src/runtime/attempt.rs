@@ -548,7 +548,8 @@ fn plan_upgrade(parts: &JobParts, upgrade: &Upgrade) -> Result<(SwapPlan, Arc<Jo
         };
         if !guest {
             return Err(format!(
-                "operator uid \"{}\" is a built-in; only WebAssembly operators and window functions in components are upgraded",
+                "operator uid \"{}\" is a built-in; only WebAssembly operators and window \
+                 functions in components are upgraded",
                 op.uid
             ));
         }

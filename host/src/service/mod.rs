@@ -1066,7 +1066,8 @@ fn set_operator(
     let operator = operator_table(table, uid)?;
     if !operator.contains_key("wasm") {
         return Err(ServiceError::invalid(format!(
-            "operator uid \"{uid}\" is a built-in; only WebAssembly operators and window functions in components are upgraded"
+            "operator uid \"{uid}\" is a built-in; only WebAssembly operators and window \
+             functions in components are upgraded"
         )));
     }
     operator.insert("wasm".into(), format!("sha256:{sha}").into());
