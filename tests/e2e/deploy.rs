@@ -484,25 +484,58 @@ format = "key_value"
     )
 }
 
-#[test]
-fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_records() {
+/// Runs the windows over 100k events at 20k a second through `weir serve` and, after two
+/// checkpoints, upgrades their function to test component `function` with `config` on a
+/// probation of `probation_ms`; once the job finished: the upgrade's operation, the job's record, its committed lines, and those of
+/// a run without the upgrade.
+fn upgraded_windows(
+    function: &str,
+    config: Value,
+    probation_ms: u64,
+) -> (Value, Value, Vec<String>, Vec<String>) {
     const EVENTS: u64 = 100_000;
     let ws = Workspace::new();
     let out = ws.path("out");
     let server = Server::start(&ws, &ws.path("data"), &[]);
-    let function = server.component("weir_test_window_process");
-    let reference = format!("sha256:{function}");
-    let id = server.submit(json!({ "spec": windowed(EVENTS, Some(20_000), &reference, &out) }));
+    let old = format!("sha256:{}", server.component("weir_test_window_process"));
+    let id = server.submit(json!({ "spec": windowed(EVENTS, Some(20_000), &old, &out) }));
     server.wait_status(&id, "running", Duration::from_secs(60));
     server.wait_checkpoints(&id, 2);
-    // The same component with a new config: each result tagged with the code that made it.
+    let new = format!("sha256:{}", server.component(function));
     let request = json!({
-        "operators": [{ "uid": "windows", "component": reference, "config": { "prefix": "v2:" } }],
-        "probation_ms": 300,
+        "operators": [{ "uid": "windows", "component": new, "config": config }],
+        "probation_ms": probation_ms,
     });
-    let done = operate(&server, &id, "upgrade", request);
-    assert_eq!(done["status"], "completed", "{done}");
+    let op = operate(&server, &id, "upgrade", request);
+    server.wait_status(&id, "finished", Duration::from_secs(120));
     let job = server.job(&id);
+
+    let function = operator("weir_test_window_process");
+    let chk = format!(
+        "interval = \"100ms\"\ndir = {}\n",
+        toml_path(&ws.path("chk"))
+    );
+    let reference = windowed(
+        EVENTS,
+        None,
+        function.to_str().unwrap(),
+        &ws.path("reference"),
+    )
+    .replace("interval = \"100ms\"\n", &chk);
+    let ran = weir(
+        &["run", "--no-progress"],
+        &ws.write("reference.toml", reference),
+    );
+    assert!(ran.success(), "{ran}");
+    (op, job, committed(&out), committed(&ws.path("reference")))
+}
+
+#[test]
+fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_records() {
+    // The same component with a new config: each result tagged with the code that made it.
+    let config = json!({ "prefix": "v2:" });
+    let (op, job, lines, reference) = upgraded_windows("weir_test_window_process", config, 300);
+    assert_eq!(op["status"], "completed", "{op}");
     let upgrade = &job["upgrades"][0];
     assert_eq!(upgrade["status"], "committed", "{job}");
     assert_eq!(upgrade["operators"][0]["from"]["config"], "{}", "{upgrade}");
@@ -510,30 +543,9 @@ fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_r
         upgrade["operators"][0]["to"]["config"], r#"{"prefix":"v2:"}"#,
         "{upgrade}"
     );
-    server.wait_status(&id, "finished", Duration::from_secs(120));
-    assert_not_restarted(&server, &id);
-
+    assert_eq!(job["restarts"], 0, "{job}");
     // Every window fired once, with every one of its records: those the old code's instance
     // saw arrive and those after the swap.
-    let run = ws.write(
-        "reference.toml",
-        windowed(
-            EVENTS,
-            None,
-            operator("weir_test_window_process").to_str().unwrap(),
-            &ws.path("reference"),
-        )
-        .replace(
-            "interval = \"100ms\"\n",
-            &format!(
-                "interval = \"100ms\"\ndir = {}\n",
-                toml_path(&ws.path("chk"))
-            ),
-        ),
-    );
-    let ran = weir(&["run", "--no-progress"], &run);
-    assert!(ran.success(), "{ran}");
-    let lines = committed(&out);
     let new = lines.iter().filter(|l| l.contains("\tv2:")).count();
     assert!(
         new > 0 && new < lines.len(),
@@ -543,7 +555,27 @@ fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_r
     let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
     untagged.sort_unstable();
     assert!(
-        untagged == committed(&ws.path("reference")),
+        untagged == reference,
+        "the windows of a run without the upgrade"
+    );
+}
+
+#[test]
+fn a_window_function_whose_new_code_traps_is_rolled_back_and_every_window_fires_once() {
+    // The new code traps on its first window, on a probation too long to end before: the job
+    // goes back to the swap checkpoint with the old code, and nothing the new code emitted is
+    // committed.
+    let config = json!({ "trap_after_ms": 0 });
+    let (op, job, lines, reference) = upgraded_windows("weir_test_hostile", config, 600_000);
+    assert_eq!(op["status"], "failed", "{op}");
+    let error = op["error"].as_str().unwrap();
+    assert!(
+        error.contains("\"windows\"") && error.contains("trapped"),
+        "{error}"
+    );
+    assert_eq!(job["upgrades"][0]["status"], "rolled_back", "{job}");
+    assert!(
+        lines == reference,
         "the windows of a run without the upgrade"
     );
 }

@@ -330,16 +330,14 @@ fn join_records_behind_the_watermark_go_to_the_side_output_and_none_is_lost() {
     assert_same(&late, &records, "the side output");
 }
 
-#[test]
-fn joins_emit_each_pair_once_across_sigkills() {
-    // Two generated streams of the same 30 keys, out of order by up to 200 ms, paced so that
-    // runs last long enough to be killed; the watermarks trail by 200 ms, so no record is
-    // late and the output must equal an uninterrupted run's.
-    let job = |ws: &Workspace, checkpoint: &str| {
-        let mut spec = checkpoint.to_string();
-        for (name, seed) in [("left", 1), ("right", 2)] {
-            spec += &format!(
-                r#"
+/// Sources `left` and `right`: 60,000 generated records each over the same 30 keys, at `rate`
+/// a second, 5 ms apart in event time and out of order by up to 200 ms, which their
+/// watermarks trail by.
+fn generated_sides(rate: u64) -> String {
+    let mut spec = String::new();
+    for (name, seed) in [("left", 1), ("right", 2)] {
+        spec += &format!(
+            r#"
 [[source]]
 name = "{name}"
 type = "generator"
@@ -347,12 +345,22 @@ mode = "keyed_words"
 seed = {seed}
 vocabulary = 30
 count = 60_000
-rate = 20_000
+rate = {rate}
 event_time = {{ start = 0, interval = "5ms", max_disorder = "200ms" }}
 watermark = {{ max_out_of_orderness = "200ms" }}
 "#
-            );
-        }
+        );
+    }
+    spec
+}
+
+#[test]
+fn joins_emit_each_pair_once_across_sigkills() {
+    // Two generated streams of the same 30 keys, out of order by up to 200 ms, paced so that
+    // runs last long enough to be killed; the watermarks trail by 200 ms, so no record is
+    // late and the output must equal an uninterrupted run's.
+    let job = |ws: &Workspace, checkpoint: &str| {
+        let mut spec = format!("{checkpoint}\n{}", generated_sides(20_000));
         for (name, join) in [
             (
                 "interval",
@@ -419,22 +427,7 @@ fn keeping_job(ws: &Workspace, name: &str, parallelism: u32, backend: &str) -> P
         chk = toml_path(&ws.path(&format!("chk-{name}"))),
         state = toml_path(&ws.path(&format!("state-{name}"))),
     );
-    for (side, seed) in [("left", 1), ("right", 2)] {
-        spec += &format!(
-            r#"
-[[source]]
-name = "{side}"
-type = "generator"
-mode = "keyed_words"
-seed = {seed}
-vocabulary = 30
-count = 60_000
-rate = 15_000
-event_time = {{ start = 0, interval = "5ms", max_disorder = "200ms" }}
-watermark = {{ max_out_of_orderness = "200ms" }}
-"#
-        );
-    }
+    spec += &generated_sides(15_000);
     let operators = [
         (
             "session_join",
