@@ -331,9 +331,10 @@ fn join_records_behind_the_watermark_go_to_the_side_output_and_none_is_lost() {
 }
 
 /// Sources `left` and `right`: 60,000 generated records each over the same 30 keys, at `rate`
-/// a second, 5 ms apart in event time and out of order by up to 200 ms, which their
-/// watermarks trail by.
-fn generated_sides(rate: u64) -> String {
+/// a second if any, 5 ms apart in event time and out of order by up to 200 ms, which their
+/// watermarks trail by: the same records at any rate.
+fn generated_sides(rate: Option<u64>) -> String {
+    let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
     let mut spec = String::new();
     for (name, seed) in [("left", 1), ("right", 2)] {
         spec += &format!(
@@ -345,8 +346,7 @@ mode = "keyed_words"
 seed = {seed}
 vocabulary = 30
 count = 60_000
-rate = {rate}
-event_time = {{ start = 0, interval = "5ms", max_disorder = "200ms" }}
+{rate}event_time = {{ start = 0, interval = "5ms", max_disorder = "200ms" }}
 watermark = {{ max_out_of_orderness = "200ms" }}
 "#
         );
@@ -360,7 +360,7 @@ fn joins_emit_each_pair_once_across_sigkills() {
     // runs last long enough to be killed; the watermarks trail by 200 ms, so no record is
     // late and the output must equal an uninterrupted run's.
     let job = |ws: &Workspace, checkpoint: &str| {
-        let mut spec = format!("{checkpoint}\n{}", generated_sides(20_000));
+        let mut spec = format!("{checkpoint}\n{}", generated_sides(Some(20_000)));
         for (name, join) in [
             (
                 "interval",
@@ -418,16 +418,22 @@ format = "key_value"
 
 /// The four operators that keep records, sessions and timers per key — a session join, a
 /// sliding window join, a process-window function in a guest and a session window in the host —
-/// over two generated streams, as job `name` at `parallelism` on `backend`; sources and sinks
-/// stay at parallelism 2, whose positions and transactions the savepoints carry.
-fn keeping_job(ws: &Workspace, name: &str, parallelism: u32, backend: &str) -> PathBuf {
+/// over two generated streams (at `rate` records a second, if any), as job `name` at
+/// `parallelism` on `backend`; sources and sinks stay at parallelism 2, whose positions and
+/// transactions the savepoints carry.
+fn keeping_job(
+    ws: &Workspace,
+    name: &str,
+    (parallelism, backend): (u32, &str),
+    rate: Option<u64>,
+) -> PathBuf {
     let mut spec = format!(
         "[job]\nname = \"{name}\"\nparallelism = 2\n\n[checkpoint]\ninterval = \"50ms\"\n\
          dir = {chk}\n\n[state]\nbackend = \"{backend}\"\ndir = {state}\n",
         chk = toml_path(&ws.path(&format!("chk-{name}"))),
         state = toml_path(&ws.path(&format!("state-{name}"))),
     );
-    spec += &generated_sides(15_000);
+    spec += &generated_sides(rate);
     let operators = [
         (
             "session_join",
@@ -493,7 +499,7 @@ fn windows_and_joins_move_their_waiting_records_to_other_parallelisms_through_sa
     let clean = Workspace::new();
     let run = weir(
         &["run", "--no-progress"],
-        &keeping_job(&clean, "clean", 2, "memory"),
+        &keeping_job(&clean, "clean", (2, "memory"), None),
     );
     assert!(run.success(), "{run}");
     let expected = ops.map(|op| sorted_lines(&clean.path(op)));
@@ -501,12 +507,16 @@ fn windows_and_joins_move_their_waiting_records_to_other_parallelisms_through_sa
 
     let ws = Workspace::new();
     let (sp1, sp2) = (ws.path("savepoints/one"), ws.path("savepoints/two"));
-    let first = keeping_job(&ws, "first", 2, "memory");
+    // The runs to stop read slowly (30 s of input), so that they are stopped before their
+    // input ends even when their checkpoints take seconds on a loaded machine; the last one
+    // reads as fast as it goes.
+    let slow = Some(2_000);
+    let first = keeping_job(&ws, "first", (2, "memory"), slow);
     stop_with_savepoint(&ws, &first, &[], &sp1, "first");
-    let second = keeping_job(&ws, "second", 3, "rocksdb");
+    let second = keeping_job(&ws, "second", (3, "rocksdb"), slow);
     let from = ["--from-savepoint", sp1.to_str().unwrap()];
     stop_with_savepoint(&ws, &second, &from, &sp2, "second");
-    let third = keeping_job(&ws, "third", 1, "memory");
+    let third = keeping_job(&ws, "third", (1, "memory"), None);
     let run = weir(
         &["run", "--no-progress", "-s", sp2.to_str().unwrap()],
         &third,
