@@ -6,7 +6,7 @@
 //! format before the new) or against a run without the upgrade.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -444,8 +444,15 @@ fn an_upgrade_of_two_operators_where_one_does_not_load_changes_nothing() {
 
 /// Sliding one-second windows, every 250 ms, of generated events (`count` of them, at `rate`
 /// a second, if any) with a process-window function in component `function` (a path or a
-/// reference), into a file sink in `out`.
-fn windowed(count: u64, rate: Option<u64>, function: &str, out: &Path) -> String {
+/// reference) and `settings` (TOML lines of the window's operator), into a file sink in
+/// `out`.
+pub(crate) fn windowed(
+    count: u64,
+    rate: Option<u64>,
+    function: &str,
+    settings: &str,
+    out: &Path,
+) -> String {
     let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
     format!(
         r#"[job]
@@ -468,7 +475,7 @@ watermark = {{ max_out_of_orderness = "100ms" }}
 name = "windows"
 uid = "windows"
 wasm = {function}
-input = "events"
+{settings}input = "events"
 edge = "key_by"
 window = {{ type = "sliding", size = "1s", slide = "250ms", function = "process" }}
 
@@ -498,7 +505,8 @@ fn upgraded_windows(
     let out = ws.path("out");
     let server = Server::start(&ws, &ws.path("data"), &[]);
     let old = format!("sha256:{}", server.component("weir_test_window_process"));
-    let id = server.submit(json!({ "spec": windowed(EVENTS, Some(20_000), &old, &out) }));
+    let spec = windowed(EVENTS, Some(20_000), &old, "", &out);
+    let id = server.submit(json!({ "spec": spec }));
     server.wait_status(&id, "running", Duration::from_secs(60));
     server.wait_checkpoints(&id, 2);
     let new = format!("sha256:{}", server.component(function));
@@ -510,24 +518,30 @@ fn upgraded_windows(
     server.wait_status(&id, "finished", Duration::from_secs(120));
     let job = server.job(&id);
 
+    let reference = windowed_spec(&ws, EVENTS, "", "reference");
+    let ran = weir(&["run", "--no-progress"], &reference);
+    assert!(ran.success(), "{ran}");
+    (op, job, committed(&out), committed(&ws.path("reference")))
+}
+
+/// The job file of [`windowed`] over `count` events as fast as they go, for `weir run`:
+/// the function is the `weir_test_window_process` test component, the checkpoints go to
+/// directory `chk` of `ws`, the results to directory `out`.
+pub(crate) fn windowed_spec(ws: &Workspace, count: u64, settings: &str, out: &str) -> PathBuf {
     let function = operator("weir_test_window_process");
     let chk = format!(
         "interval = \"100ms\"\ndir = {}\n",
         toml_path(&ws.path("chk"))
     );
-    let reference = windowed(
-        EVENTS,
+    let spec = windowed(
+        count,
         None,
         function.to_str().unwrap(),
-        &ws.path("reference"),
+        settings,
+        &ws.path(out),
     )
     .replace("interval = \"100ms\"\n", &chk);
-    let ran = weir(
-        &["run", "--no-progress"],
-        &ws.write("reference.toml", reference),
-    );
-    assert!(ran.success(), "{ran}");
-    (op, job, committed(&out), committed(&ws.path("reference")))
+    ws.write(&format!("{out}.toml"), spec)
 }
 
 #[test]

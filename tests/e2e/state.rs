@@ -332,7 +332,7 @@ path = {input}
             sink = key_value_file_sink("probe", &ws.path("out")),
         ),
     );
-    let (run, renewed) = run_counting_renewals(&ws, &spec);
+    let (run, renewed) = run_counting_renewals(&ws, &spec, "probe");
     let mut answers: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
         .filter(|l| l.starts_with("k\t"))
         .collect();
@@ -341,15 +341,39 @@ path = {input}
 }
 
 /// Runs the job `spec` to its end; returns the run and how many times the instances of its
-/// vertex `probe` were renewed (from its `--summary-json`).
-fn run_counting_renewals(ws: &Workspace, spec: &Path) -> (crate::support::Run, u64) {
+/// vertex `name` were renewed (from its `--summary-json`).
+fn run_counting_renewals(ws: &Workspace, spec: &Path, name: &str) -> (crate::support::Run, u64) {
     let run = ws.run_with_summary(spec);
     assert!(run.success(), "{run}");
     let summary = ws.summary();
     let vertex = (summary["vertices"].as_array().unwrap().iter())
-        .find(|v| v["name"] == "probe")
+        .find(|v| v["name"] == name)
         .unwrap();
     (run, vertex["guest"]["renewed"].as_u64().unwrap())
+}
+
+#[test]
+fn a_window_function_that_leaks_continues_in_a_new_instance_and_every_window_fires_once() {
+    // Sliding windows of 100k events with a process-window function leaking 4 KiB per window
+    // against a limit of 16 MiB (48 MiB a subtask in all): each time an instance reaches
+    // 12 MiB it is renewed, and the windows, which the host holds, fire in the next one.
+    const EVENTS: u64 = 100_000;
+    let run = |settings: &str| {
+        let ws = Workspace::new();
+        let spec = crate::deploy::windowed_spec(&ws, EVENTS, settings, "out");
+        let (run, renewed) = run_counting_renewals(&ws, &spec, "windows");
+        (crate::service::committed(&ws.path("out")), renewed, run)
+    };
+    let (reference, renewed, _) = run("");
+    assert_eq!(renewed, 0);
+    let (lines, renewed, run) = run("config = { leak = 4096 }\nlimits = { memory = \"16 MiB\" }\n");
+    assert!((2..=24).contains(&renewed), "renewed {renewed} times");
+    assert!(
+        run.stderr().contains("carries on in a new instance"),
+        "{run}"
+    );
+    // Every window fired once, with all its records, those before a renewal included.
+    assert!(lines == reference, "the windows of a run without the leak");
 }
 
 #[test]
@@ -422,7 +446,7 @@ fn a_guest_that_leaks_in_its_timers_continues_in_a_new_instance() {
         }
     }
     let spec = ws.write("job.toml", spec(&ws, input));
-    let (_, renewed) = run_counting_renewals(&ws, &spec);
+    let (_, renewed) = run_counting_renewals(&ws, &spec, "probe");
     let mut got: Vec<String> = (part_files(&ws.path("out")).into_values().flatten())
         .filter(|l| l.starts_with("k\t"))
         .collect();

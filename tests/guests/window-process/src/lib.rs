@@ -4,7 +4,8 @@
 //! bytes to the sum, so that words make a sum that tells which records a window got.
 //!
 //! Config: `{ "prefix": "..." }` (default none) goes before each result, so that the output
-//! tells which version of the code wrote it.
+//! tells which version of the code wrote it; `{ "leak": n }` leaks `n` bytes of linear memory
+//! per window, as a function with a leak in its code would.
 
 use weir_sdk::prelude::*;
 use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
@@ -12,17 +13,20 @@ use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
 #[derive(Default)]
 struct CountSum {
     prefix: String,
+    leak: usize,
 }
 
 #[derive(serde::Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 struct Config {
     prefix: String,
+    leak: usize,
 }
 
 impl ProcessWindowFunction for CountSum {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
-        self.prefix = ctx.config::<Config>()?.prefix;
+        let config = ctx.config::<Config>()?;
+        (self.prefix, self.leak) = (config.prefix, config.leak);
         Ok(())
     }
 
@@ -33,6 +37,7 @@ impl ProcessWindowFunction for CountSum {
         window: Window,
         values: &[&[u8]],
     ) -> Result<()> {
+        std::mem::forget(vec![1u8; self.leak]);
         let mut sum = 0u64;
         for v in values {
             sum += match std::str::from_utf8(v).map(|v| v.trim().parse::<u64>()) {
