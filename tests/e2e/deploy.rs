@@ -2,7 +2,8 @@
 //! sources and sinks run on; new code that fails rolls back by itself; a rollback is one call;
 //! a server killed during a probation resumes the job on one version; an upgrade that names a
 //! component that does not load changes nothing; a window's function gets new code while its
-//! windows stay open. Outputs are checked word by word (every count once, in order, the old
+//! windows stay open, and a server stopped or killed during its probation resumes the job on
+//! one version. Outputs are checked word by word (every count once, in order, the old
 //! format before the new) or against a run without the upgrade.
 
 use std::collections::BTreeMap;
@@ -35,11 +36,11 @@ fn operate(server: &Server, id: &str, what: &str, request: Value) -> Value {
     server.wait_operation(id, op["request_id"].as_str().unwrap())
 }
 
-/// Asks job `id` to upgrade its count to component `sha` with `config` on a probation too long
-/// to end in a test, and waits until it is on probation; the operation.
-fn start_probation(server: &Server, id: &str, sha: &str, config: Value) -> Value {
+/// Asks job `id` to upgrade its operator `uid` to component `sha` with `config` on a
+/// probation too long to end in a test, and waits until it is on probation; the operation.
+fn start_probation(server: &Server, id: &str, uid: &str, sha: &str, config: Value) -> Value {
     let request = json!({
-        "operators": [{ "uid": "count", "component": format!("sha256:{sha}"), "config": config }],
+        "operators": [{ "uid": uid, "component": format!("sha256:{sha}"), "config": config }],
         "probation_ms": 600_000,
     });
     let op = server.ok(
@@ -235,7 +236,7 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
     // Version 2 counts in a state of its own: `count` is kept, and listed.
     let config = json!({ "prefix": "v2:", "state": "count2" });
     // On probation, a rollback takes the job back to the swap checkpoint with version 1.
-    let upgrade = start_probation(&server, &id, &recount, config.clone());
+    let upgrade = start_probation(&server, &id, "count", &recount, config.clone());
     let rollback = operate(&server, &id, "rollback", json!({}));
     assert_eq!(rollback["status"], "completed", "{rollback}");
     let upgrade = server.wait_operation(&id, upgrade["request_id"].as_str().unwrap());
@@ -314,7 +315,7 @@ fn a_server_killed_during_a_probation_resumes_the_job_on_the_old_code_exactly_on
     let out = ws.path("out");
     let (server, id) = running_word_count(&ws, &out);
     let recount = server.component("weir_test_recount");
-    start_probation(&server, &id, &recount, json!({}));
+    start_probation(&server, &id, "count", &recount, json!({}));
     std::thread::sleep(Duration::from_millis(300));
     server.kill();
 
@@ -344,7 +345,7 @@ fn a_server_stopped_during_a_probation_commits_the_upgrade_at_its_stop_checkpoin
     let out = ws.path("out");
     let (server, id) = running_word_count(&ws, &out);
     let recount = server.component("weir_test_recount");
-    start_probation(&server, &id, &recount, json!({ "prefix": "v2:" }));
+    start_probation(&server, &id, "count", &recount, json!({ "prefix": "v2:" }));
     std::thread::sleep(Duration::from_millis(300));
     // Ctrl-C stops the job at a checkpoint, which the new code wrote and its sink commits:
     // the upgrade is committed there, and the job resumes on the new code.
@@ -503,12 +504,7 @@ fn upgraded_windows(
     const EVENTS: u64 = 100_000;
     let ws = Workspace::new();
     let out = ws.path("out");
-    let server = Server::start(&ws, &ws.path("data"), &[]);
-    let old = format!("sha256:{}", server.component("weir_test_window_process"));
-    let spec = windowed(EVENTS, Some(20_000), &old, "", &out);
-    let id = server.submit(json!({ "spec": spec }));
-    server.wait_status(&id, "running", Duration::from_secs(60));
-    server.wait_checkpoints(&id, 2);
+    let (server, id) = running_windows(&ws, EVENTS, 20_000, &out);
     let new = format!("sha256:{}", server.component(function));
     let request = json!({
         "operators": [{ "uid": "windows", "component": new, "config": config }],
@@ -522,6 +518,19 @@ fn upgraded_windows(
     let ran = weir(&["run", "--no-progress"], &reference);
     assert!(ran.success(), "{ran}");
     (op, job, committed(&out), committed(&ws.path("reference")))
+}
+
+/// A server running [`windowed`] over `count` events at `rate` a second into `out`, the
+/// function the `weir_test_window_process` test component, after two checkpoints; the server
+/// and the job's id.
+fn running_windows(ws: &Workspace, count: u64, rate: u64, out: &Path) -> (Server, String) {
+    let server = Server::start(ws, &ws.path("data"), &[]);
+    let function = format!("sha256:{}", server.component("weir_test_window_process"));
+    let spec = windowed(count, Some(rate), &function, "", out);
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_status(&id, "running", Duration::from_secs(60));
+    server.wait_checkpoints(&id, 2);
+    (server, id)
 }
 
 /// The job file of [`windowed`] over `count` events as fast as they go, for `weir run`:
@@ -590,6 +599,68 @@ fn a_window_function_whose_new_code_traps_is_rolled_back_and_every_window_fires_
     assert_eq!(job["upgrades"][0]["status"], "rolled_back", "{job}");
     assert!(
         lines == reference,
+        "the windows of a run without the upgrade"
+    );
+}
+
+/// Events of the window jobs stopped during a probation, and their rate: the job runs 20 s.
+const PROBATION_EVENTS: u64 = 200_000;
+
+#[test]
+fn a_server_stopped_while_a_window_function_is_on_probation_commits_it_and_every_window_fires_once()
+{
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_windows(&ws, PROBATION_EVENTS, 10_000, &out);
+    let sha = server.component("weir_test_window_process");
+    start_probation(&server, &id, "windows", &sha, json!({ "prefix": "v2:" }));
+    std::thread::sleep(Duration::from_millis(300));
+    // Ctrl-C stops the job at a checkpoint the new code's windows wrote: the upgrade is
+    // committed there, and the job resumes with the new code and the open windows.
+    assert!(server.interrupt().success());
+
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"][0]["status"], "committed", "{job}");
+    assert!(job["spec"].as_str().unwrap().contains("v2:"), "{job}");
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    let lines = committed(&out);
+    let new = lines.iter().filter(|l| l.contains("\tv2:")).count();
+    assert!(new > 0 && new < lines.len(), "{new} of {}", lines.len());
+    // The resumed job ran the new code: the last windows are its.
+    let end = |l: &String| -> i64 { l.rsplit(',').nth(1).unwrap().parse().unwrap() };
+    let last = lines.iter().max_by_key(|l| end(l)).unwrap();
+    assert!(last.contains("\tv2:"), "{last}");
+    let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
+    untagged.sort_unstable();
+    let reference = windowed_spec(&ws, PROBATION_EVENTS, "", "reference");
+    assert!(weir(&["run", "--no-progress"], &reference).success());
+    assert!(
+        untagged == committed(&ws.path("reference")),
+        "the windows of a run without the upgrade"
+    );
+}
+
+#[test]
+fn a_server_killed_while_a_window_function_is_on_probation_resumes_on_the_old_code() {
+    let ws = Workspace::new();
+    let out = ws.path("out");
+    let (server, id) = running_windows(&ws, PROBATION_EVENTS, 10_000, &out);
+    let sha = server.component("weir_test_window_process");
+    start_probation(&server, &id, "windows", &sha, json!({ "prefix": "v2:" }));
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill();
+
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"][0]["status"], "rolled_back", "{job}");
+    assert!(!job["spec"].as_str().unwrap().contains("v2:"), "{job}");
+    server.wait_status(&id, "finished", Duration::from_secs(120));
+    // Nothing the new code's windows emitted was committed, and no window is lost or twice.
+    let reference = windowed_spec(&ws, PROBATION_EVENTS, "", "reference");
+    assert!(weir(&["run", "--no-progress"], &reference).success());
+    assert!(
+        committed(&out) == committed(&ws.path("reference")),
         "the windows of a run without the upgrade"
     );
 }
