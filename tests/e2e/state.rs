@@ -401,6 +401,30 @@ fn a_guest_that_leaks_continues_in_a_new_instance_with_its_state() {
     assert_eq!((tail, renewed), (want.to_vec(), 0));
 }
 
+#[test]
+fn a_window_function_over_its_memory_limit_in_one_call_fails_naming_the_windows() {
+    // 32 MiB a window against a limit of 16 MiB: no renewal can help, and the trap (about
+    // which the guest says nothing) names the windows the call was firing, not the host's
+    // encoding of the call.
+    let ws = Workspace::new();
+    let settings = "config = { leak = 33554432 }\nlimits = { memory = \"16 MiB\" }\n";
+    let spec = crate::deploy::windowed_spec(&ws, 1_000, settings, "out");
+    let mut text = std::fs::read_to_string(&spec).unwrap();
+    text.push_str("\n[restart]\nstrategy = \"none\"\n");
+    std::fs::write(&spec, text).unwrap();
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    assert!(!run.success(), "{run}");
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("operator \"windows\"")
+            && stderr.contains("memory limit exceeded")
+            && stderr.contains("it was firing")
+            && stderr.contains("of key \"")
+            && !stderr.contains("value 0x"),
+        "{run}"
+    );
+}
+
 /// A guest that leaks only as its timers fire (calls with no record) is renewed after those
 /// calls too: 12 event-time timers of key `k`, each leaking 3 MiB against a limit of 16 MiB
 /// as it fires, fire one at a time while the watermark passes them, in calls of their own

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir_wire::{
-    Kind, MapOp, Reader, TimeDomain, Window, put_bytes, put_map_op, put_process, put_result,
-    put_update,
+    Kind, MapOp, Reader, TimeDomain, Window, WindowCall, put_bytes, put_map_op, put_process,
+    put_result, put_update, read_window_call,
 };
 
 use super::timed::{self, Appends, Waiting};
@@ -124,6 +124,35 @@ pub enum FunctionKind {
     /// A function over all of a window's records (`weir_sdk::window::ProcessWindowFunction`),
     /// called when it fires; the host keeps the records until then.
     Process,
+}
+
+/// Which windows a failed call of a window's function was handling, when the guest did not
+/// say (the host cannot see which call of the batch the guest was at).
+fn describe_calls(calls: &Batch) -> String {
+    let Some(first) = calls.iter().next() else {
+        return String::new();
+    };
+    let (what, window, values) = match read_window_call(first.value) {
+        Ok(WindowCall::Update { window, values, .. }) => {
+            ("adding records to", window, values.len())
+        }
+        Ok(WindowCall::Result { window, .. }) => ("taking the result of", window, 0),
+        Ok(WindowCall::Process { window, values }) => ("firing", window, values.len()),
+        Err(_) => return String::new(),
+    };
+    let key = first.key.map_or_else(String::new, |k| {
+        format!(" of key {}", crate::wasm::describe_bytes(k))
+    });
+    let values = match values {
+        0 => String::new(),
+        1 => " with 1 record".to_owned(),
+        n => format!(" with {n} records"),
+    };
+    let (start, end) = (window.start, window.end);
+    match calls.len() {
+        1 => format!("; it was {what} the window [{start}, {end}){key}{values}"),
+        n => format!("; it was {what} {n} windows, the first [{start}, {end}){key}{values}"),
+    }
 }
 
 /// The component of a window's function.
@@ -903,7 +932,7 @@ impl WindowOperator {
             unreachable!("only guest functions are called");
         };
         let mut out = Batch::default();
-        op.process(calls, &mut out)?;
+        op.process_calls(calls, &mut out, describe_calls)?;
         for (name, batch) in op.take_side_outputs() {
             self.side.push((name, batch));
         }
@@ -1278,6 +1307,40 @@ mod tests {
             late: "late".into(),
             time: WindowTime::Event,
         }
+    }
+
+    #[test]
+    fn a_failed_call_of_a_window_function_names_its_windows() {
+        let w = |start| Window {
+            start,
+            end: start + 1_000,
+        };
+        let call = |b: &mut Vec<u8>, start, n: u32| {
+            let values: Vec<u8> = (0..n).flat_map(|_| [1, 0, 0, 0, b'x']).collect();
+            put_process(b, w(start), n, &values)
+        };
+        let mut calls = Batch::default();
+        calls.push_with(Kind::Insert, Some(b"bi"), Some(999), |b| call(b, 0, 12));
+        assert_eq!(
+            describe_calls(&calls),
+            "; it was firing the window [0, 1000) of key \"bi\" with 12 records"
+        );
+        calls.push_with(Kind::Insert, Some(b"ba"), Some(1_999), |b| {
+            call(b, 1_000, 1)
+        });
+        assert_eq!(
+            describe_calls(&calls),
+            "; it was firing 2 windows, the first [0, 1000) of key \"bi\" with 12 records"
+        );
+        let mut calls = Batch::default();
+        calls.push_with(Kind::Insert, Some(b"bi"), Some(999), |b| {
+            put_result(b, w(0), b"acc")
+        });
+        assert_eq!(
+            describe_calls(&calls),
+            "; it was taking the result of the window [0, 1000) of key \"bi\""
+        );
+        assert_eq!(describe_calls(&Batch::default()), "");
     }
 
     #[test]

@@ -101,6 +101,60 @@ impl WasmOperator {
         })
     }
 
+    /// `process` of a batch of window calls (see `weir_wire::window`) for a window's
+    /// function: an error names them with `describe` rather than as records.
+    pub(crate) fn process_calls(
+        &mut self,
+        calls: &Batch,
+        out: &mut Batch,
+        describe: Describe,
+    ) -> Result<(), OperatorError> {
+        self.call_process(0, calls, out, describe)
+    }
+
+    /// Calls the guest's `process` with `input` from its input `which`.
+    fn call_process(
+        &mut self,
+        which: u8,
+        input: &Batch,
+        out: &mut Batch,
+        describe: Describe,
+    ) -> Result<(), OperatorError> {
+        // Deduplicate the batch's keys into slots; the guest sees each key once.
+        self.begin(Hook::Process);
+        let data = self.store.data_mut();
+        let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
+        writer.from_input(which);
+        // Keys precede records in the buffer: one pass finds each record's slot (one hash
+        // per record), the second writes the records.
+        self.record_slots.clear();
+        self.record_slots
+            .extend(input.iter().map(|rec| match rec.key {
+                Some(key) => {
+                    let (slot, new) = data.key_slot(key);
+                    if new {
+                        let at = writer.key(key);
+                        debug_assert_eq!(at, slot, "the guest's key table follows the slots");
+                    }
+                    slot
+                }
+                None => NO_KEY,
+            }));
+        for (rec, &slot) in input.iter().zip(&self.record_slots) {
+            let slot = (slot != NO_KEY).then_some(slot);
+            if let (Some(slot), Some(ts)) = (slot, rec.timestamp) {
+                data.note_time(slot, ts);
+            }
+            writer.record(slot, rec.kind, rec.timestamp, rec.value);
+        }
+        self.buf = writer.finish();
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_process(&mut self.store, &self.buf);
+        self.end(result, Some((input, describe)), out)
+    }
+
     /// Starts a call of `hook` (see [`HostState::begin`]), with its execution deadline.
     fn begin(&mut self, hook: Hook) {
         self.calls += 1;
@@ -111,11 +165,11 @@ impl WasmOperator {
     }
 
     /// Ends the call: hands its output to `out` and turns its result into the operator's;
-    /// `input` is the batch a `process` call was handling.
+    /// `input` is the batch a `process` call was handling, with what describes it in an error.
     fn end(
         &mut self,
         result: wasmtime::Result<Result<(), String>>,
-        input: Option<&Batch>,
+        input: Option<(&Batch, Describe)>,
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
         let data = self.store.data_mut();
@@ -183,7 +237,7 @@ impl WasmOperator {
         match (logged, input) {
             // The guest's own account (weir-sdk's panic message names the record).
             (Some(logged), _) => message = format!("{logged} ({message})"),
-            (None, Some(input)) => message.push_str(&describe_batch(input)),
+            (None, Some((input, describe))) => message.push_str(&describe(input)),
             (None, None) => {}
         }
         Err(OperatorError::Guest { kind, message })
@@ -283,39 +337,7 @@ impl Operator for WasmOperator {
         input: &Batch,
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
-        // Deduplicate the batch's keys into slots; the guest sees each key once.
-        self.begin(Hook::Process);
-        let data = self.store.data_mut();
-        let mut writer = BatchWriter::new(std::mem::take(&mut self.buf));
-        writer.from_input(which);
-        // Keys precede records in the buffer: one pass finds each record's slot (one hash
-        // per record), the second writes the records.
-        self.record_slots.clear();
-        self.record_slots
-            .extend(input.iter().map(|rec| match rec.key {
-                Some(key) => {
-                    let (slot, new) = data.key_slot(key);
-                    if new {
-                        let at = writer.key(key);
-                        debug_assert_eq!(at, slot, "the guest's key table follows the slots");
-                    }
-                    slot
-                }
-                None => NO_KEY,
-            }));
-        for (rec, &slot) in input.iter().zip(&self.record_slots) {
-            let slot = (slot != NO_KEY).then_some(slot);
-            if let (Some(slot), Some(ts)) = (slot, rec.timestamp) {
-                data.note_time(slot, ts);
-            }
-            writer.record(slot, rec.kind, rec.timestamp, rec.value);
-        }
-        self.buf = writer.finish();
-        let result = self
-            .bindings
-            .weir_stream_operator()
-            .call_process(&mut self.store, &self.buf);
-        self.end(result, Some(input), out)
+        self.call_process(which, input, out, describe_batch)
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
@@ -405,6 +427,9 @@ impl Operator for WasmOperator {
         Ok(Box::new(self.carry_on(component, ctx, clock)?))
     }
 }
+
+/// What a batch was, for the error of a failed `process` call the guest did not explain.
+pub(crate) type Describe = fn(&Batch) -> String;
 
 /// Which records a failed `process` call was handling, when the guest did not say: the host
 /// cannot see which record of the batch the guest was at.
