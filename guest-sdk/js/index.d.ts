@@ -154,5 +154,33 @@ export class Operator {
   close(ctx: Context): void;
 }
 
+/** A window `[start, end)` in milliseconds since the Unix epoch. */
+export interface Window {
+  readonly start: number;
+  readonly end: number;
+}
+
+/** Folds a window's records into an accumulator the host keeps (Flink's AggregateFunction). */
+export class AggregateFunction<A extends StateValue = StateValue> {
+  open(ctx: OpenContext): void;
+  create(): A;
+  add(acc: A, value: Uint8Array): A;
+  /** Session windows only: two sessions' accumulators made one. */
+  merge(acc: A, other: A): A;
+  /** Written as a built-in aggregate's result: `<start>,<end>,<result>`. */
+  result(acc: A): Uint8Array | string | number | bigint | boolean;
+}
+
+/** Gets all of a window's values when it fires (Flink's ProcessWindowFunction). */
+export class ProcessWindowFunction {
+  open(ctx: OpenContext): void;
+  process(ctx: Context, key: Uint8Array, window: Window, values: Uint8Array[]): void;
+}
+
+/** The operator (the module's default export) running an aggregate for a window of the host. */
+export function aggregate(fn: new () => AggregateFunction<any>): new () => Operator;
+/** The operator (the module's default export) running a process-window function. */
+export function processWindow(fn: new () => ProcessWindowFunction): new () => Operator;
+
 export function encode(value: StateValue): Uint8Array;
 export function decode(data: Uint8Array): StateValue;

@@ -1,4 +1,4 @@
-import type { Kind, Level, Operator, StateValue } from "./index.js";
+import type { Kind, Level, Operator, StateValue, Window } from "./index.js";
 
 export class Input {
   constructor(value: Uint8Array | string, options?: { key?: Uint8Array | string | null; timestamp?: number | null; kind?: Kind });
@@ -36,3 +36,8 @@ export class Harness {
   processingTimeTimers(key: Uint8Array | string): number[];
   readonly logs: [Level, string][];
 }
+
+/** Window calls as a window of the host makes them, to drive a window function's operator. */
+export function updateCall(window: Window, accs: Uint8Array[], values: (Uint8Array | string)[]): Uint8Array;
+export function resultCall(window: Window, acc: Uint8Array): Uint8Array;
+export function processCall(window: Window, values: (Uint8Array | string)[]): Uint8Array;

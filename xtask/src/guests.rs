@@ -58,6 +58,14 @@ pub const SCRIPTED: &[(&str, &str)] = &[
         "weir_test_state_probe_py",
     ),
     ("tests/guests/python/hostile.py", "weir_test_hostile_py"),
+    (
+        "tests/guests/python/window_aggregate.py",
+        "weir_test_window_aggregate_py",
+    ),
+    (
+        "tests/guests/python/window_process.py",
+        "weir_test_window_process_py",
+    ),
     ("examples/wordcount/js/split.js", "wordcount_split_js"),
     ("examples/wordcount/js/count.js", "wordcount_count_js"),
     ("examples/clickstream/js/parse.js", "clickstream_parse_js"),
@@ -67,6 +75,14 @@ pub const SCRIPTED: &[(&str, &str)] = &[
     ),
     ("tests/guests/js/state_probe.js", "weir_test_state_probe_js"),
     ("tests/guests/js/hostile.js", "weir_test_hostile_js"),
+    (
+        "tests/guests/js/window_aggregate.js",
+        "weir_test_window_aggregate_js",
+    ),
+    (
+        "tests/guests/js/window_process.js",
+        "weir_test_window_process_js",
+    ),
 ];
 
 /// Where the components are copied to.

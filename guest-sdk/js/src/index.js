@@ -10,7 +10,9 @@
 //     }
 //   }
 //
-// The module's default export is the operator; `weir build` makes the component.
+// The module's default export is the operator; `weir build` makes the component. A window's
+// function (window.js) is exported as `weir.aggregate(MyAggregate)` or
+// `weir.processWindow(MyFunction)`.
 // What crosses to the host crosses once per batch (wit/stream.wit); state values are CBOR
 // (cbor.js), the encoding every weir SDK shares.
 
@@ -39,3 +41,4 @@ export {
   UpdateType,
   WeirError,
 } from "./types.js";
+export { AggregateFunction, ProcessWindowFunction, aggregate, processWindow } from "./window.js";

@@ -352,3 +352,6 @@ export class Harness {
     return this.backend.logs.slice();
   }
 }
+
+// Window calls as a window of the host makes them, to drive a window function's operator.
+export { processCall, resultCall, updateCall } from "./window.js";

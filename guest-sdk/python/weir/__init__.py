@@ -17,7 +17,7 @@ A module that defines an operator ends with ``Operator = weir.export(CountWords)
 weir SDK shares, so state outlives a rewrite of the operator in another language.
 """
 
-from . import cbor, testing
+from . import cbor, testing, window
 from ._runtime import (
     Context,
     ListState,
@@ -71,6 +71,7 @@ __all__ = [
     "cbor",
     "export",
     "testing",
+    "window",
 ]
 
 

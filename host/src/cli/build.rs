@@ -76,6 +76,10 @@ const JS_SDK: &[(&str, &str)] = &[
         "src/wire.js",
         include_str!("../../../guest-sdk/js/src/wire.js"),
     ),
+    (
+        "src/window.js",
+        include_str!("../../../guest-sdk/js/src/window.js"),
+    ),
 ];
 const JS_BUILD: &str = include_str!("../../../guest-sdk/js/tools/build.mjs");
 
@@ -123,6 +127,10 @@ const PYTHON_SDK: &[(&str, &str)] = &[
     (
         "weir/types.py",
         include_str!("../../../guest-sdk/python/weir/types.py"),
+    ),
+    (
+        "weir/window.py",
+        include_str!("../../../guest-sdk/python/weir/window.py"),
     ),
 ];
 
@@ -899,7 +907,7 @@ test("counts per key", () => {{
 
 #[cfg(test)]
 mod tests {
-    use super::RUST_CARGO_CONFIG;
+    use super::{JS_SDK, PYTHON_SDK, RUST_CARGO_CONFIG};
 
     fn guest_rustflags(config: &str) -> toml::Value {
         let config: toml::Table = toml::from_str(config).expect("valid TOML");
@@ -912,5 +920,31 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../.cargo/config.toml");
         let repo = std::fs::read_to_string(path).expect("the repository's cargo config");
         assert_eq!(guest_rustflags(RUST_CARGO_CONFIG), guest_rustflags(&repo));
+    }
+
+    /// Every module of the Python and JavaScript SDKs goes into the components `weir build`
+    /// makes: one left out fails only at the import, in a built component.
+    #[test]
+    fn the_embedded_sdks_hold_every_module() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk");
+        for (dir, under, ext, files) in [
+            ("python/weir", "weir", "py", PYTHON_SDK),
+            ("js/src", "src", "js", JS_SDK),
+        ] {
+            let mut on_disk: Vec<String> = std::fs::read_dir(format!("{root}/{dir}"))
+                .expect("the SDK's directory")
+                .map(|e| e.expect("a directory entry").file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(&format!(".{ext}")))
+                .map(|n| format!("{under}/{n}"))
+                .collect();
+            on_disk.sort();
+            let mut embedded: Vec<String> = (files.iter())
+                .map(|(path, _)| path.to_string())
+                .filter(|p| p.starts_with(&format!("{under}/")))
+                .collect();
+            embedded.sort();
+            assert_eq!(embedded, on_disk, "{dir}");
+        }
     }
 }

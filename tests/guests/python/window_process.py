@@ -1,0 +1,22 @@
+"""Test guest: the process-window function of ``tests/guests/window-process`` (Rust) in
+Python. A fired window of key ``k`` becomes the record ``k``, ``<start>,<end>,<count>:<sum>``
+of its records' values (decimal integers; a value that is not one adds its bytes)."""
+
+import weir
+from weir.window import ProcessWindowFunction, process_window
+
+
+def _number(value):
+    try:
+        return int(value.decode().strip())
+    except ValueError:
+        return sum(value)
+
+
+class CountSum(ProcessWindowFunction):
+    def process(self, ctx, key, window, values):
+        total = sum(_number(v) for v in values)
+        ctx.emit(key, f"{window.start},{window.end},{len(values)}:{total}")
+
+
+Operator = weir.export(process_window(CountSum))
