@@ -513,11 +513,25 @@ fn upgraded_windows(
     let op = operate(&server, &id, "upgrade", request);
     server.wait_status(&id, "finished", Duration::from_secs(120));
     let job = server.job(&id);
+    (op, job, committed(&out), reference_windows(&ws, EVENTS))
+}
 
-    let reference = windowed_spec(&ws, EVENTS, "", "reference");
-    let ran = weir(&["run", "--no-progress"], &reference);
+/// The committed lines of [`windowed_spec`] over `count` events, run without an upgrade.
+fn reference_windows(ws: &Workspace, count: u64) -> Vec<String> {
+    let ran = weir(
+        &["run", "--no-progress"],
+        &windowed_spec(ws, count, "", "reference"),
+    );
     assert!(ran.success(), "{ran}");
-    (op, job, committed(&out), committed(&ws.path("reference")))
+    committed(&ws.path("reference"))
+}
+
+/// `lines` without the `v2:` tag the upgraded window function puts before its results,
+/// sorted.
+fn untagged(lines: &[String]) -> Vec<String> {
+    let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
+    untagged.sort_unstable();
+    untagged
 }
 
 /// A server running [`windowed`] over `count` events at `rate` a second into `out`, the
@@ -575,10 +589,8 @@ fn a_window_function_gets_new_code_and_the_windows_open_at_the_swap_keep_their_r
         "{new} of {} lines",
         lines.len()
     );
-    let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
-    untagged.sort_unstable();
     assert!(
-        untagged == reference,
+        untagged(&lines) == reference,
         "the windows of a run without the upgrade"
     );
 }
@@ -603,18 +615,25 @@ fn a_window_function_whose_new_code_traps_is_rolled_back_and_every_window_fires_
     );
 }
 
-/// Events of the window jobs stopped during a probation, and their rate: the job runs 20 s.
+/// Events of the window jobs stopped during a probation (at 10k a second: 20 s).
 const PROBATION_EVENTS: u64 = 200_000;
+
+/// A server running [`windowed`] into `out` whose window function is on probation with the
+/// config `{"prefix": "v2:"}`; the server and the job's id.
+fn windows_on_probation(ws: &Workspace, out: &Path) -> (Server, String) {
+    let (server, id) = running_windows(ws, PROBATION_EVENTS, 10_000, out);
+    let sha = server.component("weir_test_window_process");
+    start_probation(&server, &id, "windows", &sha, json!({ "prefix": "v2:" }));
+    std::thread::sleep(Duration::from_millis(300));
+    (server, id)
+}
 
 #[test]
 fn a_server_stopped_while_a_window_function_is_on_probation_commits_it_and_every_window_fires_once()
 {
     let ws = Workspace::new();
     let out = ws.path("out");
-    let (server, id) = running_windows(&ws, PROBATION_EVENTS, 10_000, &out);
-    let sha = server.component("weir_test_window_process");
-    start_probation(&server, &id, "windows", &sha, json!({ "prefix": "v2:" }));
-    std::thread::sleep(Duration::from_millis(300));
+    let (server, id) = windows_on_probation(&ws, &out);
     // Ctrl-C stops the job at a checkpoint the new code's windows wrote: the upgrade is
     // committed there, and the job resumes with the new code and the open windows.
     assert!(server.interrupt().success());
@@ -631,12 +650,8 @@ fn a_server_stopped_while_a_window_function_is_on_probation_commits_it_and_every
     let end = |l: &String| -> i64 { l.rsplit(',').nth(1).unwrap().parse().unwrap() };
     let last = lines.iter().max_by_key(|l| end(l)).unwrap();
     assert!(last.contains("\tv2:"), "{last}");
-    let mut untagged: Vec<String> = lines.iter().map(|l| l.replacen("\tv2:", "\t", 1)).collect();
-    untagged.sort_unstable();
-    let reference = windowed_spec(&ws, PROBATION_EVENTS, "", "reference");
-    assert!(weir(&["run", "--no-progress"], &reference).success());
     assert!(
-        untagged == committed(&ws.path("reference")),
+        untagged(&lines) == reference_windows(&ws, PROBATION_EVENTS),
         "the windows of a run without the upgrade"
     );
 }
@@ -645,10 +660,7 @@ fn a_server_stopped_while_a_window_function_is_on_probation_commits_it_and_every
 fn a_server_killed_while_a_window_function_is_on_probation_resumes_on_the_old_code() {
     let ws = Workspace::new();
     let out = ws.path("out");
-    let (server, id) = running_windows(&ws, PROBATION_EVENTS, 10_000, &out);
-    let sha = server.component("weir_test_window_process");
-    start_probation(&server, &id, "windows", &sha, json!({ "prefix": "v2:" }));
-    std::thread::sleep(Duration::from_millis(300));
+    let (server, id) = windows_on_probation(&ws, &out);
     server.kill();
 
     let server = Server::start(&ws, &ws.path("data"), &[]);
@@ -657,10 +669,8 @@ fn a_server_killed_while_a_window_function_is_on_probation_resumes_on_the_old_co
     assert!(!job["spec"].as_str().unwrap().contains("v2:"), "{job}");
     server.wait_status(&id, "finished", Duration::from_secs(120));
     // Nothing the new code's windows emitted was committed, and no window is lost or twice.
-    let reference = windowed_spec(&ws, PROBATION_EVENTS, "", "reference");
-    assert!(weir(&["run", "--no-progress"], &reference).success());
     assert!(
-        committed(&out) == committed(&ws.path("reference")),
+        committed(&out) == reference_windows(&ws, PROBATION_EVENTS),
         "the windows of a run without the upgrade"
     );
 }
