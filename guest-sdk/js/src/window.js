@@ -157,9 +157,11 @@ function head(b, op, window) {
   b.i64(window.end);
 }
 
+const utf8 = new TextEncoder();
+
 function list(b, values) {
   b.u32(values.length);
-  for (const v of values) b.bytes(typeof v === "string" ? new TextEncoder().encode(v) : v);
+  for (const v of values) b.bytes(typeof v === "string" ? utf8.encode(v) : v);
 }
 
 /** A window call as the host makes it (for tests): merge `accs` (encoded), add `values`. */

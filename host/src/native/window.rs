@@ -932,7 +932,7 @@ impl WindowOperator {
             unreachable!("only guest functions are called");
         };
         let mut out = Batch::default();
-        op.process_calls(calls, &mut out, describe_calls)?;
+        op.process_described(0, calls, &mut out, describe_calls)?;
         for (name, batch) in op.take_side_outputs() {
             self.side.push((name, batch));
         }

@@ -101,19 +101,10 @@ impl WasmOperator {
         })
     }
 
-    /// `process` of a batch of window calls (see `weir_wire::window`) for a window's
-    /// function: an error names them with `describe` rather than as records.
-    pub(crate) fn process_calls(
-        &mut self,
-        calls: &Batch,
-        out: &mut Batch,
-        describe: Describe,
-    ) -> Result<(), OperatorError> {
-        self.call_process(0, calls, out, describe)
-    }
-
-    /// Calls the guest's `process` with `input` from its input `which`.
-    fn call_process(
+    /// Calls the guest's `process` with `input` from its input `which`; an error the guest
+    /// did not explain names the batch with `describe` (a window's function: its window
+    /// calls, see `weir_wire::window`, rather than records).
+    pub(crate) fn process_described(
         &mut self,
         which: u8,
         input: &Batch,
@@ -337,7 +328,7 @@ impl Operator for WasmOperator {
         input: &Batch,
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
-        self.call_process(which, input, out, describe_batch)
+        self.process_described(which, input, out, describe_batch)
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
