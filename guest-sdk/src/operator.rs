@@ -109,6 +109,24 @@ pub trait Operator {
     /// ```
     fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()>;
 
+    /// What an error (`panic` false) or a panic in [`process`](Self::process) names as what
+    /// the operator was handling: by default the record's index in the batch and its key,
+    /// for a panic its value too ("at record 3 of the batch: key "a", value "x""); the
+    /// window functions' operators name the window instead.
+    #[doc(hidden)]
+    fn describe_input(index: u32, key: Option<&[u8]>, value: &[u8], panic: bool) -> String
+    where
+        Self: Sized,
+    {
+        let key = crate::runtime::describe_key(key);
+        if panic {
+            let value = crate::runtime::describe_text(value);
+            format!("at record {index} of the batch: {key}, value {value}")
+        } else {
+            format!("record {index} of the batch ({key})")
+        }
+    }
+
     /// Called after the last record of each batch given to [`process`](Self::process), with
     /// no current key (keyed state and timers are not available; emitting is). Use it to
     /// emit or log what was gathered over the batch, e.g. one warning per batch instead of

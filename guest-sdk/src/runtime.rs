@@ -293,9 +293,11 @@ fn run_batch<T: Operator>(
         ctx.timestamp = rec.record.timestamp;
         CURRENT_RECORD.set(Some(index));
         if let Err(e) = operator.process(&mut ctx, Record::from_ref(rec.record, rec.input)) {
-            return Err(e.context(format!(
-                "record {index} of the batch ({})",
-                describe_key(rec.record.key)
+            return Err(e.context(T::describe_input(
+                index,
+                rec.record.key,
+                rec.record.value,
+                false,
             )));
         }
         index += 1;

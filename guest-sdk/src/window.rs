@@ -170,9 +170,32 @@ fn contract(what: impl std::fmt::Display) -> Error {
     ))
 }
 
+/// A window call of the host, for an error message: "firing the window [0, 1000) of key "k"
+/// with 4 records" (the host sends one call per record of a batch, so the record's index
+/// would say nothing to the function's author).
+fn describe_call(index: u32, key: Option<&[u8]>, value: &[u8]) -> String {
+    let Ok((what, window, values)) = read_window_call(value).map(|c| c.what()) else {
+        return format!("window call {index} of the batch");
+    };
+    let key = key.map_or_else(String::new, |k| {
+        format!(" of key {}", crate::runtime::describe_text(k))
+    });
+    let values = match values {
+        0 => String::new(),
+        1 => " with 1 record".to_owned(),
+        n => format!(" with {n} records"),
+    };
+    let Window { start, end } = window;
+    format!("{what} the window [{start}, {end}){key}{values}")
+}
+
 impl<F: AggregateFunction> Operator for Aggregate<F> {
     fn open(&mut self, ctx: &mut OpenContext<'_>) -> Result<()> {
         self.function.open(ctx)
+    }
+
+    fn describe_input(index: u32, key: Option<&[u8]>, value: &[u8], _panic: bool) -> String {
+        describe_call(index, key, value)
     }
 
     fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()> {
@@ -223,6 +246,10 @@ impl<F: ProcessWindowFunction> Operator for ProcessWindow<F> {
         self.function.open(ctx)
     }
 
+    fn describe_input(index: u32, key: Option<&[u8]>, value: &[u8], _panic: bool) -> String {
+        describe_call(index, key, value)
+    }
+
     fn process(&mut self, ctx: &mut Context<'_>, record: Record<'_>) -> Result<()> {
         let WindowCall::Process { window, values } =
             read_window_call(record.value()).map_err(contract)?
@@ -237,5 +264,77 @@ impl<F: ProcessWindowFunction> Operator for ProcessWindow<F> {
             .map_err(contract)?;
         let key = record.key().unwrap_or_default();
         self.function.process(ctx, key, window, &values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Harness, Input};
+    use weir_wire::{put_process, put_result, put_update};
+
+    /// Fails on every call, as a function with a bug would.
+    #[derive(Default)]
+    struct Failing;
+
+    impl AggregateFunction for Failing {
+        type Acc = u64;
+        type Output = u64;
+        fn create(&self) -> u64 {
+            0
+        }
+        fn add(&self, _: &mut u64, _: &[u8]) -> Result<()> {
+            Err(Error::msg("no adding today"))
+        }
+        fn result(&self, _: &u64) -> Result<u64> {
+            Err(Error::msg("no results today"))
+        }
+    }
+
+    impl ProcessWindowFunction for Failing {
+        fn process(&mut self, _: &mut Context, _: &[u8], _: Window, _: &[&[u8]]) -> Result<()> {
+            Err(Error::msg("no firing today"))
+        }
+    }
+
+    const W: Window = Window {
+        start: -1000,
+        end: 0,
+    };
+
+    fn call(write: impl FnOnce(&mut Vec<u8>)) -> Input {
+        let mut value = Vec::new();
+        write(&mut value);
+        Input::keyed("bi", value)
+    }
+
+    fn error<T: Operator + Default>(input: Input) -> String {
+        let mut h = Harness::<T>::new();
+        h.try_process([input]).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_failed_call_names_the_window_not_the_record() {
+        let values: [&[u8]; 2] = [b"1", b"2"];
+        let update = call(|b| put_update(b, W, &[], values.into_iter()));
+        assert_eq!(
+            error::<Aggregate<Failing>>(update),
+            "adding records to the window [-1000, 0) of key \"bi\" with 2 records: \
+             no adding today"
+        );
+        let result = call(|b| put_result(b, W, &[0]));
+        assert_eq!(
+            error::<Aggregate<Failing>>(result),
+            "taking the result of the window [-1000, 0) of key \"bi\": no results today"
+        );
+        let mut encoded = Vec::new();
+        values
+            .iter()
+            .for_each(|v| weir_wire::put_bytes(&mut encoded, v));
+        let process = call(|b| put_process(b, W, 2, &encoded));
+        assert_eq!(
+            error::<ProcessWindow<Failing>>(process),
+            "firing the window [-1000, 0) of key \"bi\" with 2 records: no firing today"
+        );
     }
 }

@@ -205,7 +205,7 @@ fn install_panic_hook() {
                 None => format!("operator panicked: {message}"),
             };
             let text = match crate::runtime::CURRENT_RECORD.get() {
-                Some(index) => format!("{text} (at {})", describe_record(index)),
+                Some(index) => format!("{text} ({})", describe_record(index)),
                 None => text,
             };
             // Not also the default hook: its copy on stderr would only repeat this.
@@ -220,6 +220,14 @@ thread_local! {
     static BATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// How the exported operator describes what it was handling ([`Operator::describe_input`]);
+/// set by `open`.
+type Describe = fn(u32, Option<&[u8]>, &[u8], bool) -> String;
+
+thread_local! {
+    static DESCRIBE: std::cell::Cell<Option<Describe>> = const { std::cell::Cell::new(None) };
+}
+
 /// Record `index` of the batch being processed, with its key and value, for a panic message.
 fn describe_record(index: u32) -> String {
     BATCH
@@ -231,13 +239,10 @@ fn describe_record(index: u32) -> String {
                 record = Some(reader.next()?.ok()?.record);
             }
             let record = record?;
-            Some(format!(
-                "record {index} of the batch: {}, value {}",
-                crate::runtime::describe_key(record.key),
-                crate::runtime::describe_text(record.value)
-            ))
+            let describe = DESCRIBE.get()?;
+            Some(describe(index, record.key, record.value, true))
         })
-        .unwrap_or_else(|| format!("record {index} of the batch"))
+        .unwrap_or_else(|| format!("at record {index} of the batch"))
 }
 
 fn with_instance(call: impl FnOnce(&mut dyn Exported) -> Result<()>) -> Result<(), String> {
@@ -257,6 +262,7 @@ pub fn open<T: Operator + Default + 'static>(ctx: WitOpenContext) -> Result<(), 
         parallelism: ctx.parallelism,
         config: ctx.config,
     };
+    DESCRIBE.set(Some(T::describe_input));
     let mut instance = Instance::new(T::default(), Box::new(WitBackend::default()), info);
     instance.open().map_err(|e| e.to_string())?;
     INSTANCE.with(|slot| *slot.borrow_mut() = Some(Box::new(instance)));

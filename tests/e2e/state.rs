@@ -425,6 +425,36 @@ fn a_window_function_over_its_memory_limit_in_one_call_fails_naming_the_windows(
     );
 }
 
+/// A window function that returns an error, or panics, fails its job with a message that
+/// names the window it was firing and its key (not the index and binary encoding of the
+/// host's call), after the function's own message.
+#[test]
+fn a_window_function_that_fails_or_panics_names_the_window() {
+    for (fail, said) in [
+        ("error", "this window function fails"),
+        ("panic", "this window function panics"),
+    ] {
+        let ws = Workspace::new();
+        let settings = format!("config = {{ fail = \"{fail}\" }}\n");
+        let spec = crate::deploy::windowed_spec(&ws, 1_000, &settings, "out");
+        let mut text = std::fs::read_to_string(&spec).unwrap();
+        text.push_str("\n[restart]\nstrategy = \"none\"\n");
+        std::fs::write(&spec, text).unwrap();
+        let run = crate::support::weir(&["run", "--no-progress"], &spec);
+        assert!(!run.success(), "{run}");
+        let stderr = run.stderr();
+        assert!(
+            stderr.contains("operator \"windows\"")
+                && stderr.contains(said)
+                && stderr.contains("firing the window [")
+                && stderr.contains(") of key \"")
+                && !stderr.contains("of the batch")
+                && !stderr.contains("value 0x"),
+            "{fail}: {run}"
+        );
+    }
+}
+
 /// A guest that leaks only as its timers fire (calls with no record) is renewed after those
 /// calls too: 12 event-time timers of key `k`, each leaking 3 MiB against a limit of 16 MiB
 /// as it fires, fire one at a time while the watermark passes them, in calls of their own

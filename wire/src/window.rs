@@ -50,6 +50,20 @@ pub enum WindowCall<'a> {
     },
 }
 
+impl WindowCall<'_> {
+    /// For an error message: what the call asks ("adding records to", "taking the result
+    /// of", "firing"), its window and how many record values it carries.
+    pub fn what(&self) -> (&'static str, Window, usize) {
+        match self {
+            WindowCall::Update { window, values, .. } => {
+                ("adding records to", *window, values.len())
+            }
+            WindowCall::Result { window, .. } => ("taking the result of", *window, 0),
+            WindowCall::Process { window, values } => ("firing", *window, values.len()),
+        }
+    }
+}
+
 /// Byte strings of a window call, read in place.
 #[derive(Clone, Copy, Debug)]
 pub struct Items<'a> {

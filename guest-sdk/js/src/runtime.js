@@ -34,6 +34,12 @@ export function describeKey(key) {
   return `key ${JSON.stringify(short)}${short.length < text.length ? "…" : ""}`;
 }
 
+/** What a failure in `process` names as the record it was at (a window function's operator
+ * names the window instead: its `describeInput`). */
+function describeRecord(index, key) {
+  return `record ${index} of the batch (${describeKey(key)})`;
+}
+
 function where(e) {
   const frame = (e?.stack ?? "").split("\n").find((l) => /:\d+:\d+\)?$/.test(l.trim()));
   return frame ? ` (at ${frame.trim().replace(/^at /, "")})` : "";
@@ -663,6 +669,7 @@ export class Instance {
     const keys = r.keyTable();
     core.begin(keys);
     const n = r.u32();
+    const describe = this.operator.describeInput ?? describeRecord;
     for (let index = 0; index < n; index++) {
       const hdr = r.u8();
       let slot = null;
@@ -679,7 +686,7 @@ export class Instance {
       try {
         this.operator.process(ctx, new Record(key, value, ts, hdr & 3, hdr & w.SECOND_INPUT ? 1 : 0));
       } catch (e) {
-        throw new WeirError(failure(e, `record ${index} of the batch (${describeKey(key)})`));
+        throw new WeirError(failure(e, describe(index, key, value)));
       }
     }
     r.end("batch");

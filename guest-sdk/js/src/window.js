@@ -11,6 +11,7 @@
 // op 2 (process) `u32 m, m × bytes` values.
 
 import { decode, encode } from "./cbor.js";
+import { describeKey } from "./runtime.js";
 import { Operator, WeirError } from "./types.js";
 import * as w from "./wire.js";
 
@@ -92,6 +93,25 @@ function readCall(b) {
   }
 }
 
+/** A window call, for an error message: "firing the window [0, 1000) of key "k" with 4
+ * records" (the record's index in the batch would say nothing to the function's author). */
+function describeCall(index, key, value) {
+  let call;
+  try {
+    call = readCall(value);
+  } catch {
+    return `window call ${index} of the batch`;
+  }
+  const [what, n] = {
+    [UPDATE]: ["adding records to", call.values?.length],
+    [RESULT]: ["taking the result of", 0],
+    [PROCESS]: ["firing", call.values?.length],
+  }[call.op];
+  const of = key === null ? "" : ` of ${describeKey(key)}`;
+  const records = n === 0 ? "" : n === 1 ? " with 1 record" : ` with ${n} records`;
+  return `${what} the window [${call.window.start}, ${call.window.end})${of}${records}`;
+}
+
 /** The operator that runs `functionClass` (an AggregateFunction) for a window of the host. */
 export function aggregate(functionClass) {
   if (!(functionClass?.prototype instanceof AggregateFunction)) {
@@ -101,6 +121,9 @@ export function aggregate(functionClass) {
     open(ctx) {
       this.function = new functionClass();
       this.function.open(ctx);
+    }
+    describeInput(index, key, value) {
+      return describeCall(index, key, value);
     }
     process(ctx, record) {
       const f = this.function;
@@ -137,6 +160,9 @@ export function processWindow(functionClass) {
     open(ctx) {
       this.function = new functionClass();
       this.function.open(ctx);
+    }
+    describeInput(index, key, value) {
+      return describeCall(index, key, value);
     }
     process(ctx, record) {
       const call = readCall(record.value);

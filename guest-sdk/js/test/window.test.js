@@ -70,3 +70,47 @@ test("only function classes are accepted", () => {
   assert.throws(() => weir.aggregate(Listing), /AggregateFunction subclass/);
   assert.throws(() => weir.processWindow(CountSum), /ProcessWindowFunction subclass/);
 });
+
+// Fails on every call, as a function with a bug would.
+class FailingAggregate extends weir.AggregateFunction {
+  create() {
+    return 0;
+  }
+  add() {
+    throw new Error("no adding today");
+  }
+  result() {
+    throw new Error("no results today");
+  }
+}
+
+class FailingProcess extends weir.ProcessWindowFunction {
+  process() {
+    throw new Error("no firing today");
+  }
+}
+
+test("a failed call names the window, not the record", () => {
+  const failed = (operator, call) => {
+    const h = new Harness(operator);
+    try {
+      h.process([["bi", call]]);
+    } catch (e) {
+      return e.message;
+    }
+    assert.fail("the call did not fail");
+  };
+  const agg = weir.aggregate(FailingAggregate);
+  assert.match(
+    failed(agg, updateCall(W, [], ["1", "2"])),
+    /^adding records to the window \[0, 1000\) of key "bi" with 2 records: Error: no adding today/,
+  );
+  assert.match(
+    failed(agg, resultCall(W, weir.encode(0))),
+    /^taking the result of the window \[0, 1000\) of key "bi": Error: no results today/,
+  );
+  assert.match(
+    failed(weir.processWindow(FailingProcess), processCall(W, ["a"])),
+    /^firing the window \[0, 1000\) of key "bi" with 1 record: Error: no firing today/,
+  );
+});

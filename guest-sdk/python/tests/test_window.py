@@ -83,3 +83,40 @@ def test_only_function_classes_are_accepted():
         aggregate(Listing)
     with pytest.raises(TypeError, match="ProcessWindowFunction subclass"):
         process_window(CountSum)
+
+
+class Failing(AggregateFunction, ProcessWindowFunction):
+    """Fails on every call, as a function with a bug would."""
+
+    def create(self):
+        return 0
+
+    def add(self, acc, value):
+        raise ValueError("no adding today")
+
+    def result(self, acc):
+        raise ValueError("no results today")
+
+    def process(self, ctx, key, window, values):
+        raise ValueError("no firing today")
+
+
+def test_a_failed_call_names_the_window_not_the_record():
+    h = weir.testing.Harness(aggregate(Failing))
+    with pytest.raises(Exception) as e:
+        h.process([("bi", update_call(W, [], [b"1", b"2"]))])
+    assert str(e.value).startswith(
+        "adding records to the window [0, 1000) of key 'bi' with 2 records: "
+        "ValueError: no adding today"
+    )
+    with pytest.raises(Exception) as e:
+        h.process([("bi", result_call(W, cbor.encode(0)))])
+    assert str(e.value).startswith(
+        "taking the result of the window [0, 1000) of key 'bi': ValueError: no results today"
+    )
+    h = weir.testing.Harness(process_window(Failing))
+    with pytest.raises(Exception) as e:
+        h.process([("bi", process_call(W, [b"a"]))])
+    assert str(e.value).startswith(
+        "firing the window [0, 1000) of key 'bi' with 1 record: ValueError: no firing today"
+    )

@@ -42,6 +42,12 @@ def describe_key(key):
     return f"key {short!r}" + ("…" if len(short) < len(text) else "")
 
 
+def _describe_record(index, key, _value):
+    """What a failure in ``process`` names as the record it was at (a window function's
+    operator names the window instead: ``_describe_input``)."""
+    return f"record {index} of the batch ({describe_key(key)})"
+
+
 def _where(e):
     """The innermost frame of ``e``'s traceback: where the operator raised it."""
     frames = traceback.extract_tb(e.__traceback__)
@@ -751,6 +757,7 @@ class Instance:
         (n,) = w.U32.unpack_from(batch, pos)
         pos += 4
         process = self.operator.process
+        describe = getattr(self.operator, "_describe_input", None) or _describe_record
         u32, i64 = w.U32.unpack_from, w.I64.unpack_from
         for index in range(n):
             hdr = batch[pos]
@@ -774,9 +781,7 @@ class Instance:
             try:
                 process(ctx, Record(key, value, ts, _KINDS[hdr & 3], 1 if hdr & 32 else 0))
             except Exception as e:
-                raise WeirError(
-                    failure(e, f"record {index} of the batch ({describe_key(key)})")
-                ) from e
+                raise WeirError(failure(e, describe(index, key, value))) from e
         w.check_end(batch, pos, "batch")
         ctx._slot = ctx._key = ctx._timestamp = None
         try:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from . import _wire as w
 from . import cbor
+from ._runtime import describe_key
 from .operator import Operator
 from .types import WeirError
 
@@ -115,6 +116,23 @@ def _read_call(b):
     raise _contract(f"a window call of unknown kind {op}")
 
 
+def _describe_call(_index, key, value):
+    """A window call, for an error message: "firing the window [0, 1000) of key 'k' with 4
+    records" (the record's index in the batch would say nothing to the function's author)."""
+    try:
+        op, window, first, values = _read_call(value)
+    except WeirError:
+        return f"window call {_index} of the batch"
+    what, n = {
+        _UPDATE: ("adding records to", len(values or ())),
+        _RESULT: ("taking the result of", 0),
+        _PROCESS: ("firing", len(first)),
+    }[op]
+    key = "" if key is None else f" of {describe_key(key)}"
+    records = {0: "", 1: " with 1 record"}.get(n, f" with {n} records")
+    return f"{what} the window [{window.start}, {window.end}){key}{records}"
+
+
 def _read_list(b, pos):
     (n,) = w.U32.unpack_from(b, pos)
     pos += 4
@@ -137,6 +155,8 @@ def aggregate(function_class):
         def open(self, ctx):
             self.function = function_class()
             self.function.open(ctx)
+
+        _describe_input = staticmethod(_describe_call)
 
         def process(self, ctx, record):
             f = self.function
@@ -178,6 +198,8 @@ def process_window(function_class):
         def open(self, ctx):
             self.function = function_class()
             self.function.open(ctx)
+
+        _describe_input = staticmethod(_describe_call)
 
         def process(self, ctx, record):
             op, window, values, _ = _read_call(record.value)

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir_wire::{
-    Kind, MapOp, Reader, TimeDomain, Window, WindowCall, put_bytes, put_map_op, put_process,
-    put_result, put_update, read_window_call,
+    Kind, MapOp, Reader, TimeDomain, Window, put_bytes, put_map_op, put_process, put_result,
+    put_update, read_window_call,
 };
 
 use super::timed::{self, Appends, Waiting};
@@ -132,13 +132,8 @@ fn describe_calls(calls: &Batch) -> String {
     let Some(first) = calls.iter().next() else {
         return String::new();
     };
-    let (what, window, values) = match read_window_call(first.value) {
-        Ok(WindowCall::Update { window, values, .. }) => {
-            ("adding records to", window, values.len())
-        }
-        Ok(WindowCall::Result { window, .. }) => ("taking the result of", window, 0),
-        Ok(WindowCall::Process { window, values }) => ("firing", window, values.len()),
-        Err(_) => return String::new(),
+    let Ok((what, window, values)) = read_window_call(first.value).map(|c| c.what()) else {
+        return String::new();
     };
     let key = first.key.map_or_else(String::new, |k| {
         format!(" of key {}", crate::wasm::describe_bytes(k))

@@ -5,7 +5,8 @@
 //!
 //! Config: `{ "prefix": "..." }` (default none) goes before each result, so that the output
 //! tells which version of the code wrote it; `{ "leak": n }` leaks `n` bytes of linear memory
-//! per window, as a function with a leak in its code would.
+//! per window, as a function with a leak in its code would; `{ "fail": "error" }` (or
+//! `"panic"`) fails every window it fires that way, as a function with a bug would.
 
 use weir_sdk::prelude::*;
 use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
@@ -14,6 +15,14 @@ use weir_sdk::window::{ProcessWindow, ProcessWindowFunction, Window};
 struct CountSum {
     prefix: String,
     leak: usize,
+    fail: Option<Fail>,
+}
+
+#[derive(serde::Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum Fail {
+    Error,
+    Panic,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -21,12 +30,13 @@ struct CountSum {
 struct Config {
     prefix: String,
     leak: usize,
+    fail: Option<Fail>,
 }
 
 impl ProcessWindowFunction for CountSum {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
         let config = ctx.config::<Config>()?;
-        (self.prefix, self.leak) = (config.prefix, config.leak);
+        (self.prefix, self.leak, self.fail) = (config.prefix, config.leak, config.fail);
         Ok(())
     }
 
@@ -38,6 +48,11 @@ impl ProcessWindowFunction for CountSum {
         values: &[&[u8]],
     ) -> Result<()> {
         std::mem::forget(vec![1u8; self.leak]);
+        match self.fail {
+            Some(Fail::Error) => return Err(Error::msg("this window function fails")),
+            Some(Fail::Panic) => panic!("this window function panics"),
+            None => {}
+        }
         let mut sum = 0u64;
         for v in values {
             sum += match std::str::from_utf8(v).map(|v| v.trim().parse::<u64>()) {
