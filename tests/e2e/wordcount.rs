@@ -191,6 +191,12 @@ fn the_javascript_operators_write_what_the_rust_ones_write() {
     same_output_as_rust("wordcount_split_js", "wordcount_count_js");
 }
 
+#[test]
+fn the_typescript_operators_write_what_the_rust_ones_write() {
+    // examples/wordcount/ts, built by `weir build` from the .ts modules.
+    same_output_as_rust("wordcount_split_ts", "wordcount_count_ts");
+}
+
 /// The word count with components `split` and `count` at parallelism 2 with checkpoints:
 /// each sink subtask gets the same updates as with the Rust operators.
 fn same_output_as_rust(split: &str, count: &str) {

@@ -40,8 +40,11 @@ pub const PACKAGES: &[&str] = &[
     "weir-test-window-process",
 ];
 
-/// Python and JavaScript guests: the module (a `.py` or `.js` file under the repository)
-/// and its component's name.
+/// The TypeScript compiler that checks the TypeScript example (`node_test`).
+const TYPESCRIPT: &str = "typescript@6.0.3";
+
+/// Python, JavaScript and TypeScript guests: the module (a `.py`, `.js` or `.ts` file under
+/// the repository) and its component's name.
 pub const SCRIPTED: &[(&str, &str)] = &[
     ("examples/wordcount/python/split.py", "wordcount_split_py"),
     ("examples/wordcount/python/count.py", "wordcount_count_py"),
@@ -66,6 +69,8 @@ pub const SCRIPTED: &[(&str, &str)] = &[
         "tests/guests/python/window_process.py",
         "weir_test_window_process_py",
     ),
+    ("examples/wordcount/ts/split.ts", "wordcount_split_ts"),
+    ("examples/wordcount/ts/count.ts", "wordcount_count_ts"),
     ("examples/wordcount/js/split.js", "wordcount_split_js"),
     ("examples/wordcount/js/count.js", "wordcount_count_js"),
     ("examples/clickstream/js/parse.js", "clickstream_parse_js"),
@@ -129,13 +134,14 @@ fn scripted(dest: &Path) -> Result<()> {
     let shared = newest(&[repo.join("wit/stream.wit"), weir.clone()])?;
     for (module, name) in SCRIPTED {
         let module = repo.join(module);
-        let (sdk, ext) = match module.extension().and_then(|e| e.to_str()) {
-            Some("py") => (repo.join("guest-sdk/python/weir"), "py"),
+        let ext = module.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let (sdk, sdk_ext) = match ext {
+            "py" => (repo.join("guest-sdk/python/weir"), "py"),
             _ => (repo.join("guest-sdk/js/src"), "js"),
         };
         let dir = module.parent().expect("a module is in a directory");
         let inputs = shared
-            .max(newest(&files_in(&sdk, ext)?)?)
+            .max(newest(&files_in(&sdk, sdk_ext)?)?)
             .max(newest(&files_in(dir, ext)?)?);
         let out = dest.join(format!("{name}.wasm"));
         if modified(&out).is_ok_and(|built| built > inputs) {
@@ -152,7 +158,7 @@ fn scripted(dest: &Path) -> Result<()> {
         )?;
     }
     println!(
-        "{} Python and JavaScript components in {}",
+        "{} Python, JavaScript and TypeScript components in {}",
         SCRIPTED.len(),
         dest.display()
     );
@@ -211,7 +217,30 @@ pub fn node_test() -> Result<()> {
         Command::new("node")
             .args(["--test", "guest-sdk/js/test/", "examples/wordcount/js/"])
             .current_dir(&repo),
+    )?;
+    // The TypeScript example against the SDK's declarations, with tsc (installed once).
+    exec(
+        Command::new(typescript()?)
+            .args(["-p", "examples/wordcount/ts"])
+            .current_dir(&repo),
     )
+}
+
+/// `tsc` of TypeScript, installed with npm beside the build on first use.
+fn typescript() -> Result<PathBuf> {
+    let dir = target_dir()?.join("ts-tools");
+    let tsc = dir.join("node_modules/.bin/tsc");
+    if !tsc.exists() {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("package.json"), "{\"private\": true}\n")?;
+        exec(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--silent"])
+                .arg(TYPESCRIPT)
+                .current_dir(&dir),
+        )?;
+    }
+    Ok(tsc)
 }
 
 /// The Python SDK's tests and the Python examples' tests, with pytest in a virtual

@@ -10,7 +10,7 @@ import { Kind, WeirError } from "./types.js";
 import * as w from "./wire.js";
 
 /** A map whose load encoding is larger than this is sent as LARGE, as the host does. */
-export const MAP_LOAD_LIMIT = 16 * 1024;
+const MAP_LOAD_LIMIT = 16 * 1024;
 
 const utf8 = new TextEncoder();
 const text = new TextDecoder();
@@ -78,7 +78,7 @@ function putEntries(b, entries) {
 }
 
 /** The in-memory host: keyed state, timers, output, logs and operator state. */
-export class MemoryBackend {
+class MemoryBackend {
   constructor() {
     this.states = []; // {name, kind, data: Map(byteKey(key) -> stored)}
     this.timers = new Map(); // `${domain}/${ts}/${byteKey(key)}` -> [domain, ts, key]

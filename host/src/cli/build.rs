@@ -318,7 +318,8 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
                 name: module.unwrap_or(stem).to_string(),
                 module: None,
             }),
-            (Some("js" | "mjs"), Some(stem)) => Ok(Project {
+            // esbuild drops TypeScript's types as it bundles (it does not check them).
+            (Some("js" | "mjs" | "ts" | "mts"), Some(stem)) => Ok(Project {
                 lang: Lang::Js,
                 dir: parent_of(path),
                 name: stem.to_string(),
@@ -326,7 +327,7 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
             }),
             _ => bail!(
                 "{} is not a project: give a directory with a Cargo.toml, a pyproject.toml or \
-                 a package.json, or a Python (.py) or JavaScript (.js) module",
+                 a package.json, or a Python (.py), JavaScript (.js) or TypeScript (.ts) module",
                 path.display()
             ),
         };

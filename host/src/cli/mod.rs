@@ -233,12 +233,13 @@ enum Command {
         #[arg(long, default_value = ".", value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Build an operator project (Rust: cargo; Python: componentize-py; JavaScript: esbuild
-    /// and componentize-js; the tools are installed on first use) into a component, then
-    /// check it loads and instantiates as a job would; prints its size and compile and
-    /// instantiation times.
+    /// Build an operator project (Rust: cargo; Python: componentize-py; JavaScript and
+    /// TypeScript: esbuild and componentize-js; the tools are installed on first use) into a
+    /// component, then check it loads and instantiates as a job would; prints its size and
+    /// compile and instantiation times.
     Build {
-        /// The project directory, or a Python (.py) or JavaScript (.js) module.
+        /// The project directory, or a Python (.py), JavaScript (.js) or TypeScript (.ts)
+        /// module.
         #[arg(default_value = ".")]
         path: PathBuf,
         /// The module that exports the operator (default: `module` under [tool.weir] in
