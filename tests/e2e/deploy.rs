@@ -551,7 +551,18 @@ fn running_windows(ws: &Workspace, count: u64, rate: u64, out: &Path) -> (Server
 /// the function is the `weir_test_window_process` test component, the checkpoints go to
 /// directory `chk` of `ws`, the results to directory `out`.
 pub(crate) fn windowed_spec(ws: &Workspace, count: u64, settings: &str, out: &str) -> PathBuf {
-    let function = operator("weir_test_window_process");
+    windowed_spec_of(ws, "weir_test_window_process", count, settings, out)
+}
+
+/// [`windowed_spec`] with the test component `component` as the function.
+pub(crate) fn windowed_spec_of(
+    ws: &Workspace,
+    component: &str,
+    count: u64,
+    settings: &str,
+    out: &str,
+) -> PathBuf {
+    let function = operator(component);
     let chk = format!(
         "interval = \"100ms\"\ndir = {}\n",
         toml_path(&ws.path("chk"))

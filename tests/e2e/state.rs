@@ -425,18 +425,25 @@ fn a_window_function_over_its_memory_limit_in_one_call_fails_naming_the_windows(
     );
 }
 
-/// A window function that returns an error, or panics, fails its job with a message that
-/// names the window it was firing and its key (not the index and binary encoding of the
-/// host's call), after the function's own message.
+/// A window function that returns an error (or raises one in Python and JavaScript), or
+/// panics, fails its job with a message that names the window it was firing and its key
+/// (not the index and binary encoding of the host's call), after the function's own.
 #[test]
 fn a_window_function_that_fails_or_panics_names_the_window() {
-    for (fail, said) in [
-        ("error", "this window function fails"),
-        ("panic", "this window function panics"),
+    let fails = "this window function fails";
+    for (component, fail, said) in [
+        ("weir_test_window_process", "error", fails),
+        (
+            "weir_test_window_process",
+            "panic",
+            "this window function panics",
+        ),
+        ("weir_test_window_process_py", "error", fails),
+        ("weir_test_window_process_js", "error", fails),
     ] {
         let ws = Workspace::new();
         let settings = format!("config = {{ fail = \"{fail}\" }}\n");
-        let spec = crate::deploy::windowed_spec(&ws, 1_000, &settings, "out");
+        let spec = crate::deploy::windowed_spec_of(&ws, component, 1_000, &settings, "out");
         let mut text = std::fs::read_to_string(&spec).unwrap();
         text.push_str("\n[restart]\nstrategy = \"none\"\n");
         std::fs::write(&spec, text).unwrap();
@@ -447,10 +454,10 @@ fn a_window_function_that_fails_or_panics_names_the_window() {
             stderr.contains("operator \"windows\"")
                 && stderr.contains(said)
                 && stderr.contains("firing the window [")
-                && stderr.contains(") of key \"")
+                && stderr.contains(") of key ")
                 && !stderr.contains("of the batch")
                 && !stderr.contains("value 0x"),
-            "{fail}: {run}"
+            "{component} ({fail}): {run}"
         );
     }
 }
