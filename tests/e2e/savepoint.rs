@@ -316,3 +316,80 @@ fn operator_state_is_split_or_unioned_when_the_parallelism_changes() {
     }
     assert!(lines.contains(&"u0 ".to_string()) && lines.contains(&"u1 ".to_string()));
 }
+
+/// A savepoint of an earlier weir (`tests/fixtures/process-window-savepoint`, made by
+/// 41251ea), whose process-window functions kept an open window's records' values in the
+/// window's own map entry, restores with this one: every window fires once, with the
+/// records it carried in the savepoint and those that came after, so the output before and
+/// after the stop is that of a run without it.
+#[test]
+fn a_savepoint_of_the_earlier_window_layout_restores_every_window() {
+    let ws = Workspace::new();
+    let fixture = crate::support::repo().join("tests/fixtures/process-window-savepoint");
+    for dir in ["savepoint", "out"] {
+        let to = ws.path(dir);
+        std::fs::create_dir_all(&to).unwrap();
+        for file in std::fs::read_dir(fixture.join(dir)).unwrap() {
+            let file = file.unwrap().path();
+            std::fs::copy(&file, to.join(file.file_name().unwrap())).unwrap();
+        }
+    }
+    let before_stop = committed_lines(&ws).len();
+    let spec = |out: &str| {
+        let function = crate::support::operator("weir_test_window_process");
+        ws.write(
+            &format!("{out}.toml"),
+            format!(
+                r#"[job]
+name = "legacy-windows"
+parallelism = 2
+
+[checkpoint]
+interval = "200ms"
+dir = {chk}
+
+[[source]]
+name = "events"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 30
+count = 20000
+event_time = {{ start = 0, interval = "2ms", max_disorder = "100ms" }}
+watermark = {{ max_out_of_orderness = "100ms" }}
+
+[[operator]]
+name = "windows"
+uid = "windows"
+wasm = {function}
+input = "events"
+edge = "key_by"
+window = {{ type = "sliding", size = "1s", slide = "250ms", function = "process" }}
+
+{sink}"#,
+                chk = toml_path(&ws.path(&format!("{out}-chk"))),
+                function = toml_path(&function),
+                sink = key_value_file_sink("windows", &ws.path(out)),
+            ),
+        )
+    };
+    let savepoint = ws.path("savepoint");
+    let restored = weir(
+        &["run", "--no-progress", "-s", savepoint.to_str().unwrap()],
+        &spec("out"),
+    );
+    assert!(restored.success(), "{restored}");
+    let reference = weir(&["run", "--no-progress"], &spec("reference"));
+    assert!(reference.success(), "{reference}");
+    let mut want: Vec<String> = (crate::support::part_files(&ws.path("reference")))
+        .into_values()
+        .flatten()
+        .collect();
+    want.sort_unstable();
+    let got = committed_lines(&ws);
+    assert!(
+        0 < before_stop && before_stop < got.len(),
+        "{before_stop} of {}",
+        got.len()
+    );
+    assert_eq!(got, want);
+}
