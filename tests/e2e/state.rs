@@ -406,14 +406,8 @@ fn a_window_function_over_its_memory_limit_in_one_call_fails_naming_the_windows(
     // 32 MiB a window against a limit of 16 MiB: no renewal can help, and the trap (about
     // which the guest says nothing) names the windows the call was firing, not the host's
     // encoding of the call.
-    let ws = Workspace::new();
     let settings = "config = { leak = 33554432 }\nlimits = { memory = \"16 MiB\" }\n";
-    let spec = crate::deploy::windowed_spec(&ws, 1_000, settings, "out");
-    let mut text = std::fs::read_to_string(&spec).unwrap();
-    text.push_str("\n[restart]\nstrategy = \"none\"\n");
-    std::fs::write(&spec, text).unwrap();
-    let run = crate::support::weir(&["run", "--no-progress"], &spec);
-    assert!(!run.success(), "{run}");
+    let run = failed_window_job("weir_test_window_process", settings);
     let stderr = run.stderr();
     assert!(
         stderr.contains("operator \"windows\"")
@@ -441,14 +435,8 @@ fn a_window_function_that_fails_or_panics_names_the_window() {
         ("weir_test_window_process_py", "error", fails),
         ("weir_test_window_process_js", "error", fails),
     ] {
-        let ws = Workspace::new();
         let settings = format!("config = {{ fail = \"{fail}\" }}\n");
-        let spec = crate::deploy::windowed_spec_of(&ws, component, 1_000, &settings, "out");
-        let mut text = std::fs::read_to_string(&spec).unwrap();
-        text.push_str("\n[restart]\nstrategy = \"none\"\n");
-        std::fs::write(&spec, text).unwrap();
-        let run = crate::support::weir(&["run", "--no-progress"], &spec);
-        assert!(!run.success(), "{run}");
+        let run = failed_window_job(component, &settings);
         let stderr = run.stderr();
         assert!(
             stderr.contains("operator \"windows\"")
@@ -460,6 +448,19 @@ fn a_window_function_that_fails_or_panics_names_the_window() {
             "{component} ({fail}): {run}"
         );
     }
+}
+
+/// The window job of [`crate::deploy::windowed_spec_of`] over 1,000 events with the function
+/// `component` and `settings`, run without restarts, which must fail.
+fn failed_window_job(component: &str, settings: &str) -> crate::support::Run {
+    let ws = Workspace::new();
+    let spec = crate::deploy::windowed_spec_of(&ws, component, 1_000, settings, "out");
+    let mut text = std::fs::read_to_string(&spec).unwrap();
+    text.push_str("\n[restart]\nstrategy = \"none\"\n");
+    std::fs::write(&spec, text).unwrap();
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    assert!(!run.success(), "{run}");
+    run
 }
 
 /// A guest that leaks only as its timers fire (calls with no record) is renewed after those

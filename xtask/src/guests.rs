@@ -226,9 +226,10 @@ pub fn node_test() -> Result<()> {
     )
 }
 
-/// `tsc` of TypeScript, installed with npm beside the build on first use.
+/// `tsc` of [`TYPESCRIPT`], installed with npm beside the build on first use (a directory
+/// per version, so that a new pin installs anew).
 fn typescript() -> Result<PathBuf> {
-    let dir = target_dir()?.join("ts-tools");
+    let dir = target_dir()?.join(TYPESCRIPT);
     let tsc = dir.join("node_modules/.bin/tsc");
     if !tsc.exists() {
         std::fs::create_dir_all(&dir)?;

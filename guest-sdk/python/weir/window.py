@@ -116,13 +116,13 @@ def _read_call(b):
     raise _contract(f"a window call of unknown kind {op}")
 
 
-def _describe_call(_index, key, value):
+def _describe_call(index, key, value):
     """A window call, for an error message: "firing the window [0, 1000) of key 'k' with 4
     records" (the record's index in the batch would say nothing to the function's author)."""
     try:
         op, window, first, values = _read_call(value)
     except WeirError:
-        return f"window call {_index} of the batch"
+        return f"window call {index} of the batch"
     what, n = {
         _UPDATE: ("adding records to", len(values or ())),
         _RESULT: ("taking the result of", 0),
