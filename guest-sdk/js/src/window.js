@@ -112,19 +112,25 @@ function describeCall(index, key, value) {
   return `${what} the window [${call.window.start}, ${call.window.end})${of}${records}`;
 }
 
+/** What the two window operators share: their function (the subclass's static
+ * `functionClass`), made and opened in `open`, and failures named by their window. */
+class WindowOperator extends Operator {
+  open(ctx) {
+    this.function = new this.constructor.functionClass();
+    this.function.open(ctx);
+  }
+  describeInput(index, key, value) {
+    return describeCall(index, key, value);
+  }
+}
+
 /** The operator that runs `functionClass` (an AggregateFunction) for a window of the host. */
 export function aggregate(functionClass) {
   if (!(functionClass?.prototype instanceof AggregateFunction)) {
     throw new TypeError(`weir.aggregate takes an AggregateFunction subclass, not ${functionClass}`);
   }
-  return class Aggregate extends Operator {
-    open(ctx) {
-      this.function = new functionClass();
-      this.function.open(ctx);
-    }
-    describeInput(index, key, value) {
-      return describeCall(index, key, value);
-    }
+  return class Aggregate extends WindowOperator {
+    static functionClass = functionClass;
     process(ctx, record) {
       const f = this.function;
       const call = readCall(record.value);
@@ -156,14 +162,8 @@ export function processWindow(functionClass) {
   if (!(functionClass?.prototype instanceof ProcessWindowFunction)) {
     throw new TypeError(`weir.processWindow takes a ProcessWindowFunction subclass, not ${functionClass}`);
   }
-  return class ProcessWindow extends Operator {
-    open(ctx) {
-      this.function = new functionClass();
-      this.function.open(ctx);
-    }
-    describeInput(index, key, value) {
-      return describeCall(index, key, value);
-    }
+  return class ProcessWindow extends WindowOperator {
+    static functionClass = functionClass;
     process(ctx, record) {
       const call = readCall(record.value);
       if (call.op !== PROCESS) {

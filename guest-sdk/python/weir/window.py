@@ -143,6 +143,19 @@ def _read_list(b, pos):
     return items, pos
 
 
+class _WindowOperator(Operator):
+    """What the two window operators share: their function (the subclass's
+    ``function_class``), made and opened in ``open``, and failures named by their window."""
+
+    function_class = None
+
+    def open(self, ctx):
+        self.function = self.function_class()
+        self.function.open(ctx)
+
+    _describe_input = staticmethod(_describe_call)
+
+
 def aggregate(function_class):
     """The operator that runs ``function_class`` (an :class:`AggregateFunction` subclass)
     for a window of the host with ``function = "aggregate"``."""
@@ -151,13 +164,7 @@ def aggregate(function_class):
             f"weir.window.aggregate takes an AggregateFunction subclass, not {function_class!r}"
         )
 
-    class Aggregate(Operator):
-        def open(self, ctx):
-            self.function = function_class()
-            self.function.open(ctx)
-
-        _describe_input = staticmethod(_describe_call)
-
+    class Aggregate(_WindowOperator):
         def process(self, ctx, record):
             f = self.function
             op, _, first, values = _read_call(record.value)
@@ -179,6 +186,7 @@ def aggregate(function_class):
                     "but this component exports an aggregate"
                 )
 
+    Aggregate.function_class = function_class
     Aggregate.__name__ = Aggregate.__qualname__ = f"Aggregate[{function_class.__name__}]"
     return Aggregate
 
@@ -194,13 +202,7 @@ def process_window(function_class):
             f"{function_class!r}"
         )
 
-    class ProcessWindow(Operator):
-        def open(self, ctx):
-            self.function = function_class()
-            self.function.open(ctx)
-
-        _describe_input = staticmethod(_describe_call)
-
+    class ProcessWindow(_WindowOperator):
         def process(self, ctx, record):
             op, window, values, _ = _read_call(record.value)
             if op != _PROCESS:
@@ -210,6 +212,7 @@ def process_window(function_class):
                 )
             self.function.process(ctx, record.key or b"", window, values)
 
+    ProcessWindow.function_class = function_class
     ProcessWindow.__name__ = ProcessWindow.__qualname__ = (
         f"ProcessWindow[{function_class.__name__}]"
     )
