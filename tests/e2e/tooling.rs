@@ -72,25 +72,54 @@ fn a_new_python_project_tests_builds_and_runs() {
     assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
 }
 
+/// `npm test` in `dir`, after `npm install`; its output, or a failure with it.
+fn npm_install_and_test(dir: &Path) -> Result<String, String> {
+    let mut all = String::new();
+    for args in [&["install", "--no-audit", "--no-fund"][..], &["test"]] {
+        let out = Command::new("npm")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run npm");
+        all += &String::from_utf8_lossy(&out.stdout);
+        all += &String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            return Err(format!("npm {args:?}:\n{all}"));
+        }
+    }
+    Ok(all)
+}
+
+#[test]
+fn a_new_typescript_project_type_checks_tests_builds_and_runs() {
+    let ws = Workspace::new();
+    let made = weir_in(ws.dir(), &["new", "--lang", "ts", "clicks"]);
+    assert!(made.contains("npm test"), "{made}");
+    // npm installs TypeScript; its test is type-checked against the SDK's declarations.
+    let tested = npm_install_and_test(&ws.path("clicks")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(tested.contains("# pass 1"), "{tested}");
+    let built = weir_in(ws.dir(), &["build", "clicks"]);
+    assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+
+    // A state written with a value of another type than declared fails the test at tsc.
+    let module = ws.path("clicks/clicks.ts");
+    let code = std::fs::read_to_string(&module).unwrap();
+    let wrong = code.replace("this.count.set(n)", "this.count.set(String(n))");
+    assert_ne!(wrong, code);
+    std::fs::write(&module, wrong).unwrap();
+    let failed = npm_install_and_test(&ws.path("clicks")).unwrap_err();
+    assert!(failed.contains("error TS2345"), "{failed}");
+}
+
 #[test]
 fn a_new_javascript_project_tests_builds_and_runs() {
     let ws = Workspace::new();
     let made = weir_in(ws.dir(), &["new", "--lang", "js", "clicks"]);
     assert!(made.contains("npm test"), "{made}");
     // Its test passes once npm has linked the SDK (from weir's cache directory).
-    for args in [&["install", "--no-audit", "--no-fund"][..], &["test"]] {
-        let out = Command::new("npm")
-            .args(args)
-            .current_dir(ws.path("clicks"))
-            .output()
-            .expect("run npm");
-        assert!(
-            out.status.success(),
-            "npm {args:?}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    npm_install_and_test(&ws.path("clicks")).unwrap_or_else(|e| panic!("{e}"));
     let built = weir_in(ws.dir(), &["build", "clicks"]);
     assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
     let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);

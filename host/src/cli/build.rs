@@ -22,6 +22,9 @@ pub(super) enum Lang {
     Rust,
     Python,
     Js,
+    /// TypeScript: built as JavaScript is (esbuild drops the types); `weir new` makes a
+    /// project whose test type-checks with `tsc` first.
+    Ts,
 }
 
 /// The componentize-py `weir build` installs for Python projects.
@@ -405,8 +408,8 @@ fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
         });
     }
     bail!(
-        "{} has no Cargo.toml (Rust), pyproject.toml (Python) or package.json (JavaScript); \
-         `weir new --lang rust|python|js NAME` makes a project",
+        "{} has no Cargo.toml (Rust), pyproject.toml (Python) or package.json (JavaScript, \
+         TypeScript); `weir new --lang rust|python|js|ts NAME` makes a project",
         path.display()
     )
 }
@@ -437,7 +440,7 @@ pub(super) fn build(
     match project.lang {
         Lang::Rust => build_rust(&project, &out)?,
         Lang::Python => build_python(&project, &out, cache)?,
-        Lang::Js => build_js(&project, &out, cache)?,
+        Lang::Js | Lang::Ts => build_js(&project, &out, cache)?,
     }
     let built = started.elapsed();
     let size = std::fs::metadata(&out)?.len();
@@ -460,7 +463,7 @@ pub(super) fn build(
         match project.lang {
             Lang::Rust => "cargo",
             Lang::Python => "componentize-py",
-            Lang::Js => "esbuild and componentize-js",
+            Lang::Js | Lang::Ts => "esbuild and componentize-js",
         },
         built.as_secs_f64(),
         compiled.as_secs_f64(),
@@ -637,6 +640,7 @@ pub(super) fn new_project(
         }
         Lang::Python => python_template(name),
         Lang::Js => js_template(name, &js_sdk(cache)?),
+        Lang::Ts => ts_template(name, &js_sdk(cache)?),
     };
     for (path, text) in &files {
         let file = dir.join(path);
@@ -660,7 +664,7 @@ pub(super) fn new_project(
             ),
             (format!("python -m pytest {dir}"), "its unit test"),
         ],
-        Lang::Js => vec![
+        Lang::Js | Lang::Ts => vec![
             (
                 format!("npm install --prefix {dir}"),
                 "the SDK, for the test",
@@ -901,6 +905,81 @@ test("counts per key", () => {{
         ),
         (format!("{name}.js"), module.into()),
         (format!("{name}.test.js"), test),
+        ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
+        (".gitignore".into(), "/build\n/node_modules\n".into()),
+    ]
+}
+
+/// The TypeScript operator `weir new --lang ts` makes: the JavaScript one with types, and a
+/// test that `npm test` type-checks (`tsc`, against the SDK's declarations) and runs.
+fn ts_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
+    let package = serde_json::json!({
+        "name": name,
+        "version": "0.1.0",
+        "private": true,
+        "type": "module",
+        "weir": { "module": format!("{name}.ts") },
+        // tsc checks the operator and its test and writes them as JavaScript for node's
+        // test runner (Node 20 does not run TypeScript itself).
+        "scripts": { "test": "tsc && node --test build/test/*.test.js" },
+        "devDependencies": {
+            "@types/node": "^20.19.0",
+            "typescript": "~6.0.3",
+            "weir-sdk": format!("file:{}", sdk.join("node_modules/weir-sdk").display())
+        }
+    });
+    let tsconfig = serde_json::json!({
+        "compilerOptions": {
+            "strict": true,
+            "target": "es2022",
+            "module": "esnext",
+            "moduleResolution": "bundler",
+            "noImplicitOverride": true,
+            "outDir": "build/test",
+            "types": ["node"]
+        },
+        "include": ["*.ts"]
+    });
+    let module = r#"// A keyed count: each record's key is counted in a value state, and the new count emitted.
+import * as weir from "weir-sdk";
+
+export default class Count extends weir.Operator {
+  private count!: weir.ValueState<number>;
+
+  override open(ctx: weir.OpenContext): void {
+    // Declared once, as Flink's state descriptors are; in process the handle acts on the
+    // current record's key (ctx.valueState("count") in process works too).
+    this.count = ctx.valueState<number>("count");
+  }
+
+  override process(ctx: weir.Context, record: weir.Record): void {
+    const n = (this.count.get(0) ?? 0) + 1;
+    this.count.set(n);
+    ctx.emit(record.key, n);
+  }
+}
+"#;
+    let test = format!(
+        r#"import assert from "node:assert/strict";
+import {{ test }} from "node:test";
+import {{ Harness }} from "weir-sdk/testing";
+
+import Count from "./{name}.js";
+
+test("counts per key", () => {{
+  const h = new Harness(Count);
+  const out = h.process([["a", "x"], ["b", "y"], ["a", "z"]]);
+  assert.deepEqual(out.map((o) => o.valueStr), ["1", "1", "2"]);
+  assert.equal(h.valueState("count", "a"), 2);
+}});
+"#
+    );
+    let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).expect("JSON") + "\n";
+    vec![
+        ("package.json".into(), json(&package)),
+        ("tsconfig.json".into(), json(&tsconfig)),
+        (format!("{name}.ts"), module.into()),
+        (format!("{name}.test.ts"), test),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
         (".gitignore".into(), "/build\n/node_modules\n".into()),
     ]
