@@ -324,31 +324,12 @@ fn operator_state_is_split_or_unioned_when_the_parallelism_changes() {
 /// after the stop is that of a run without it.
 #[test]
 fn a_savepoint_of_the_earlier_window_layout_restores_every_window() {
-    let ws = Workspace::new();
-    let fixture = crate::support::repo().join("tests/fixtures/process-window-savepoint");
-    for dir in ["savepoint", "out"] {
-        let to = ws.path(dir);
-        std::fs::create_dir_all(&to).unwrap();
-        for file in std::fs::read_dir(fixture.join(dir)).unwrap() {
-            let file = file.unwrap().path();
-            std::fs::copy(&file, to.join(file.file_name().unwrap())).unwrap();
-        }
-    }
-    let before_stop = committed_lines(&ws).len();
-    let spec = |out: &str| {
-        let function = crate::support::operator("weir_test_window_process");
-        ws.write(
-            &format!("{out}.toml"),
-            format!(
-                r#"[job]
-name = "legacy-windows"
-parallelism = 2
-
-[checkpoint]
-interval = "200ms"
-dir = {chk}
-
-[[source]]
+    let function = crate::support::operator("weir_test_window_process");
+    restores_as_an_uninterrupted_run(
+        "process-window-savepoint",
+        "legacy-windows",
+        &format!(
+            r#"[[source]]
 name = "events"
 type = "generator"
 mode = "keyed_words"
@@ -364,11 +345,78 @@ wasm = {function}
 input = "events"
 edge = "key_by"
 window = {{ type = "sliding", size = "1s", slide = "250ms", function = "process" }}
+"#,
+            function = toml_path(&function),
+        ),
+        "windows",
+    );
+}
 
-{sink}"#,
+/// A savepoint of an earlier weir (`tests/fixtures/window-join-savepoint`, made by 41251ea),
+/// whose window joins kept each side's records in a map entry per window start, restores
+/// with this one: every window joins the records it held in the savepoint with those that
+/// came after, once, so the output before and after the stop is that of a run without it.
+#[test]
+fn a_savepoint_of_the_earlier_window_join_layout_joins_every_window() {
+    let side = |name: &str, seed: u32| {
+        format!(
+            r#"[[source]]
+name = "{name}"
+type = "generator"
+mode = "keyed_words"
+seed = {seed}
+vocabulary = 200
+count = 1000
+event_time = {{ start = 0, interval = "10ms", max_disorder = "100ms" }}
+watermark = {{ max_out_of_orderness = "100ms" }}
+"#
+        )
+    };
+    restores_as_an_uninterrupted_run(
+        "window-join-savepoint",
+        "legacy-join",
+        &format!(
+            r#"{left}
+{right}
+[[operator]]
+name = "join"
+uid = "join"
+input = "left"
+second_input = "right"
+edge = "key_by"
+join = {{ type = "sliding", size = "1s", slide = "500ms" }}
+"#,
+            left = side("left", 0),
+            right = side("right", 1),
+        ),
+        "join",
+    );
+}
+
+/// Restores the savepoint of `tests/fixtures/<fixture>` (made by an earlier weir) into job
+/// `name` at parallelism 2 of `vertices` (its sources and operators; `last` feeds a file
+/// sink), with the output that sink had committed before the stop, and checks that the
+/// output before and after the stop is that of a run of the job without it.
+fn restores_as_an_uninterrupted_run(fixture: &str, name: &str, vertices: &str, last: &str) {
+    let ws = Workspace::new();
+    let fixture = crate::support::repo().join("tests/fixtures").join(fixture);
+    for dir in ["savepoint", "out"] {
+        let to = ws.path(dir);
+        std::fs::create_dir_all(&to).unwrap();
+        for file in std::fs::read_dir(fixture.join(dir)).unwrap() {
+            let file = file.unwrap().path();
+            std::fs::copy(&file, to.join(file.file_name().unwrap())).unwrap();
+        }
+    }
+    let before_stop = committed_lines(&ws).len();
+    let spec = |out: &str| {
+        ws.write(
+            &format!("{out}.toml"),
+            format!(
+                "[job]\nname = \"{name}\"\nparallelism = 2\n\n[checkpoint]\ninterval = \"200ms\"\n\
+                 dir = {chk}\n\n{vertices}{sink}",
                 chk = toml_path(&ws.path(&format!("{out}-chk"))),
-                function = toml_path(&function),
-                sink = key_value_file_sink("windows", &ws.path(out)),
+                sink = key_value_file_sink(last, &ws.path(out)),
             ),
         )
     };
