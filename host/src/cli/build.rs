@@ -883,7 +883,21 @@ export default class Count extends weir.Operator {
   }
 }
 "#;
-    let test = format!(
+    vec![
+        (
+            "package.json".into(),
+            serde_json::to_string_pretty(&package).expect("JSON") + "\n",
+        ),
+        (format!("{name}.js"), module.into()),
+        (format!("{name}.test.js"), js_test(name)),
+        ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
+        (".gitignore".into(), "/build\n/node_modules\n".into()),
+    ]
+}
+
+/// The unit test of the JavaScript and TypeScript templates' operator (TypeScript as it is).
+fn js_test(name: &str) -> String {
+    format!(
         r#"import assert from "node:assert/strict";
 import {{ test }} from "node:test";
 import {{ Harness }} from "weir-sdk/testing";
@@ -897,17 +911,7 @@ test("counts per key", () => {{
   assert.equal(h.valueState("count", "a"), 2);
 }});
 "#
-    );
-    vec![
-        (
-            "package.json".into(),
-            serde_json::to_string_pretty(&package).expect("JSON") + "\n",
-        ),
-        (format!("{name}.js"), module.into()),
-        (format!("{name}.test.js"), test),
-        ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
-        (".gitignore".into(), "/build\n/node_modules\n".into()),
-    ]
+    )
 }
 
 /// The TypeScript operator `weir new --lang ts` makes: the JavaScript one with types, and a
@@ -959,27 +963,12 @@ export default class Count extends weir.Operator {
   }
 }
 "#;
-    let test = format!(
-        r#"import assert from "node:assert/strict";
-import {{ test }} from "node:test";
-import {{ Harness }} from "weir-sdk/testing";
-
-import Count from "./{name}.js";
-
-test("counts per key", () => {{
-  const h = new Harness(Count);
-  const out = h.process([["a", "x"], ["b", "y"], ["a", "z"]]);
-  assert.deepEqual(out.map((o) => o.valueStr), ["1", "1", "2"]);
-  assert.equal(h.valueState("count", "a"), 2);
-}});
-"#
-    );
     let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).expect("JSON") + "\n";
     vec![
         ("package.json".into(), json(&package)),
         ("tsconfig.json".into(), json(&tsconfig)),
         (format!("{name}.ts"), module.into()),
-        (format!("{name}.test.ts"), test),
+        (format!("{name}.test.ts"), js_test(name)),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
         (".gitignore".into(), "/build\n/node_modules\n".into()),
     ]
