@@ -647,8 +647,14 @@ pub(super) fn new_project(
         std::fs::create_dir_all(file.parent().expect("a file has a parent"))?;
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
     }
+    let language = match lang {
+        Lang::Rust => "Rust",
+        Lang::Python => "Python",
+        Lang::Js => "JavaScript",
+        Lang::Ts => "TypeScript",
+    };
     println!(
-        "created {} ({lang:?} operator \"{name}\"); next:",
+        "created {} ({language} operator \"{name}\"); next:",
         dir.display()
     );
     let dir = dir.display();
@@ -923,9 +929,12 @@ fn ts_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
         "private": true,
         "type": "module",
         "weir": { "module": format!("{name}.ts") },
-        // tsc checks the operator and its test and writes them as JavaScript for node's
-        // test runner (Node 20 does not run TypeScript itself).
-        "scripts": { "test": "tsc && node --test build/test/*.test.js" },
+        // tsc checks the operator without Node's types (a component has no Node: `Buffer`
+        // would pass the test and fail in the job), then the test with them, and writes both
+        // as JavaScript for node's test runner (Node 20 does not run TypeScript itself).
+        "scripts": {
+            "test": "tsc && tsc -p tsconfig.test.json && node --test build/test/*.test.js"
+        },
         "devDependencies": {
             "@types/node": "^20.19.0",
             "typescript": "~6.0.3",
@@ -940,9 +949,14 @@ fn ts_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
             "moduleResolution": "bundler",
             "noImplicitOverride": true,
             "outDir": "build/test",
-            "types": ["node"]
+            "types": []
         },
-        "include": ["*.ts"]
+        "files": [format!("{name}.ts")]
+    });
+    let test_config = serde_json::json!({
+        "extends": "./tsconfig.json",
+        "compilerOptions": { "types": ["node"] },
+        "files": [format!("{name}.test.ts")]
     });
     let module = r#"// A keyed count: each record's key is counted in a value state, and the new count emitted.
 import * as weir from "weir-sdk";
@@ -967,6 +981,7 @@ export default class Count extends weir.Operator {
     vec![
         ("package.json".into(), json(&package)),
         ("tsconfig.json".into(), json(&tsconfig)),
+        ("tsconfig.test.json".into(), json(&test_config)),
         (format!("{name}.ts"), module.into()),
         (format!("{name}.test.ts"), js_test(name)),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
