@@ -180,11 +180,6 @@ fn describe_call(index: u32, key: Option<&[u8]>, value: &[u8]) -> String {
     let key = key.map_or_else(String::new, |k| {
         format!(" of key {}", crate::runtime::describe_text(k))
     });
-    let values = match values {
-        0 => String::new(),
-        1 => " with 1 record".to_owned(),
-        n => format!(" with {n} records"),
-    };
     let Window { start, end } = window;
     format!("{what} the window [{start}, {end}){key}{values}")
 }

@@ -52,15 +52,22 @@ pub enum WindowCall<'a> {
 
 impl WindowCall<'_> {
     /// For an error message: what the call asks ("adding records to", "taking the result
-    /// of", "firing"), its window and how many record values it carries.
-    pub fn what(&self) -> (&'static str, Window, usize) {
-        match self {
+    /// of", "firing"), its window, and the record values it carries (" with 2 records",
+    /// empty for none).
+    pub fn what(&self) -> (&'static str, Window, String) {
+        let (what, window, n) = match self {
             WindowCall::Update { window, values, .. } => {
                 ("adding records to", *window, values.len())
             }
             WindowCall::Result { window, .. } => ("taking the result of", *window, 0),
             WindowCall::Process { window, values } => ("firing", *window, values.len()),
-        }
+        };
+        let records = match n {
+            0 => String::new(),
+            1 => " with 1 record".to_owned(),
+            n => format!(" with {n} records"),
+        };
+        (what, window, records)
     }
 }
 

@@ -138,11 +138,6 @@ fn describe_calls(calls: &Batch) -> String {
     let key = first.key.map_or_else(String::new, |k| {
         format!(" of key {}", crate::wasm::describe_bytes(k))
     });
-    let values = match values {
-        0 => String::new(),
-        1 => " with 1 record".to_owned(),
-        n => format!(" with {n} records"),
-    };
     let (start, end) = (window.start, window.end);
     match calls.len() {
         1 => format!("; it was {what} the window [{start}, {end}){key}{values}"),
