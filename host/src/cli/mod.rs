@@ -801,6 +801,15 @@ fn describe(c: &CheckpointStatus) -> String {
     s
 }
 
+/// How long a job ran, as precisely as a reader cares: "4.2 ms", "350 ms", "2.31 s".
+fn took(d: Duration) -> String {
+    match d.as_secs_f64() * 1e3 {
+        ms if ms < 9.95 => format!("{ms:.1} ms"),
+        ms if ms < 999.5 => format!("{ms:.0} ms"),
+        ms => format!("{:.2} s", ms / 1e3),
+    }
+}
+
 fn human(rate: f64) -> String {
     match rate {
         r if r >= 1e6 => format!("{:.2}M", r / 1e6),
@@ -816,10 +825,10 @@ fn print_summary(job: &Job, path: &Path, summary: &JobSummary) {
     let mut s = String::new();
     let spec = job.spec();
     let name = &spec.name;
-    let secs = summary.duration.as_secs_f64();
+    let took = took(summary.duration);
     let resume = format!("`weir run {}` resumes it", path.display());
     let _ = match &summary.end {
-        JobEnd::Finished => writeln!(s, "job \"{name}\" finished in {secs:.2} s"),
+        JobEnd::Finished => writeln!(s, "job \"{name}\" finished in {took}"),
         JobEnd::AlreadyFinished(c) => writeln!(
             s,
             "job \"{name}\" finished earlier, at {} (checkpoint {}); nothing to do (`weir run \
@@ -835,7 +844,7 @@ fn print_summary(job: &Job, path: &Path, summary: &JobSummary) {
             problem: None,
         } => writeln!(
             s,
-            "job \"{name}\" stopped at checkpoint {id} after {secs:.2} s; {resume}"
+            "job \"{name}\" stopped at checkpoint {id} after {took}; {resume}"
         ),
         JobEnd::Stopped {
             checkpoint,
@@ -847,7 +856,7 @@ fn print_summary(job: &Job, path: &Path, summary: &JobSummary) {
             };
             writeln!(
                 s,
-                "job \"{name}\" stopped {at}, after {secs:.2} s, as it could not take a checkpoint \
+                "job \"{name}\" stopped {at}, after {took}, as it could not take a checkpoint \
                  to stop at ({problem}); output after that checkpoint is not committed; {resume}"
             )
         }
@@ -856,7 +865,7 @@ fn print_summary(job: &Job, path: &Path, summary: &JobSummary) {
             problem: None,
         } => writeln!(
             s,
-            "job \"{name}\" stopped after {secs:.2} s: its sources ended their input early and \
+            "job \"{name}\" stopped after {took}: its sources ended their input early and \
              what they read was processed (without [checkpoint] a stopped job cannot resume)"
         ),
     };
@@ -944,4 +953,20 @@ fn write_summary_json(
     }
     std::fs::write(path, serde_json::to_vec_pretty(&json)?)
         .with_context(|| format!("cannot write the summary to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_time_reads_in_milliseconds_below_a_second() {
+        let took = |ms: f64| took(Duration::from_secs_f64(ms / 1e3));
+        assert_eq!(took(0.42), "0.4 ms");
+        assert_eq!(took(4.24), "4.2 ms");
+        assert_eq!(took(9.96), "10 ms");
+        assert_eq!(took(350.0), "350 ms");
+        assert_eq!(took(999.6), "1.00 s");
+        assert_eq!(took(2314.0), "2.31 s");
+    }
 }
