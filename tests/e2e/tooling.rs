@@ -63,31 +63,51 @@ fn a_new_python_project_tests_builds_and_runs() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let built = weir_in(ws.dir(), &["build", "clicks"]);
-    assert!(
-        built.contains("clicks/build/clicks.wasm") && built.contains("instantiates in"),
-        "{built}"
-    );
-    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
-    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+    let built = builds_and_runs(&ws, "clicks");
+    assert!(built.contains("instantiates in"), "{built}");
 }
 
-/// `npm test` in `dir`, after `npm install`; its output, or a failure with it.
-fn npm_install_and_test(dir: &Path) -> Result<String, String> {
-    let mut all = String::new();
-    for args in [&["install", "--no-audit", "--no-fund"][..], &["test"]] {
-        let out = Command::new("npm")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("run npm");
-        all += &String::from_utf8_lossy(&out.stdout);
-        all += &String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!("npm {args:?}:\n{all}"));
-        }
+/// `npm ARGS` in `dir`: its output, or a failure with it.
+fn npm(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("npm")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run npm");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match out.status.success() {
+        true => Ok(all),
+        false => Err(format!("npm {args:?}:\n{all}")),
     }
-    Ok(all)
+}
+
+/// `npm test` in `dir` after `npm install` (which links the SDK from weir's cache
+/// directory); panics with npm's output unless both pass.
+fn npm_install_and_test(dir: &Path) -> String {
+    npm(dir, &["install", "--no-audit", "--no-fund"])
+        .and_then(|_| npm(dir, &["test"]))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `weir build NAME` and `weir run NAME/job.toml` in `ws`: checks that the build wrote
+/// `NAME/build/NAME.wasm` and that the job counted the generator's 1,000 records; returns
+/// the build's output.
+fn builds_and_runs(ws: &Workspace, name: &str) -> String {
+    let built = weir_in(ws.dir(), &["build", name]);
+    assert!(
+        built.contains(&format!("{name}/build/{name}.wasm")),
+        "{built}"
+    );
+    let ran = weir_in(
+        ws.dir(),
+        &["run", "--no-progress", &format!("{name}/job.toml")],
+    );
+    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+    built
 }
 
 #[test]
@@ -96,12 +116,9 @@ fn a_new_typescript_project_type_checks_tests_builds_and_runs() {
     let made = weir_in(ws.dir(), &["new", "--lang", "ts", "clicks"]);
     assert!(made.contains("npm test"), "{made}");
     // npm installs TypeScript; its test is type-checked against the SDK's declarations.
-    let tested = npm_install_and_test(&ws.path("clicks")).unwrap_or_else(|e| panic!("{e}"));
+    let tested = npm_install_and_test(&ws.path("clicks"));
     assert!(tested.contains("# pass 1"), "{tested}");
-    let built = weir_in(ws.dir(), &["build", "clicks"]);
-    assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
-    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
-    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+    builds_and_runs(&ws, "clicks");
 
     // tsc fails the test on a state written with a value of another type than declared,
     // and on Node's `Buffer` in the operator (a component has no Node), not in the test.
@@ -114,7 +131,7 @@ fn a_new_typescript_project_type_checks_tests_builds_and_runs() {
         let changed = code.replace("this.count.set(n)", wrong);
         assert_ne!(changed, code);
         std::fs::write(&module, changed).unwrap();
-        let failed = npm_install_and_test(&ws.path("clicks")).unwrap_err();
+        let failed = npm(&ws.path("clicks"), &["test"]).unwrap_err();
         assert!(failed.contains(error), "{failed}");
     }
 }
@@ -124,12 +141,8 @@ fn a_new_javascript_project_tests_builds_and_runs() {
     let ws = Workspace::new();
     let made = weir_in(ws.dir(), &["new", "--lang", "js", "clicks"]);
     assert!(made.contains("npm test"), "{made}");
-    // Its test passes once npm has linked the SDK (from weir's cache directory).
-    npm_install_and_test(&ws.path("clicks")).unwrap_or_else(|e| panic!("{e}"));
-    let built = weir_in(ws.dir(), &["build", "clicks"]);
-    assert!(built.contains("clicks/build/clicks.wasm"), "{built}");
-    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
-    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+    npm_install_and_test(&ws.path("clicks"));
+    builds_and_runs(&ws, "clicks");
 
     // A project with a copy of the SDK of its own (installed from a registry, say), whose
     // operator passes the SDK's objects (a `Ttl`) to it: the component has one SDK.
@@ -153,9 +166,7 @@ fn a_new_javascript_project_tests_builds_and_runs() {
     );
     assert!(code.contains("weir.Ttl"), "{code}");
     std::fs::write(&module, code).unwrap();
-    weir_in(ws.dir(), &["build", "clicks"]);
-    let ran = weir_in(ws.dir(), &["run", "--no-progress", "clicks/job.toml"]);
-    assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
+    builds_and_runs(&ws, "clicks");
 }
 
 #[test]

@@ -870,7 +870,7 @@ fn js_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
         "weir": { "module": format!("{name}.js") },
         "scripts": { "test": "node --test" },
         "devDependencies": {
-            "weir-sdk": format!("file:{}", sdk.join("node_modules/weir-sdk").display())
+            "weir-sdk": sdk_dependency(sdk)
         }
     });
     let module = r#"// A keyed count: each record's key is counted in a value state, and the new count emitted.
@@ -890,15 +890,23 @@ export default class Count extends weir.Operator {
 }
 "#;
     vec![
-        (
-            "package.json".into(),
-            serde_json::to_string_pretty(&package).expect("JSON") + "\n",
-        ),
+        ("package.json".into(), json_file(&package)),
         (format!("{name}.js"), module.into()),
         (format!("{name}.test.js"), js_test(name)),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
         (".gitignore".into(), "/build\n/node_modules\n".into()),
     ]
+}
+
+/// The JavaScript and TypeScript templates' dependency on the SDK `weir build` wrote into
+/// its cache (`sdk`, see [`js_sdk`]).
+fn sdk_dependency(sdk: &Path) -> String {
+    format!("file:{}", sdk.join("node_modules/weir-sdk").display())
+}
+
+/// `value` as a template's JSON file.
+fn json_file(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).expect("JSON") + "\n"
 }
 
 /// The unit test of the JavaScript and TypeScript templates' operator (TypeScript as it is).
@@ -938,7 +946,7 @@ fn ts_template(name: &str, sdk: &Path) -> Vec<(String, String)> {
         "devDependencies": {
             "@types/node": "^20.19.0",
             "typescript": "~6.0.3",
-            "weir-sdk": format!("file:{}", sdk.join("node_modules/weir-sdk").display())
+            "weir-sdk": sdk_dependency(sdk)
         }
     });
     let tsconfig = serde_json::json!({
@@ -977,11 +985,10 @@ export default class Count extends weir.Operator {
   }
 }
 "#;
-    let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).expect("JSON") + "\n";
     vec![
-        ("package.json".into(), json(&package)),
-        ("tsconfig.json".into(), json(&tsconfig)),
-        ("tsconfig.test.json".into(), json(&test_config)),
+        ("package.json".into(), json_file(&package)),
+        ("tsconfig.json".into(), json_file(&tsconfig)),
+        ("tsconfig.test.json".into(), json_file(&test_config)),
         (format!("{name}.ts"), module.into()),
         (format!("{name}.test.ts"), js_test(name)),
         ("job.toml".into(), JOB_TEMPLATE.replace("NAME", name)),
