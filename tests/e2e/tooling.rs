@@ -2,7 +2,7 @@
 //! into a component, and its job runs.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use crate::support::{Workspace, release_dir, weir_bin};
 
@@ -16,13 +16,18 @@ fn weir_in(dir: &std::path::Path, args: &[&str]) -> String {
         .env_remove("WEIR_LOG")
         .output()
         .expect("start weir");
-    let text = format!(
+    let text = stdout_and_stderr(&out);
+    assert!(out.status.success(), "weir {args:?} failed:\n{text}");
+    text
+}
+
+/// What a finished command wrote, its standard output then its standard error.
+fn stdout_and_stderr(out: &Output) -> String {
+    format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "weir {args:?} failed:\n{text}");
-    text
+    )
 }
 
 /// The counts the generated job printed (`<subtask>> key<TAB>count` lines): the last count
@@ -58,11 +63,7 @@ fn a_new_python_project_tests_builds_and_runs() {
         .current_dir(ws.dir())
         .output()
         .expect("run pytest");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert!(out.status.success(), "{}", stdout_and_stderr(&out));
     let built = builds_and_runs(&ws, "clicks");
     assert!(built.contains("instantiates in"), "{built}");
 }
@@ -74,11 +75,7 @@ fn npm(dir: &Path, args: &[&str]) -> Result<String, String> {
         .current_dir(dir)
         .output()
         .expect("run npm");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let all = stdout_and_stderr(&out);
     match out.status.success() {
         true => Ok(all),
         false => Err(format!("npm {args:?}:\n{all}")),
@@ -185,12 +182,8 @@ fn a_new_rust_project_builds_and_runs() {
     };
     // The project's own target directory, shared by CI runs.
     let out = build(&release_dir().join("../weir-new-target"));
+    assert!(out.status.success(), "{}", stdout_and_stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(text.contains("counter/build/counter.wasm"), "{text}");
     let ran = weir_in(ws.dir(), &["run", "--no-progress", "counter/job.toml"]);
     assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
