@@ -130,14 +130,17 @@ pub trait Operator: Send {
     }
 
     /// The watermark advanced to `watermark`: fire the event-time timers at or before it, in
-    /// timestamp order, appending what they emit to `out`.
-    fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<(), OperatorError> {
-        Ok(())
+    /// timestamp order, appending what they emit to `out`. Returns whether more are due: the
+    /// caller hands `out` on and calls again with the same watermark, so that a firing of
+    /// many timers holds one call's output at a time, not all of it.
+    fn on_watermark(&mut self, _watermark: i64, _out: &mut Batch) -> Result<bool, OperatorError> {
+        Ok(false)
     }
 
-    /// Fire the processing-time timers due at `now`, appending what they emit to `out`.
-    fn on_processing_time(&mut self, _now: i64, _out: &mut Batch) -> Result<(), OperatorError> {
-        Ok(())
+    /// Fire the processing-time timers due at `now`, appending what they emit to `out`;
+    /// returns whether more are due, as [`Operator::on_watermark`].
+    fn on_processing_time(&mut self, _now: i64, _out: &mut Batch) -> Result<bool, OperatorError> {
+        Ok(false)
     }
 
     /// When the earliest processing-time timer is due, if there is one.
@@ -146,8 +149,10 @@ pub trait Operator: Send {
     }
 
     /// The input has ended: fire what remains (event-time timers) and append the last output.
-    fn close(&mut self, _out: &mut Batch) -> Result<(), OperatorError> {
-        Ok(())
+    /// Returns whether there is more: the caller hands `out` on and calls again, as
+    /// [`Operator::on_watermark`].
+    fn close(&mut self, _out: &mut Batch) -> Result<bool, OperatorError> {
+        Ok(false)
     }
 
     /// Fills `snapshot` with the operator's keyed state and timers for checkpoint `n` (on a

@@ -561,6 +561,82 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
     assert_exactly_once(&ws, &expected);
 }
 
+/// Runs the job `spec` until a checkpoint completed, then kills it; returns the newest.
+fn killed_after_a_checkpoint(ws: &Workspace, spec: &Path) -> u64 {
+    let mut child = start(ws, spec);
+    while completed(ws).is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    *completed(ws).last().unwrap()
+}
+
+#[test]
+fn a_job_whose_checkpoints_cannot_be_restored_does_not_start_over() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 1, "");
+    let newest = killed_after_a_checkpoint(&ws, &spec);
+    let output = part_files(&ws.path("out"));
+
+    // The count's uid changed: its state has nowhere to go. The run refuses, rather than
+    // start from the beginning and write the committed output again.
+    let renamed = ws.write(
+        "renamed.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("uid = \"count\"", "uid = \"count-2\""),
+    );
+    let run = crate::support::weir(&["run", "--no-progress"], &renamed);
+    run.assert_clean_failure();
+    for needle in [
+        "operator uid \"count\"",
+        "--allow-non-restored-state",
+        "--fresh",
+    ] {
+        assert!(run.stderr().contains(needle), "{needle}: {run}");
+    }
+    assert_eq!(
+        part_files(&ws.path("out")),
+        output,
+        "the output is as it was"
+    );
+    // With --allow-non-restored-state it resumes from that checkpoint, without the state.
+    let run = crate::support::weir(
+        &["run", "--no-progress", "--allow-non-restored-state"],
+        &renamed,
+    );
+    assert!(run.success(), "{run}");
+    assert!(
+        run.stdout().contains(&format!("restored from #{newest}")),
+        "{run}"
+    );
+
+    // A damaged checkpoint, the only one: refused too; --fresh starts over.
+    let ws = Workspace::new();
+    let input = ws.write("input.txt", std::fs::read(&input).unwrap());
+    let spec = self::spec(&ws, &input, "mode = \"exactly_once\"", 1, "");
+    killed_after_a_checkpoint(&ws, &spec);
+    for id in completed(&ws) {
+        let metadata = ws.path(&format!("chk/crashy/chk-{id}/_metadata"));
+        std::fs::write(&metadata, b"{ not json").unwrap();
+    }
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    run.assert_clean_failure();
+    assert!(
+        run.stderr().contains("_metadata is not valid") && run.stderr().contains("--fresh"),
+        "{run}"
+    );
+    let run = crate::support::weir(&["run", "--no-progress", "--fresh"], &spec);
+    assert!(run.success(), "{run}");
+    assert_exactly_once(&ws, &expected);
+}
+
 #[test]
 fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
     let ws = Workspace::new();

@@ -131,24 +131,107 @@ path = {out}
     )
 }
 
+/// Whether this is the process of its own that test `name` runs in (to measure how much it
+/// grows the process: tests running beside it in this one, one of which reads a
+/// million-line output, grew it by over a gigabyte). If not, runs the test there and returns
+/// `false`.
+fn in_a_process_of_its_own(name: &str) -> bool {
+    const ALONE: &str = "WEIR_E2E_ALONE";
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let name = format!("isolation::{name}");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &name, "--test-threads", "1", "--nocapture"])
+        .env(ALONE, "1")
+        .status()
+        .expect("run the test in a process of its own");
+    assert!(
+        status.success(),
+        "{name} failed in its own process (its output is above)"
+    );
+    false
+}
+
+/// The most resident memory this process has held.
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM in /proc/self/status");
+    kib * 1024
+}
+
+#[test]
+fn a_firing_of_many_timers_hands_on_each_calls_output_before_the_next() {
+    if !in_a_process_of_its_own(
+        "a_firing_of_many_timers_hands_on_each_calls_output_before_the_next",
+    ) {
+        return;
+    }
+    // 100,000 timers of one key fire at the end of the input, 4,096 to a call of the guest,
+    // each emitting 16 KiB: 1.6 GB in all, 64 MiB a call. Each call's output goes on to the
+    // sink before the next call, so the process holds a few calls' worth, not the firing's.
+    let ws = Workspace::new();
+    let input = ws.write("commands.txt", "k timers 100000\n");
+    let spec = ws.write(
+        "timers.toml",
+        format!(
+            r#"
+[job]
+name = "many-timers"
+
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "keys"
+uid = "keys"
+wasm = {keyer}
+input = "lines"
+
+[[operator]]
+name = "op"
+uid = "hostile-op"
+wasm = {wasm}
+input = "keys"
+edge = "key_by"
+config = {{ timer_bytes = 16384 }}
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "op"
+"#,
+            input = toml_path(&input),
+            keyer = toml_path(&operator("weir_test_keyer")),
+            wasm = toml_path(&operator("weir_test_hostile")),
+        ),
+    );
+    let engine = WasmEngine::new(Some(ws.path("cache"))).expect("an engine");
+    let summary = run(&engine, &spec).expect("the job finishes");
+    let out = summary.vertices.iter().find(|v| v.name == "out").unwrap();
+    assert_eq!(
+        out.records_in, 100_001,
+        "every timer fired, after the command's answer"
+    );
+    let peak = peak_rss_bytes();
+    assert!(
+        peak < 768 << 20,
+        "the process held {} MiB at its peak",
+        peak >> 20
+    );
+}
+
 #[test]
 fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
-    // The test measures how much the limited guests grow the process, so it runs in a
-    // process of its own: tests running beside it in this one (one reads a million-line
-    // output) grew it by over a gigabyte.
-    const ALONE: &str = "WEIR_E2E_ALONE";
-    if std::env::var_os(ALONE).is_none() {
-        let name =
-            "isolation::hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on";
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", name, "--test-threads", "1", "--nocapture"])
-            .env(ALONE, "1")
-            .status()
-            .expect("run the test in a process of its own");
-        assert!(
-            status.success(),
-            "{name} failed in its own process (its output is above)"
-        );
+    if !in_a_process_of_its_own(
+        "hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on",
+    ) {
         return;
     }
     let ws = Workspace::new();
@@ -388,6 +471,18 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
             &[
                 "over the limit of 16 MiB",
                 "keyed state in memory",
+                "limits.host_memory",
+            ],
+        ),
+        // A million elements of one byte hold far more than a million bytes.
+        (
+            "op-units",
+            "op-units 1000000\n",
+            "limits = { host_memory = \"16 MiB\" }",
+            FailureKind::Limit(Limit::HostMemory),
+            &[
+                "over the limit of 16 MiB",
+                "writing operator state \"units\"",
                 "limits.host_memory",
             ],
         ),

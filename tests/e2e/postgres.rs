@@ -3,8 +3,11 @@
 //! terminated, and the committed table still equals the output of a run without crashes.
 
 use std::collections::HashMap;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
@@ -329,6 +332,90 @@ fn a_terminated_connection_restarts_the_job_from_its_last_checkpoint() {
     );
     assert_sequence(&mut db, &table, 600_000);
     assert_eq!(prepared(&mut db, "terminated"), Vec::<String>::new());
+    db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+/// A TCP proxy to the PostgreSQL server that refuses new connections while `open` is false.
+struct Proxy {
+    port: u16,
+    open: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let accepting = Arc::clone(&open);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                // Refused: dropped at once.
+                if !accepting.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect("127.0.0.1:5432") else {
+                    continue;
+                };
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, open }
+    }
+}
+
+#[test]
+fn a_restore_whose_commit_finds_the_database_down_retries_until_it_is_back() {
+    let mut db = client();
+    let table = table(&mut db, "outage", "k text, n bigint, kind text");
+    let ws = Workspace::new();
+    let proxy = Proxy::start();
+    let restart = "[restart]\nstrategy = \"fixed_delay\"\nattempts = 1000\ndelay = \"100ms\"\n";
+    let spec = sequence_job(&ws, "outage", &table, 300_000, 100_000, restart, "");
+    let proxied = format!("{CONNECTION} port={}", proxy.port);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, text.replace(CONNECTION, &proxied)).unwrap();
+
+    // A crash once rows are committed.
+    let mut child = command(&ws, &spec).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows: i64 = db
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0);
+        if rows > 0 && !completed(&ws).is_empty() {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "ended before a commit");
+        assert!(Instant::now() < deadline, "nothing committed within 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The restart's first step, committing what the checkpoint recorded, finds the database
+    // down for six seconds, longer than the commit's own retries (about three): the job
+    // restarts under its strategy rather than fail for good.
+    proxy.open.store(false, Ordering::SeqCst);
+    let child = command(&ws, &spec)
+        .env("WEIR_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    proxy.open.store(true, Ordering::SeqCst);
+    let out = child.wait_with_output().expect("weir exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("restarting in"), "{stderr}");
+    assert_sequence(&mut db, &table, 300_000);
+    assert_eq!(prepared(&mut db, "outage"), Vec::<String>::new());
     db.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
 

@@ -402,6 +402,61 @@ fn a_guest_that_leaks_continues_in_a_new_instance_with_its_state() {
 }
 
 #[test]
+fn what_a_call_emits_to_a_side_output_survives_the_renewal_that_follows_it() {
+    // Each `leak-side` leaks 6 MiB against a limit of 16 MiB and emits to side output
+    // `late`: every second one is followed by a renewal, and what it emitted there survives.
+    let mut input = String::new();
+    for _ in 0..5 {
+        input.push_str("leak-side 6291456\n");
+        input.push_str(&"pass\n".repeat(5_000));
+    }
+    let ws = Workspace::new();
+    let lines = ws.write("lines.txt", input);
+    let spec = ws.write(
+        "job.toml",
+        format!(
+            r#"
+[job]
+name = "leaky-side"
+
+[[source]]
+name = "lines"
+type = "file"
+path = {lines}
+
+[[operator]]
+name = "op"
+uid = "op"
+wasm = {wasm}
+input = "lines"
+limits = {{ memory = "16 MiB" }}
+
+[[sink]]
+name = "main"
+type = "discard"
+input = "op"
+
+[[sink]]
+name = "late"
+type = "file"
+input = "op.late"
+path = {late}
+"#,
+            lines = toml_path(&lines),
+            wasm = toml_path(&crate::support::operator("weir_test_hostile")),
+            late = toml_path(&ws.path("late")),
+        ),
+    );
+    let (_, renewed) = run_counting_renewals(&ws, &spec, "op");
+    assert_eq!(renewed, 2);
+    let late: Vec<String> = part_files(&ws.path("late"))
+        .into_values()
+        .flatten()
+        .collect();
+    assert_eq!(late, vec!["leaked 6291456"; 5]);
+}
+
+#[test]
 fn a_window_function_over_its_memory_limit_in_one_call_fails_naming_the_windows() {
     // 32 MiB a window against a limit of 16 MiB: no renewal can help, and the trap (about
     // which the guest says nothing) names the windows the call was firing, not the host's

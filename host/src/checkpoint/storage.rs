@@ -78,6 +78,20 @@ pub enum CheckpointError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Checkpoints of the job completed, so its sinks committed their output, but none can
+    /// be restored: starting over from the beginning would write that output again.
+    #[error(
+        "none of the job's completed checkpoints in {path} can be restored ({}); fix that, or \
+         start the job over from the beginning of its input (`weir run --fresh`), which writes \
+         its output again",
+        reasons.join("; ")
+    )]
+    NoneRestorable {
+        /// The job's checkpoint directory.
+        path: PathBuf,
+        /// Why each was refused.
+        reasons: Vec<String>,
+    },
 }
 
 fn io(action: &'static str, path: &Path, cause: std::io::Error) -> CheckpointError {
@@ -551,14 +565,17 @@ impl CheckpointStore {
     }
 
     /// The newest checkpoint with an id from `since` on that verifies and fits the job; each
-    /// one skipped is logged with the reason.
+    /// one skipped is logged with the reason. `None` when none from `since` on completed; an
+    /// error when some completed but none of them verifies and fits.
     pub(crate) fn latest(
         &self,
         since: u64,
         fits: impl Fn(&Metadata) -> Result<(), String>,
     ) -> Result<Option<Metadata>, CheckpointError> {
+        let mut refused = Vec::new();
         for id in self.ids()?.into_iter().rev().take_while(|&id| id >= since) {
             let dir = self.dir_of(id);
+            let completed = dir.join(METADATA).exists();
             match load(&dir).and_then(|meta| match fits(&meta) {
                 Ok(()) => Ok(meta),
                 Err(reason) => Err(CheckpointError::Incompatible {
@@ -567,10 +584,21 @@ impl CheckpointStore {
                 }),
             }) {
                 Ok(meta) => return Ok(Some(meta)),
-                Err(e) => tracing::warn!("skipping checkpoint {id}: {e}"),
+                Err(e) => {
+                    tracing::warn!("skipping checkpoint {id}: {e}");
+                    if completed {
+                        refused.push(e.to_string());
+                    }
+                }
             }
         }
-        Ok(None)
+        match refused.is_empty() {
+            true => Ok(None),
+            false => Err(CheckpointError::NoneRestorable {
+                path: self.root.clone(),
+                reasons: refused,
+            }),
+        }
     }
 
     /// Appends `entry` to `history.json`, keeping the last entries.
@@ -823,13 +851,18 @@ mod tests {
         let err = load(&store.dir_of(4)).unwrap_err().to_string();
         assert!(err.contains("never completed"), "{err}");
         assert_eq!(store.latest(0, |_| Ok(())).unwrap().unwrap().checkpoint, 1);
-        assert!(
-            store
-                .latest(0, |m| Err(format!("not {}", m.job)))
-                .unwrap()
-                .is_none(),
-            "nothing fits"
-        );
+        // Nothing fits: an error naming each completed one, not a start from the beginning.
+        let err = store
+            .latest(0, |m| Err(format!("not {}", m.job)))
+            .unwrap_err()
+            .to_string();
+        for id in 1..=3 {
+            assert!(err.contains(&format!("chk-{id}")), "{err}");
+        }
+        assert!(!err.contains("chk-4") && err.contains("not j"), "{err}");
+        assert!(err.contains("--fresh"), "{err}");
+        // Since 4, where only the one that never completed is: nothing to restore.
+        assert!(store.latest(4, |_| Ok(())).unwrap().is_none());
     }
 
     #[test]

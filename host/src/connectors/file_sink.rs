@@ -175,7 +175,7 @@ impl FileSinkConfig {
                 sink.parts
                     .remove_uncommitted(handle.in_progress.map(|p| p.seq))?;
                 if let Some(p) = handle.in_progress {
-                    sink.current = Some(sink.parts.reopen(p)?);
+                    sink.current = sink.parts.reopen(p)?;
                 }
                 sink.parts.sync()?;
                 sink.next = handle.next;
@@ -306,9 +306,20 @@ impl Parts {
         }
     }
 
-    /// Opens in-progress file `p.seq` again, cut back to its checkpointed length.
-    fn reopen(&self, p: InProgress) -> Result<Part, ConnectorError> {
+    /// Opens in-progress file `p.seq` again, cut back to its checkpointed length. It may have
+    /// rolled since the checkpoint (when files roll by size or time): pending, it is in
+    /// progress again; finished (at-least-once delivery), it stays as it is, and the records
+    /// after the checkpoint come again in the next file (`None`).
+    fn reopen(&self, p: InProgress) -> Result<Option<Part>, ConnectorError> {
         let path = self.path(p.seq, Stage::InProgress);
+        let pending = self.path(p.seq, Stage::Pending);
+        if !path.exists() && pending.exists() {
+            std::fs::rename(&pending, &path).map_err(|e| {
+                ConnectorError::file("reopen the checkpointed part file", &pending, e)
+            })?;
+        } else if !path.exists() && self.path(p.seq, Stage::Finished).exists() {
+            return Ok(None);
+        }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
@@ -328,13 +339,13 @@ impl Parts {
         file.set_len(p.len)
             .and_then(|()| file.seek(std::io::SeekFrom::End(0)).map(drop))
             .map_err(|e| ConnectorError::file("cut back", &path, e))?;
-        Ok(Part {
+        Ok(Some(Part {
             seq: p.seq,
             out: BufWriter::with_capacity(WRITE_BUFFER, file),
             path,
             len: p.len,
             opened: Instant::now(),
-        })
+        }))
     }
 
     /// Deletes the files that `keep` says nothing about.
@@ -368,12 +379,11 @@ impl Parts {
     }
 
     /// A restore: removes this subtask's in-progress and pending files other than the
-    /// in-progress file `keep`, whose records come again from the checkpoint.
+    /// checkpoint's in-progress file `keep` (in progress, or pending if it rolled since),
+    /// whose start the checkpoint covers.
     fn remove_uncommitted(&self, keep: Option<u64>) -> Result<(), ConnectorError> {
         self.remove("an uncommitted", |s, seq, stage| {
-            s != self.subtask
-                || stage == Stage::Finished
-                || (stage == Stage::InProgress && seq == keep)
+            s != self.subtask || stage == Stage::Finished || seq == keep
         })
     }
 
@@ -742,6 +752,39 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("truncated or replaced outside weir"), "{err}");
+    }
+
+    /// Files roll by size, not on checkpoints: the checkpoint's in-progress file rolled
+    /// after it, then a crash came before the next checkpoint.
+    #[test]
+    fn a_restore_reopens_the_checkpoints_file_that_rolled_after_it() {
+        for (delivery, expected) in [
+            ("exactly_once", "a\nb\nc\n"),
+            // The records after the checkpoint stay in the finished file and come again.
+            ("at_least_once", "a\nb\nafter\nc\n"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("out");
+            let extra = format!(
+                "rolling = {{ on_checkpoint = false, max_part_size = 8 }}\ndelivery = \"{delivery}\""
+            );
+            let cfg = config("out", &extra);
+            let mut sink = cfg.restore(&ctx(dir.path()), None).unwrap();
+            sink.write(&batch(&["a", "b"])).unwrap();
+            let state = sink.snapshot(1).unwrap();
+            sink.notify_complete(1).unwrap();
+            sink.write(&batch(&["after"])).unwrap();
+            drop(sink);
+            assert!(!names(&out).contains(&".part-0-0.inprogress".to_owned()));
+
+            cfg.commit(&ctx(dir.path()), &state).unwrap();
+            let mut sink = cfg.restore(&ctx(dir.path()), Some(&state)).unwrap();
+            sink.write(&batch(&["c"])).unwrap();
+            let end = sink.finish().unwrap();
+            cfg.commit(&ctx(dir.path()), &end).unwrap();
+            let all: String = names(&out).iter().map(|n| read(&out, n)).collect();
+            assert_eq!(all, expected, "{delivery}: {:?}", names(&out));
+        }
     }
 
     #[test]

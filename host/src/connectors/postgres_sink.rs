@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use weir_wire::{Kind, RecordRef};
 
 use super::{ConnectorError, Delivery, Sink, SinkContext};
@@ -340,21 +341,48 @@ struct Names {
     application: String,
 }
 
+/// The longest `application_name` PostgreSQL keeps (`NAMEDATALEN` - 1 bytes; it cuts longer
+/// ones).
+const APPLICATION_NAME_MAX: usize = 63;
+/// The longest global id prefix: PostgreSQL's ids take 199 bytes, and a checkpoint number
+/// follows the prefix.
+const PREFIX_MAX: usize = 170;
+
 impl Names {
     fn new(ctx: &SinkContext<'_>) -> Names {
         // A global id is a string literal below; keep it free of quotes.
         let clean = |s: &str| s.replace(['\'', '\\'], "_");
-        let prefix = format!(
-            "weir/{}/{}/{}/",
-            clean(ctx.job),
-            clean(ctx.name),
-            ctx.subtask
-        );
+        let of_sink = format!("weir/{}/{}", clean(ctx.job), clean(ctx.name));
+        let subtask = format!("/{}", ctx.subtask);
         Names {
-            application: prefix.trim_end_matches('/').chars().take(63).collect(),
-            prefix,
+            prefix: format!(
+                "{}{subtask}/",
+                shorten(&of_sink, PREFIX_MAX - subtask.len() - 1)
+            ),
+            application: format!(
+                "{}{subtask}",
+                shorten(&of_sink, APPLICATION_NAME_MAX - subtask.len())
+            ),
         }
     }
+}
+
+/// `name` if it has at most `max` bytes, else its head and a hash of all of it in `max`
+/// bytes: distinct names of one sink's subtasks, and of other jobs' sinks, stay distinct.
+fn shorten(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_owned();
+    }
+    let hash = Sha256::digest(name.as_bytes());
+    let tail = format!(
+        "~{:016x}",
+        u64::from_le_bytes(hash[..8].try_into().expect("8 bytes"))
+    );
+    let mut head = max - tail.len();
+    while !name.is_char_boundary(head) {
+        head -= 1;
+    }
+    format!("{}{tail}", &name[..head])
 }
 
 /// Ends the other connections named `application`: those of a process that died run on
@@ -743,6 +771,45 @@ impl Sink for PostgresSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn names(job: &str, sink: &str, subtask: usize) -> (String, String) {
+        let ctx = SinkContext {
+            job,
+            name: sink,
+            base_dir: std::path::Path::new("."),
+            subtask,
+            parallelism: 12,
+            checkpointing: true,
+        };
+        let n = Names::new(&ctx);
+        (n.prefix, n.application)
+    }
+
+    #[test]
+    fn long_names_keep_subtasks_and_sinks_apart_within_postgres_limits() {
+        assert_eq!(
+            names("wc", "pg", 3),
+            ("weir/wc/pg/3/".to_owned(), "weir/wc/pg/3".to_owned())
+        );
+        let (long, accented) = ("j".repeat(300), "é".repeat(80));
+        let mut seen = std::collections::HashSet::new();
+        for (job, sink) in [(&long, "a"), (&long, "b"), (&accented, "a")] {
+            for subtask in [1, 10, 11] {
+                let (prefix, application) = names(job, sink, subtask);
+                assert!(application.len() <= APPLICATION_NAME_MAX, "{application}");
+                assert!(prefix.len() + 20 <= 199, "{prefix}");
+                assert!(
+                    application.ends_with(&format!("/{subtask}")),
+                    "{application}"
+                );
+                assert!(prefix.ends_with(&format!("/{subtask}/")), "{prefix}");
+                assert!(seen.insert(application), "two subtasks share a name");
+                assert!(seen.insert(prefix));
+            }
+        }
+        // The same names every time: a restart finds what an earlier process left.
+        assert_eq!(names(&long, "a", 1), names(&long, "a", 1));
+    }
 
     fn config(extra: &str) -> Result<PostgresSinkConfig, String> {
         let c: PostgresSinkConfig = toml::from_str(&format!(

@@ -696,15 +696,15 @@ impl Operator for JoinOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
+    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         self.state.set_watermark(watermark);
         self.watermark = Some(watermark);
-        self.fire(watermark, out)
+        self.fire(watermark, out).map(|()| false)
     }
 
-    fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+    fn close(&mut self, out: &mut Batch) -> Result<bool, OperatorError> {
         self.watermark = Some(i64::MAX);
-        self.fire(i64::MAX, out)
+        self.fire(i64::MAX, out).map(|()| false)
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {

@@ -1212,39 +1212,39 @@ impl Operator for WindowOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
+    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         self.state.set_watermark(watermark);
         if let Function::Guest { op, .. } = &mut self.function {
             // It has no timers: this tells it the watermark.
             op.on_watermark(watermark, &mut Batch::default())?;
         }
         if self.domain != TimeDomain::EventTime {
-            return Ok(());
+            return Ok(false);
         }
         self.watermark = Some(watermark);
-        self.fire(watermark, out)
+        self.fire(watermark, out).map(|()| false)
     }
 
-    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<(), OperatorError> {
+    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         if self.domain != TimeDomain::ProcessingTime {
-            return Ok(());
+            return Ok(false);
         }
         self.watermark = Some(now);
-        self.fire(now, out)
+        self.fire(now, out).map(|()| false)
     }
 
     fn next_processing_time(&mut self) -> Option<i64> {
         self.state.next_timer(TimeDomain::ProcessingTime)
     }
 
-    fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+    fn close(&mut self, out: &mut Batch) -> Result<bool, OperatorError> {
         if self.domain == TimeDomain::EventTime {
             self.watermark = Some(i64::MAX);
             self.fire(i64::MAX, out)?;
         }
         match &mut self.function {
             Function::Guest { op, .. } => op.close(out),
-            Function::Builtin(_) => Ok(()),
+            Function::Builtin(_) => Ok(false),
         }
     }
 
@@ -1491,8 +1491,8 @@ mod tests {
         let mut out = Batch::default();
         for &(what, t) in steps {
             match what {
-                "watermark" => op.on_watermark(t, &mut out).unwrap(),
-                "close" => op.close(&mut out).unwrap(),
+                "watermark" => assert!(!op.on_watermark(t, &mut out).unwrap()),
+                "close" => assert!(!op.close(&mut out).unwrap()),
                 key => {
                     let mut batch = Batch::default();
                     batch.push_with(Kind::Insert, Some(key.as_bytes()), Some(t), |b| {

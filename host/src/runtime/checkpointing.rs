@@ -320,6 +320,8 @@ fn commit<'a>(
             .iter()
             .position(|v| v.name == failed.sink)
             .expect("a sink of the spec");
+        // A restart cannot heal a commit of output deleted outside weir, say.
+        let permanent = failed.cause.is_permanent();
         vertex_failure(
             spec,
             v,
@@ -331,6 +333,7 @@ fn commit<'a>(
             ),
             Some(failed.cause.into()),
         )
+        .permanent_if(permanent)
     })
 }
 

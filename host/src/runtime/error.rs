@@ -95,6 +95,15 @@ pub enum JobError {
 }
 
 impl JobError {
+    /// This failure, marked as one that a restart cannot heal (the job then fails at once)
+    /// when `is` holds: the same code, configuration and checkpoint would fail the same way.
+    pub(crate) fn permanent_if(mut self, is: bool) -> JobError {
+        if let JobError::Task { permanent, .. } = &mut self {
+            *permanent |= is;
+        }
+        self
+    }
+
     /// Whether restarting the job cannot heal this failure: it then fails at once.
     pub fn is_permanent(&self) -> bool {
         match self {

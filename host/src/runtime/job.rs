@@ -168,16 +168,19 @@ impl Job {
                 tracing::warn!("cannot clear the RocksDB directory {}: {e}", root.display());
             }
         }
+        let allow = self.parts.allow_non_restored;
         let restore = match (from, &store) {
             _ if done.is_some() => None,
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
-            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec, 0)?,
-            (RestoreFrom::LatestOr(dir), Some(store)) => match Restored::latest(store, spec, 0)? {
-                Some(latest) => Some(latest),
-                None => Some(Restored::load(&dir, spec, self.parts.allow_non_restored)?),
-            },
+            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec, 0, allow)?,
+            (RestoreFrom::LatestOr(dir), Some(store)) => {
+                match Restored::latest(store, spec, 0, allow)? {
+                    Some(latest) => Some(latest),
+                    None => Some(Restored::load(&dir, spec, allow)?),
+                }
+            }
             (RestoreFrom::Path(dir) | RestoreFrom::LatestOr(dir), _) => {
-                Some(Restored::load(&dir, spec, self.parts.allow_non_restored)?)
+                Some(Restored::load(&dir, spec, allow)?)
             }
         };
         let metrics = Arc::new(Metrics::new(

@@ -44,14 +44,16 @@ impl Restored {
     }
 
     /// The newest checkpoint in `store`, with an id from `since` on, that verifies and fits
-    /// `spec`, if any.
+    /// `spec` (dropping the state of operators it no longer has if `allow_non_restored`); see
+    /// [`storage::CheckpointStore::latest`].
     pub(crate) fn latest(
         store: &storage::CheckpointStore,
         spec: &JobSpec,
         since: u64,
+        allow_non_restored: bool,
     ) -> Result<Option<Restored>, CheckpointError> {
         Ok(store
-            .latest(since, |m| fits(m, spec, false))?
+            .latest(since, |m| fits(m, spec, allow_non_restored))?
             .map(|meta| Restored {
                 dir: store.dir_of(meta.checkpoint),
                 meta,

@@ -42,29 +42,36 @@ pub(crate) fn supervise(
     };
     let initial = restore.clone();
     loop {
+        let mut committed = Ok(());
         if let Some(r) = &restore {
             tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
             metrics.checkpoints().restored_from = Some(r.id());
             // What the checkpoint recorded as pre-committed, its completion committed; a crash
-            // may have come first.
-            commit_recorded(spec, &r.meta)?;
+            // may have come first. A commit that fails (a database that is down) fails the
+            // attempt, which the restart strategy retries.
+            committed = commit_recorded(spec, &r.meta);
         }
         let restored_from = restore.as_ref().map(|r| r.id());
-        events.send(JobEvent::Starting {
-            restored_from: restore.as_ref().map(|r| (r.id(), r.dir.clone())),
-            restart: restarts.attempts(),
-        });
         let started = origin.elapsed();
-        let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
-        let outcome = run(
-            &parts,
-            &metrics,
-            &flags,
-            store.as_ref(),
-            attempt,
-            &events,
-            &mut upgrades,
-        );
+        let outcome = match committed {
+            Err(e) => Outcome::Failed(e),
+            Ok(()) => {
+                events.send(JobEvent::Starting {
+                    restored_from: restore.as_ref().map(|r| (r.id(), r.dir.clone())),
+                    restart: restarts.attempts(),
+                });
+                let attempt = spawn(&parts, &metrics, &flags, store.as_ref(), restore.take())?;
+                run(
+                    &parts,
+                    &metrics,
+                    &flags,
+                    store.as_ref(),
+                    attempt,
+                    &events,
+                    &mut upgrades,
+                )
+            }
+        };
         if let Some(committed) = upgrades.committed.take() {
             parts = committed;
         }
@@ -168,10 +175,11 @@ pub(crate) fn supervise(
                     std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
                 }
                 if let Some(store) = &store {
-                    restore = match Restored::latest(store, spec, first_id)? {
-                        Some(newer) => Some(Arc::new(newer)),
-                        None => initial.clone(),
-                    };
+                    restore =
+                        match Restored::latest(store, spec, first_id, parts.allow_non_restored)? {
+                            Some(newer) => Some(Arc::new(newer)),
+                            None => initial.clone(),
+                        };
                 }
             }
         }
@@ -206,7 +214,7 @@ fn roll_back(
         }
         Some(store) => {
             store.discard(p.checkpoint);
-            Restored::latest(store, &parts.spec, first_id)?
+            Restored::latest(store, &parts.spec, first_id, parts.allow_non_restored)?
                 .map(Arc::new)
                 .or_else(|| initial.clone())
         }
@@ -228,7 +236,8 @@ fn stopped_at_newest(
     problem: String,
 ) -> Result<JobEnd, JobError> {
     let checkpoint = match store {
-        Some(store) => Restored::latest(store, spec, since)?.map(|r| r.id()),
+        // The checkpoints of this run are of its spec: they fit it whole.
+        Some(store) => Restored::latest(store, spec, since, false)?.map(|r| r.id()),
         None => None,
     };
     Ok(JobEnd::Stopped {

@@ -221,18 +221,17 @@ fn operator_error(spec: &JobSpec, vertex: usize, subtask: u32, e: OperatorError)
     }
 }
 
-/// `stop`, marked as a failure that a restart cannot heal (the job then fails at once): the
-/// same code, configuration and checkpoint would fail the same way again.
-fn permanent(mut stop: Stop) -> Stop {
-    if let Stop::Failed(JobError::Task { permanent, .. }) = &mut stop {
-        *permanent = true;
-    }
-    stop
+/// `stop`, marked as a failure that a restart cannot heal (see [`JobError::permanent_if`]).
+fn permanent(stop: Stop) -> Stop {
+    permanent_if(true, stop)
 }
 
 /// `stop` marked [`permanent`] when `is` holds.
 fn permanent_if(is: bool, stop: Stop) -> Stop {
-    if is { permanent(stop) } else { stop }
+    match stop {
+        Stop::Failed(e) => Stop::Failed(e.permanent_if(is)),
+        other => other,
+    }
 }
 
 fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
@@ -1227,13 +1226,8 @@ impl Chain {
             {
                 self.metrics.vertices[self.vertices[i]].set_watermark(self.subtask, t);
             }
-            if let (Watermark::At(t), Stage::Operator(op)) = (w, &mut self.stages[i]) {
-                let mut out = std::mem::take(&mut self.bufs[i]);
-                if let Err(e) = op.on_watermark(t, &mut out) {
-                    return Err(self.operator_failed(i, e));
-                }
-                self.renew(i)?;
-                self.emitted(i, out)?;
+            if let (Watermark::At(t), Stage::Operator(_)) = (w, &self.stages[i]) {
+                self.fire(i, true, |op, out| op.on_watermark(t, out))?;
             }
             if self.generators[i].is_some() {
                 return Ok(());
@@ -1262,12 +1256,7 @@ impl Chain {
         for i in 0..self.stages.len() {
             if let Stage::Operator(op) = &mut self.stages[i] {
                 if op.next_processing_time().is_some_and(|t| t <= now) {
-                    let mut out = std::mem::take(&mut self.bufs[i]);
-                    if let Err(e) = op.on_processing_time(now, &mut out) {
-                        return Err(self.operator_failed(i, e));
-                    }
-                    self.renew(i)?;
-                    self.emitted(i, out)?;
+                    self.fire(i, true, |op, out| op.on_processing_time(now, out))?;
                 }
                 if let Stage::Operator(op) = &mut self.stages[i] {
                     due(op.next_processing_time());
@@ -1285,6 +1274,34 @@ impl Chain {
             (Some(wait), true) => Some(wait.max(Duration::from_millis(1)).min(MAX_IDLE)),
             (wait, _) => wait,
         })
+    }
+
+    /// Calls `call` (timers firing, or the end of input) on operator stage `i` until it has
+    /// no more to emit, handing on what each call emitted before the next, and renews the
+    /// instance after each call (after the last one too, if `renew_at_end`).
+    fn fire(
+        &mut self,
+        i: usize,
+        renew_at_end: bool,
+        mut call: impl FnMut(&mut dyn Operator, &mut Batch) -> Result<bool, OperatorError>,
+    ) -> Result<(), Stop> {
+        loop {
+            let Stage::Operator(op) = &mut self.stages[i] else {
+                return Ok(());
+            };
+            let mut out = std::mem::take(&mut self.bufs[i]);
+            let more = match call(op.as_mut(), &mut out) {
+                Ok(more) => more,
+                Err(e) => return Err(self.operator_failed(i, e)),
+            };
+            self.emitted(i, out)?;
+            if more || renew_at_end {
+                self.renew(i)?;
+            }
+            if !more {
+                return Ok(());
+            }
+        }
     }
 
     /// Pushes `batch` into stage `i` and everything after it.
@@ -1322,8 +1339,8 @@ impl Chain {
                 if let Err(e) = op.process_input(input, batch, &mut out) {
                     return Err(self.operator_failed(i, e));
                 }
-                self.renew(i)?;
-                self.emitted(i, out)
+                self.emitted(i, out)?;
+                self.renew(i)
             }
             Stage::Sink(sink) => {
                 m.received(self.clock.now_ms(), batch.timestamps());
@@ -1339,13 +1356,7 @@ impl Chain {
         let mut commits = Vec::new();
         for i in 0..self.stages.len() {
             match &mut self.stages[i] {
-                Stage::Operator(op) => {
-                    let mut out = std::mem::take(&mut self.bufs[i]);
-                    if let Err(e) = op.close(&mut out) {
-                        return Err(self.operator_failed(i, e));
-                    }
-                    self.emitted(i, out)?;
-                }
+                Stage::Operator(_) => self.fire(i, false, |op, out| op.close(out))?,
                 Stage::Sink(sink) => match sink.finish() {
                     Ok(commit) if commit.is_null() => {}
                     Ok(commit) => commits.push((self.vertices[i], commit)),

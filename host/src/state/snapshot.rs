@@ -56,9 +56,10 @@ pub struct OperatorList {
 }
 
 impl OperatorList {
-    /// The bytes of its elements.
+    /// The bytes it holds: its elements' and what holding each takes.
     pub fn bytes(&self) -> usize {
-        self.elements.iter().map(Vec::len).sum()
+        let each = std::mem::size_of::<Vec<u8>>();
+        self.elements.iter().map(|e| e.len() + each).sum()
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -137,6 +137,18 @@ pub enum WasmError {
         /// The limit.
         limit: Duration,
     },
+    /// Another component's compile held the engine's one compile slot for all of
+    /// `limits.compile_time` (it may be one given up on at its own limit, which runs on).
+    #[error(
+        "{path} was not compiled: another component was compiling for all of {waited:?}, this \
+         one's `limits.compile_time`; try again when it is done"
+    )]
+    CompileBusy {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// The engine cannot be created.
     #[error("wasmtime engine: {0}")]
     Engine(String),
@@ -249,6 +261,38 @@ pub struct WasmEngine {
     cache_dir: Option<PathBuf>,
     fingerprint: String,
     loaded: Mutex<HashMap<[u8; 32], Component>>,
+    /// Held by the thread compiling a component: one compiles at a time (wasmtime spreads
+    /// each over the cores), a compile given up at its time limit included until it ends.
+    compiling: Arc<CompileSlot>,
+}
+
+/// The right to compile: one compile at a time.
+#[derive(Default)]
+struct CompileSlot {
+    busy: Mutex<bool>,
+    freed: Condvar,
+}
+
+impl CompileSlot {
+    /// Takes the slot, waiting at most `limit` for it; returns whether it did.
+    fn take(&self, limit: Duration) -> bool {
+        let busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut busy, _) = self
+            .freed
+            .wait_timeout_while(busy, limit, |busy| *busy)
+            .unwrap_or_else(PoisonError::into_inner);
+        !std::mem::replace(&mut *busy, true)
+    }
+}
+
+/// The slot, taken: freed when dropped (a compile's end, or its thread failing to start).
+struct SlotHeld(Arc<CompileSlot>);
+
+impl Drop for SlotHeld {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        self.0.freed.notify_one();
+    }
 }
 
 impl std::fmt::Debug for WasmEngine {
@@ -296,6 +340,7 @@ impl WasmEngine {
             cache_dir,
             fingerprint,
             loaded: Mutex::new(HashMap::new()),
+            compiling: Arc::default(),
         }))
     }
 
@@ -376,8 +421,10 @@ impl WasmEngine {
         wasm: Vec<u8>,
         time_limit: Duration,
     ) -> Result<Component, WasmError> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = loaded.get(&hash) {
+        // The map is locked only to look and to insert: loading a component compiled before
+        // does not wait for another one being compiled.
+        let loaded = || self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = loaded().get(&hash) {
             return Ok(c.clone());
         }
         let cached = self
@@ -396,7 +443,7 @@ impl WasmEngine {
             let result = unsafe { Component::deserialize_file(&self.engine, file) };
             match result {
                 Ok(c) => {
-                    loaded.insert(hash, c.clone());
+                    loaded().insert(hash, c.clone());
                     return Ok(c);
                 }
                 Err(e) => tracing::warn!(
@@ -411,12 +458,24 @@ impl WasmEngine {
             message: format!("{e:#}"),
         };
         // Compile on a thread of its own, so that a component that takes too long to compile
-        // fails the load at its time limit. That thread runs on to its end in the background.
+        // fails the load at its time limit. That thread runs on to its end in the background,
+        // holding the compile slot: compiles given up on do not pile up.
+        if !self.compiling.take(time_limit) {
+            return Err(WasmError::CompileBusy {
+                path: path.to_path_buf(),
+                waited: time_limit,
+            });
+        }
+        let slot = SlotHeld(self.compiling.clone());
         let (done, result) = std::sync::mpsc::channel();
         let engine = self.engine.clone();
         std::thread::Builder::new()
             .name("wasm-compile".into())
-            .spawn(move || drop(done.send(engine.precompile_component(&wasm))))
+            .spawn(move || {
+                let compiled = engine.precompile_component(&wasm);
+                drop(slot);
+                drop(done.send(compiled));
+            })
             .map_err(|e| WasmError::Engine(format!("cannot start a compile thread: {e}")))?;
         let compiled = match result.recv_timeout(time_limit) {
             Ok(compiled) => compiled.map_err(invalid)?,
@@ -437,7 +496,7 @@ impl WasmEngine {
         let component = unsafe { Component::deserialize(&self.engine, &compiled) };
         let component = component.map_err(invalid)?;
         tracing::debug!(path = %path.display(), ms = started.elapsed().as_millis() as u64, "compiled component");
-        loaded.insert(hash, component.clone());
+        loaded().insert(hash, component.clone());
         Ok(component)
     }
 }
@@ -630,6 +689,21 @@ fn check_world(path: &Path, wasm: &[u8]) -> Result<Vec<String>, WasmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_compile_at_a_time_and_the_next_waits_at_most_its_limit() {
+        let slot = Arc::new(CompileSlot::default());
+        assert!(slot.take(Duration::ZERO));
+        let held = SlotHeld(slot.clone());
+        assert!(!slot.take(Duration::from_millis(20)), "taken");
+        let waiter = {
+            let slot = slot.clone();
+            std::thread::spawn(move || slot.take(Duration::from_secs(60)))
+        };
+        drop(held);
+        assert!(waiter.join().unwrap(), "freed for the one waiting");
+        assert!(!slot.take(Duration::ZERO), "taken by the waiter");
+    }
 
     #[test]
     fn the_world_is_of_this_wit_version() {

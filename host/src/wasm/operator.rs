@@ -35,6 +35,26 @@ pub(crate) struct WasmOperator {
     calls: u64,
     /// Bytes of linear memory the instance held once instantiated.
     start_bytes: u64,
+    /// The firing of timers under way, which goes on in the next call of the same time.
+    firing: Option<Firing>,
+}
+
+/// A firing of timers that went on over several calls of the guest (see
+/// [`WasmOperator::fire_timers`]).
+#[derive(Clone, Copy)]
+struct Firing {
+    domain: TimeDomain,
+    upto: i64,
+    /// How many more timers it may fire.
+    budget: u64,
+}
+
+/// What one step of a firing of timers did.
+enum Fired {
+    /// Handed a batch of timers to the guest; more may be due.
+    Batch,
+    /// Found none left to fire; `left`: due timers remain beyond the firing's budget.
+    Done { left: bool },
 }
 
 impl WasmOperator {
@@ -57,10 +77,13 @@ impl WasmOperator {
         ctx: OperatorContext,
         clock: crate::clock::Clock,
     ) -> Result<Self, OperatorError> {
+        let firing = self.firing;
         let held = self.store.into_data().into_held();
         let data = HostState::with_held(ctx, held, clock, component.limits, &component.grants)
             .map_err(OperatorError::Failed)?;
-        Self::instantiate(component, data)
+        let mut op = Self::instantiate(component, data)?;
+        op.firing = firing;
+        Ok(op)
     }
 
     fn instantiate(component: &OperatorComponent, data: HostState) -> Result<Self, OperatorError> {
@@ -98,6 +121,7 @@ impl WasmOperator {
             deadlines: component.deadlines,
             calls: 0,
             start_bytes,
+            firing: None,
         })
     }
 
@@ -234,41 +258,49 @@ impl WasmOperator {
         Err(OperatorError::Guest { kind, message })
     }
 
-    /// Fires the timers of `domain` due at `upto`, in timestamp order and in batches: at
-    /// most twice as many as were pending when it began, so that timers that keep registering
-    /// themselves at or before `upto` cannot keep the task here (those left fire at the next
-    /// advance, or stay when the input ends, with a warning). The job's cancellation ends the
-    /// firing between batches. Returns whether due timers were left.
+    /// Fires the next batch of the timers of `domain` due at `upto`, in timestamp order: one
+    /// call of the guest, whose output the caller hands on before the next, so that a firing
+    /// of many timers never holds more than one call's output. A firing goes on over the
+    /// calls for the same `domain` and `upto` and fires at most twice as many timers as were
+    /// pending when it began, so that timers that keep registering themselves at or before
+    /// `upto` cannot keep the task here (those left fire at the next advance, or stay when
+    /// the input ends, with a warning). The job's cancellation ends the firing between batches.
     fn fire_timers(
         &mut self,
         domain: TimeDomain,
         upto: i64,
         out: &mut Batch,
-    ) -> Result<bool, OperatorError> {
+    ) -> Result<Fired, OperatorError> {
         let state = self.store.data_mut().keyed_state();
-        let mut budget = 2 * state.timer_count(domain);
+        let budget = match self.firing {
+            Some(f) if f.domain == domain && f.upto == upto => f.budget,
+            _ => 2 * state.timer_count(domain),
+        };
         let mut fired = Vec::new();
-        loop {
-            let data = self.store.data_mut();
-            fired.clear();
-            while fired.len() < BATCH_RECORDS.min(budget as usize)
-                && let Some(timer) = data
-                    .keyed_state()
-                    .pop_timer(domain, upto)
-                    .map_err(OperatorError::timers)?
-            {
-                fired.push(timer);
-            }
-            if fired.is_empty() {
-                let next = data.keyed_state().next_timer(domain);
-                return Ok(next.is_some_and(|t| t <= upto));
-            }
-            budget -= fired.len() as u64;
-            if data.call_clock().is_cancelled() {
-                return Err(OperatorError::Cancelled);
-            }
-            self.call_on_timers(domain, &fired, out)?;
+        while fired.len() < BATCH_RECORDS.min(budget as usize)
+            && let Some(timer) = state
+                .pop_timer(domain, upto)
+                .map_err(OperatorError::timers)?
+        {
+            fired.push(timer);
         }
+        if fired.is_empty() {
+            self.firing = None;
+            let next = state.next_timer(domain);
+            return Ok(Fired::Done {
+                left: next.is_some_and(|t| t <= upto),
+            });
+        }
+        self.firing = Some(Firing {
+            domain,
+            upto,
+            budget: budget - fired.len() as u64,
+        });
+        if self.store.data_mut().call_clock().is_cancelled() {
+            return Err(OperatorError::Cancelled);
+        }
+        self.call_on_timers(domain, &fired, out)?;
+        Ok(Fired::Batch)
     }
 
     /// Hands `fired` timers of `domain` to the guest in one call.
@@ -331,15 +363,15 @@ impl Operator for WasmOperator {
         self.process_described(which, input, out, describe_batch)
     }
 
-    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<(), OperatorError> {
+    fn on_watermark(&mut self, watermark: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         self.store.data_mut().set_watermark(watermark);
-        self.fire_timers(TimeDomain::EventTime, watermark, out)
-            .map(|_| ())
+        let fired = self.fire_timers(TimeDomain::EventTime, watermark, out)?;
+        Ok(matches!(fired, Fired::Batch))
     }
 
-    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<(), OperatorError> {
-        self.fire_timers(TimeDomain::ProcessingTime, now, out)
-            .map(|_| ())
+    fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<bool, OperatorError> {
+        let fired = self.fire_timers(TimeDomain::ProcessingTime, now, out)?;
+        Ok(matches!(fired, Fired::Batch))
     }
 
     fn next_processing_time(&mut self) -> Option<i64> {
@@ -349,28 +381,32 @@ impl Operator for WasmOperator {
             .next_timer(TimeDomain::ProcessingTime)
     }
 
-    fn close(&mut self, out: &mut Batch) -> Result<(), OperatorError> {
+    fn close(&mut self, out: &mut Batch) -> Result<bool, OperatorError> {
         self.store.data_mut().set_end_of_time();
-        if self.fire_timers(TimeDomain::EventTime, i64::MAX, out)? {
-            let data = self.store.data_mut();
-            let left = data.keyed_state().timer_count(TimeDomain::EventTime);
-            let ctx = data.context();
-            tracing::warn!(
-                job = ctx.job,
-                operator = ctx.uid,
-                subtask = ctx.subtask,
-                "up to {} event-time timer(s) registered by timer callbacks at the end of input did \
-                 not fire: at the end of input, timers fire as often as twice the number \
-                 pending when it ended, not again and again",
-                left
-            );
+        match self.fire_timers(TimeDomain::EventTime, i64::MAX, out)? {
+            Fired::Batch => return Ok(true),
+            Fired::Done { left: false } => {}
+            Fired::Done { left: true } => {
+                let data = self.store.data_mut();
+                let left = data.keyed_state().timer_count(TimeDomain::EventTime);
+                let ctx = data.context();
+                tracing::warn!(
+                    job = ctx.job,
+                    operator = ctx.uid,
+                    subtask = ctx.subtask,
+                    "up to {} event-time timer(s) registered by timer callbacks at the end of \
+                     input did not fire: at the end of input, timers fire as often as twice the \
+                     number pending when it ended, not again and again",
+                    left
+                );
+            }
         }
         self.begin(Hook::Close);
         let result = self
             .bindings
             .weir_stream_operator()
             .call_close(&mut self.store);
-        self.end(result, None, out)
+        self.end(result, None, out).map(|()| false)
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {

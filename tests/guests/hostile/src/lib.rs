@@ -19,6 +19,8 @@
 //! | `sleep MS` | sleeps `MS` milliseconds (a WASI clock subscription), then passes it through |
 //! | `side-names N` | emits one record to each of `N` side outputs `s0`, `s1`, ... |
 //! | `side-flood N` | emits `N` records to side output `late` |
+//! | `op-units N` | sets operator list state `units` to `N` elements of one byte |
+//! | `leak-side N` | leaks `N` bytes of linear memory and emits `leaked N` to side output `late` |
 //! | `states N` | declares `N` value states `s0`, `s1`, ... and reads each |
 //! | `timers N` | registers `N` event-time timers, at 1, 2, ..., for the record's key |
 //! | `rearm` | registers an event-time timer at 0 whose callback registers it again, forever |
@@ -27,7 +29,8 @@
 //! | `err-big N` | fails with an error text of `N` bytes |
 //!
 //! With `config = { spin_in_open = true }` the guest loops forever in `open`; with
-//! `sleep_in_open = true` it sleeps forever there.
+//! `sleep_in_open = true` it sleeps forever there. With `timer_bytes = N` each timer that fires
+//! emits a value of `N` bytes rather than `fired T`.
 
 /// Text that, printed raw, would start a line of its own that looks like one of weir's, and
 /// colour the terminal red.
@@ -58,6 +61,7 @@ struct Hostile {
     /// With `trap_after_ms`: the processing time of the first record.
     first: Option<i64>,
     trap_after_ms: Option<i64>,
+    timer_bytes: usize,
 }
 
 #[derive(Deserialize, Default)]
@@ -67,6 +71,7 @@ struct Config {
     sleep_in_open: bool,
     /// Panics on the first record this long after the first record it processed.
     trap_after_ms: Option<i64>,
+    timer_bytes: usize,
 }
 
 fn spin() -> ! {
@@ -96,6 +101,7 @@ impl Operator for Hostile {
     fn open(&mut self, ctx: &mut OpenContext) -> Result<()> {
         let config = ctx.config::<Config>()?;
         self.trap_after_ms = config.trap_after_ms;
+        self.timer_bytes = config.timer_bytes;
         if config.spin_in_open {
             spin();
         }
@@ -193,6 +199,15 @@ impl Operator for Hostile {
                 }
                 return Ok(());
             }
+            "op-units" => {
+                ctx.operator_list_state::<()>("units")
+                    .set(&vec![(); arg.parse()?])?;
+                "ok".to_owned()
+            }
+            "leak-side" => {
+                std::mem::forget(vec![1_u8; arg.parse()?]);
+                return ctx.emit_to("late", None, format!("leaked {arg}"));
+            }
             "states" => {
                 for i in 0..arg.parse::<u64>()? {
                     ctx.value_state::<u64>(&format!("s{i}")).get()?;
@@ -231,6 +246,9 @@ impl Operator for Hostile {
         // `rearm`'s timers come back for ever; the others just report.
         if timer.timestamp() == 0 {
             ctx.register_event_timer(0)?;
+        }
+        if self.timer_bytes > 0 {
+            return ctx.emit(Some(timer.key()), "x".repeat(self.timer_bytes));
         }
         ctx.emit_display(
             Some(timer.key()),
