@@ -12,6 +12,7 @@ use weir_wire::{
 };
 
 use crate::backend::Backend;
+use crate::fxhash::FxMap;
 use crate::state::StateEntry;
 use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
@@ -48,6 +49,10 @@ pub(crate) struct Core {
     /// Per key slot, the index of its last change in `timer_ops`; `begin` clears both.
     timer_last: Vec<u32>,
     timer_changes: Vec<u8>,
+    /// While timers fire: the timers (key slot, domain, time) a callback deleted, which then
+    /// do not fire if they were due in the same call, as in Flink (registering one again
+    /// undoes its delete). `None` outside a firing.
+    deleted_in_firing: Option<FxMap<(u32, TimeDomain, i64), ()>>,
     store_buf: Vec<u8>,
 }
 
@@ -64,6 +69,7 @@ impl Core {
             timer_ops: Vec::new(),
             timer_last: Vec::new(),
             timer_changes: Vec::new(),
+            deleted_in_firing: None,
             store_buf: Vec::new(),
         }
     }
@@ -73,10 +79,24 @@ impl Core {
         self.output.clear();
         self.timer_ops.clear();
         self.timer_last.clear();
+        self.deleted_in_firing = None;
+    }
+
+    /// Whether a callback of the timers firing now deleted timer `t`.
+    fn deleted_while_firing(&self, t: &FiredTimer<'_>) -> bool {
+        (self.deleted_in_firing.as_ref())
+            .is_some_and(|d| !d.is_empty() && d.contains_key(&(t.slot, t.domain, t.timestamp)))
     }
 
     /// Records timer change `op` of a batch with `n_keys` key slots.
     pub(crate) fn timer(&mut self, op: TimerOp, n_keys: usize) {
+        if let Some(deleted) = &mut self.deleted_in_firing {
+            let timer = (op.slot, op.domain, op.timestamp);
+            match op.register {
+                true => drop(deleted.remove(&timer)),
+                false => drop(deleted.insert(timer, ())),
+            }
+        }
         let slot = op.slot as usize;
         // Sized once per batch (slots are below `n_keys`, from the batch's key table).
         let slots = n_keys.max(slot + 1);
@@ -257,7 +277,10 @@ impl<T: Operator> Instance<T> {
         let result = read_fired_timers(timers, &mut keys, &mut fired)
             .map_err(malformed)
             .and_then(|()| {
-                self.core.borrow_mut().begin();
+                let mut core = self.core.borrow_mut();
+                core.begin();
+                core.deleted_in_firing = Some(FxMap::default());
+                drop(core);
                 run_timers(&mut self.operator, &self.core, &keys, timers, &fired)?;
                 self.core.borrow_mut().finish(&keys);
                 Ok(())
@@ -320,6 +343,9 @@ fn run_timers<T: Operator>(
     let mut ctx = Context::new(core, keys);
     ctx.input = timers;
     for t in fired {
+        if core.borrow().deleted_while_firing(t) {
+            continue;
+        }
         ctx.slot = Some(t.slot);
         // As in Flink: output of an event-time timer carries the timer's time, output of a
         // processing-time timer none.

@@ -109,6 +109,9 @@ impl Operator for Timers {
             v.set("done")?;
             ctx.register_event_timer(timer.timestamp() + 1)?;
         }
+        if let Some(at) = value.strip_prefix("cancel ") {
+            ctx.delete_event_timer(at.parse()?)?;
+        }
         let domain = match timer.domain() {
             TimeDomain::EventTime => "event",
             TimeDomain::ProcessingTime => "processing",
@@ -345,6 +348,29 @@ fn event_time_timers() {
         ["fired event 200 v=again", "fired event 201 v=done"]
     );
     assert_eq!(h.value_state::<String>("v", "c").as_deref(), Some("done"));
+}
+
+#[test]
+fn a_timer_deleted_by_a_callback_of_the_same_firing_does_not_fire() {
+    let mut h = Harness::<Timers>::new();
+    h.process([
+        ("k", "timer 100"),
+        ("k", "timer 200"),
+        ("k", "set cancel 200"),
+        ("j", "timer 150"),
+        ("j", "set cancel 150"),
+    ]);
+    // k's timer at 100 deletes its timer at 200, due in the same advance (and the same call
+    // of the guest); j's at 150 deletes itself, which has fired.
+    let out = h.fire_event_timers_up_to(300);
+    assert_eq!(
+        values(&out),
+        [
+            "fired event 100 v=cancel 200",
+            "fired event 150 v=cancel 150"
+        ]
+    );
+    assert!(h.event_timers("k").is_empty());
 }
 
 #[test]

@@ -237,6 +237,14 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
     let config = json!({ "prefix": "v2:", "state": "count2" });
     // On probation, a rollback takes the job back to the swap checkpoint with version 1.
     let upgrade = start_probation(&server, &id, "count", &recount, config.clone());
+    // The new code of an upgrade in progress is in use: it cannot be deleted.
+    let (status, refused) = server.call(
+        "DELETE",
+        &format!("/v1/components/{recount}"),
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(status, 409, "{refused}");
     let rollback = operate(&server, &id, "rollback", json!({}));
     assert_eq!(rollback["status"], "completed", "{rollback}");
     let upgrade = server.wait_operation(&id, upgrade["request_id"].as_str().unwrap());

@@ -136,6 +136,53 @@ input = "count"
 }
 
 #[test]
+fn timers_of_keys_that_arrive_over_another_edge_than_key_by_fail_the_job() {
+    // Keyed records rebalanced over two subtasks: half reach a subtask that does not own
+    // their key's group. Its timers would be dropped from its checkpoints; they are refused.
+    let ws = Workspace::new();
+    let lines: String = (0..16).map(|i| format!("key{i} timers 1\n")).collect();
+    let input = ws.write("input.txt", lines);
+    let run = ws.run(&format!(
+        r#"
+[[source]]
+name = "lines"
+type = "file"
+path = {input}
+
+[[operator]]
+name = "keys"
+uid = "keys"
+{keyer}
+input = "lines"
+
+[[operator]]
+name = "op"
+uid = "hostile-op"
+{hostile}
+input = "keys"
+edge = "rebalance"
+parallelism = 2
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "op"
+parallelism = 2
+"#,
+        input = toml_path(&input),
+        keyer = wasm("weir_test_keyer"),
+        hostile = wasm("weir_test_hostile"),
+    ));
+    run.assert_clean_failure();
+    assert!(
+        run.stderr()
+            .contains("a timer was registered for a key in key group")
+            && run.stderr().contains("over a key_by edge"),
+        "{run}"
+    );
+}
+
+#[test]
 fn ctrl_c_drains_an_unbounded_job_and_flushes_its_sink() {
     let ws = Workspace::new();
     let spec = ws.write(

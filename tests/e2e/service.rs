@@ -409,12 +409,35 @@ fn a_jobs_whole_life_through_the_api() {
         "a repeated request takes no second savepoint"
     );
 
-    // Stop with a savepoint.
-    let op = server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(json!({})), 202);
+    // Stop with a savepoint. A rescale asked while it stops is refused: it would start the
+    // job again after the stop.
+    let body = json!({ "request_id": "halt" });
+    let op = server.ok(
+        "POST",
+        &format!("/v1/jobs/{id}/stop"),
+        Some(body.clone()),
+        202,
+    );
+    let (status, refused) = server.call(
+        "POST",
+        &format!("/v1/jobs/{id}/rescale"),
+        Some(TOKEN),
+        Some(json!({ "parallelism": { "count": 3 } })),
+    );
+    // (Or, had the stop been done already, because the job is not running.)
+    let message = refused.to_string();
+    assert!(
+        status == 409
+            && (message.contains("the job is stopping") || message.contains("not running")),
+        "{status} {refused}"
+    );
     let stop = server.wait_operation(&id, op["request_id"].as_str().unwrap());
     assert_eq!(stop["status"], "completed", "{stop}");
     let job = server.wait_status(&id, "stopped", Duration::from_secs(60));
     assert!(job["ended_ms"].is_u64());
+    // Asked again with its request id once the job has stopped: the same operation.
+    let again = server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(body), 202);
+    assert_eq!(again, stop);
     let history = server.ok("GET", &format!("/v1/jobs/{id}/checkpoints"), None, 200);
     assert!(
         history["history"].as_array().unwrap().len() >= 3,

@@ -707,7 +707,11 @@ export class Instance {
     const fired = [];
     for (let i = 0; i < n; i++) fired.push([r.u8(), r.u32(), r.i64()]);
     core.begin(keys);
+    const ops = core.timerOps;
     for (const [domain, slot, ts] of fired) {
+      // A timer that a callback of this firing deleted does not fire (as in Flink).
+      const op = ops.size > 0 ? ops.get(`${slot}/${domain}/${ts}`)?.[0] : undefined;
+      if (op === w.DELETE_EVENT || op === w.DELETE_PROCESSING) continue;
       const key = keys[slot];
       ctx.slot = slot;
       ctx.key = key;

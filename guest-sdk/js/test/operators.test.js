@@ -147,6 +147,23 @@ test("timers fire in order once per key and time; delete and register is one cha
   assert.deepEqual(fired, [["a", "1 1000", null], ["b", "1 1000", null]]);
 });
 
+test("a timer deleted by a callback of the same firing does not fire", () => {
+  class Cancel extends weir.Operator {
+    process(ctx, record) {
+      for (const t of record.valueStr().split(" ")) ctx.registerEventTimer(Number(t));
+    }
+    onTimer(ctx, timer) {
+      ctx.emit(timer.key, `${timer.timestamp}`);
+      ctx.deleteEventTimer(200);
+    }
+  }
+  const h = new Harness(Cancel);
+  h.process([new Input("100 200", { key: "k" })]);
+  // The timer at 100 deletes the one at 200, due in the same advance.
+  assert.deepEqual(h.fireEventTimersUpTo(300).map((o) => o.valueStr), ["100"]);
+  assert.deepEqual(h.eventTimers("k"), []);
+});
+
 test("output kinds, timestamps, side outputs and the second input", () => {
   class Route extends weir.Operator {
     process(ctx, record) {

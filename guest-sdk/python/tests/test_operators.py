@@ -189,6 +189,23 @@ def test_timers_fire_in_order_once_per_key_and_time_and_delete_replace_is_one_ch
     ]
 
 
+def test_a_timer_deleted_by_a_callback_of_the_same_firing_does_not_fire():
+    class Cancel(weir.Operator):
+        def process(self, ctx, record):
+            for t in record.value_str().split():
+                ctx.register_event_timer(int(t))
+
+        def on_timer(self, ctx, timer):
+            ctx.emit(timer.key, str(timer.timestamp))
+            ctx.delete_event_timer(200)
+
+    h = Harness(Cancel)
+    h.process([Input("100 200", key="k")])
+    # The timer at 100 deletes the one at 200, due in the same advance.
+    assert [o.value_str for o in h.fire_event_timers_up_to(300)] == ["100"]
+    assert h.event_timers("k") == []
+
+
 def test_output_kinds_timestamps_side_outputs_and_second_input():
     class Route(weir.Operator):
         def process(self, ctx, record):

@@ -796,7 +796,11 @@ class Instance:
         fired = w.read_fired(buf, pos)
         core.begin(keys)
         on_timer = self.operator.on_timer
+        ops = core.timer_ops
         for domain, slot, ts in fired:
+            # A timer that a callback of this firing deleted does not fire (as in Flink).
+            if ops and ops.get((slot, domain, ts), 0) in (w.DELETE_EVENT, w.DELETE_PROCESSING):
+                continue
             key = keys[slot]
             ctx._slot, ctx._key = slot, key
             # As in Flink: output of an event-time timer carries the timer's time.

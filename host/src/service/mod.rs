@@ -222,7 +222,14 @@ impl Service {
     fn used_by(&self) -> BTreeMap<String, Vec<String>> {
         let mut used: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (id, job) in self.jobs().iter() {
-            for sha in &job.record().components {
+            let record = job.record();
+            let upgrades = (record.upgrades.iter().filter(|u| u.in_progress()))
+                .flat_map(|u| &u.info.operators)
+                .map(|o| &o.to.component);
+            let mut shas: Vec<&String> = record.components.iter().chain(upgrades).collect();
+            shas.sort();
+            shas.dedup();
+            for sha in shas {
                 used.entry(sha.clone()).or_default().push(id.clone());
             }
         }
@@ -241,23 +248,13 @@ impl Service {
     }
 
     /// Deletes component `sha256`; refused while a job (of any status) uses it, since a
-    /// restore of the job needs it.
+    /// restore of the job needs it, or an upgrade in progress brings it.
     pub fn delete_component(&self, sha256: &str) -> Result<(), ServiceError> {
-        let jobs = self.jobs();
-        let users: Vec<&String> = jobs
-            .iter()
-            .filter(|(_, j)| j.record().components.iter().any(|c| c == sha256))
-            .map(|(id, _)| id)
-            .collect();
-        if !users.is_empty() {
+        if let Some(users) = self.used_by().remove(sha256) {
             return Err(ServiceError::conflict(format!(
                 "component sha256:{sha256} is used by job(s) {}; a restore of those needs it \
                  (delete it once they are gone)",
-                users
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                users.join(", ")
             )));
         }
         self.components.delete(sha256)
@@ -471,6 +468,15 @@ impl Service {
         let Some(rescale) = pending else {
             return false;
         };
+        if job.record().status == JobStatus::Cancelling {
+            // Cancelled while it stopped for the rescale: it does not start again.
+            job.end_operation(
+                &rescale.request_id,
+                OperationStatus::Failed,
+                Some("the job was cancelled before it restarted at the new parallelism".into()),
+            );
+            return false;
+        }
         let savepoint = match (end, rescale.savepoint.wait()) {
             (Ok(JobEnd::Stopped { .. }), Ok(savepoint)) => savepoint,
             (_, answer) => {
@@ -665,6 +671,9 @@ impl Service {
         request: SavepointRequest,
     ) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
+        if let Some(op) = Self::seen(&job, OperationKind::Savepoint, &request.request_id)? {
+            return Ok(op);
+        }
         let run = Self::running(&job)?;
         let op = match Self::begin_operation(&job, OperationKind::Savepoint, request.request_id) {
             Ok(op) => op,
@@ -679,8 +688,13 @@ impl Service {
     /// Stops job `id`, with a savepoint unless asked otherwise; answers at once.
     pub fn stop(&self, id: &str, request: StopRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
+        if let Some(op) = Self::seen(&job, OperationKind::Stop, &request.request_id)? {
+            return Ok(op);
+        }
         let run = Self::running(&job)?;
-        if job.rescaling() {
+        // Held until the stop is asked for, so that a rescale cannot come in between.
+        let rescale = job.rescale.lock().unwrap_or_else(|p| p.into_inner());
+        if rescale.is_some() {
             return Err(ServiceError::conflict(
                 "the job is being rescaled; stop it once the rescale is done",
             ));
@@ -704,6 +718,9 @@ impl Service {
     /// once.
     pub fn rescale(&self, id: &str, request: RescaleRequest) -> Result<Operation, ServiceError> {
         let job = self.job(id)?;
+        if let Some(op) = Self::seen(&job, OperationKind::Rescale, &request.request_id)? {
+            return Ok(op);
+        }
         let run = Self::running(&job)?;
         if job.upgrading() {
             return Err(ServiceError::conflict(
@@ -711,6 +728,7 @@ impl Service {
                  or rolled back",
             ));
         }
+
         // Check the new spec before anything stops.
         let spec_text = rescaled_spec(&job.record().spec, &request.parallelism)?;
         let base_dir = job.record().base_dir.clone();
@@ -728,6 +746,13 @@ impl Service {
         if pending.is_some() {
             return Err(ServiceError::conflict(
                 "the job is being rescaled already; wait for that rescale",
+            ));
+        }
+        if run.control.is_stopping() {
+            // A rescale now would start the job again after its stop.
+            return Err(ServiceError::conflict(
+                "the job is stopping; submit it again from its savepoint with the new \
+                 parallelism",
             ));
         }
         let op = match Self::begin_operation(&job, OperationKind::Rescale, request.request_id) {

@@ -242,6 +242,11 @@ pub enum StateError {
         group: u32,
         owned: Range<u32>,
     },
+    #[error(
+        "a timer was registered for a key in key group {group}, which this subtask does not own \
+         (it owns {owned:?}); timers need the operator's input to arrive over a key_by edge"
+    )]
+    ForeignTimer { group: u32, owned: Range<u32> },
     #[error("key slot {slot} does not exist: the current batch has {len} keys")]
     NoSuchSlot { slot: u32, len: usize },
     #[error("state \"{name}\": {cause}")]
@@ -645,6 +650,18 @@ impl KeyedState {
         match slots.time(slot).max(self.watermark) {
             NO_TIME => NEVER,
             t => t,
+        }
+    }
+
+    /// Refuses a timer of a key in key group `group` unless this subtask owns the group: a
+    /// snapshot keeps only the timers of its own groups.
+    pub(crate) fn check_timer_group(&self, group: u32) -> Result<(), StateError> {
+        match self.groups.contains(&group) {
+            true => Ok(()),
+            false => Err(StateError::ForeignTimer {
+                group,
+                owned: self.groups.clone(),
+            }),
         }
     }
 

@@ -313,6 +313,39 @@ fn lists_read_what_was_written_through_caches_and_restores() {
     }
 }
 
+/// A map that was large (read entry by entry), shrank until it was read whole and cached,
+/// then lost every entry: its load says it is empty, not large (the SDK's `is_empty` trusts
+/// a large map's lower bound of entries).
+#[test]
+fn a_large_map_that_shrank_and_emptied_loads_as_empty() {
+    let load = |s: &mut KeyedState, m| {
+        let mut buf = Vec::new();
+        s.load(m, &slots(s, &["k"]), MAP_LOAD_LIMIT, &mut buf)
+            .unwrap();
+        read_map_load(&mut Reader::new(&buf, "test")).unwrap()
+    };
+    for backend in BACKENDS {
+        let (mut s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        let m = s.declare("m", StateKind::Map, None).unwrap();
+        let keys: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+        for k in &keys {
+            put(&mut s, m, "k", k, Some(&"x".repeat(1000)));
+        }
+        assert!(matches!(load(&mut s, m), MapLoad::Large(n) if n > 0));
+        for k in &keys {
+            put(&mut s, m, "k", k, Some("2"));
+        }
+        assert_eq!(read(&mut s, m, "k").matches("=2").count(), 40);
+        for k in &keys {
+            put(&mut s, m, "k", k, None);
+        }
+        assert!(
+            matches!(load(&mut s, m), MapLoad::Whole(0) | MapLoad::Large(0)),
+            "{backend:?}"
+        );
+    }
+}
+
 /// Map reads, writes and clears over more keys than the RocksDB cache holds (8), in a
 /// random order, some maps growing past what RocksDB caches whole, and after a restore: both
 /// backends read what a plain model of the maps holds.

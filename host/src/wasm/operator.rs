@@ -321,8 +321,12 @@ impl WasmOperator {
             }
             entries.push((domain, slot, *ts));
         }
-        for &(_, slot, ts) in &entries {
-            data.note_time(slot, ts);
+        // An event-time timer's time is its key's event time, for event-time TTL; a
+        // processing-time timer's is a wall-clock time, which is not.
+        if domain == TimeDomain::EventTime {
+            for &(_, slot, ts) in &entries {
+                data.note_time(slot, ts);
+            }
         }
         write_fired_timers(&mut self.buf, &keys, entries.into_iter());
         let result = self

@@ -571,6 +571,9 @@ impl Rocks {
             );
             let map = &self.scratch;
             if map.len() <= MAX_CACHED_MAP {
+                // It fits the cache, so it is not large (any more): a note that it is would
+                // answer its loads with a lower bound of entries it may no longer have.
+                self.large.remove(&self.key[..len]);
                 let map = (!map.is_empty()).then_some(&map[..]);
                 let keys = changes.iter().map(|c| c.0);
                 self.cache.put_map(&self.key, map, keys, &mut self.batch);

@@ -36,7 +36,8 @@ impl timers::Host for HostState {
             }
             let key = self.slots.key(slot);
             let done = match op.register {
-                true => (self.state).register_timer(op.domain, op.timestamp, key),
+                true => (self.state.check_timer_group(self.slots.group(slot)))
+                    .and_then(|()| self.state.register_timer(op.domain, op.timestamp, key)),
                 false => (self.state).delete_timer(op.domain, op.timestamp, key),
             };
             done.map_err(|e| wasmtime::format_err!("{e}"))?;
