@@ -90,19 +90,16 @@ fn npm_install_and_test(dir: &Path) -> String {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `weir build NAME` and `weir run NAME/job.toml` in `ws`: checks that the build wrote
-/// `NAME/build/NAME.wasm` and that the job counted the generator's 1,000 records; returns
-/// the build's output.
+/// `weir build NAME` and `weir run NAME` (the project's directory stands for its job.toml)
+/// in `ws`: checks that the build wrote `NAME/build/NAME.wasm` and that the job counted the
+/// generator's 1,000 records; returns the build's output.
 fn builds_and_runs(ws: &Workspace, name: &str) -> String {
     let built = weir_in(ws.dir(), &["build", name]);
     assert!(
         built.contains(&format!("{name}/build/{name}.wasm")),
         "{built}"
     );
-    let ran = weir_in(
-        ws.dir(),
-        &["run", "--no-progress", &format!("{name}/job.toml")],
-    );
+    let ran = weir_in(ws.dir(), &["run", "--no-progress", name]);
     assert_eq!(total_of_last_counts(&ran), 1000, "{ran}");
     built
 }

@@ -70,6 +70,14 @@ pub enum CheckpointError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The path given to restore from holds no checkpoint or savepoint.
+    #[error("{path} is no checkpoint or savepoint: {reason}")]
+    NotACheckpoint {
+        /// The directory named.
+        path: PathBuf,
+        /// What it is instead.
+        reason: String,
+    },
     /// A checkpoint cannot be restored into this job.
     #[error("checkpoint {path} does not fit this job: {reason}")]
     Incompatible {
@@ -644,6 +652,31 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let not = |reason: String| CheckpointError::NotACheckpoint {
+                path: dir.to_path_buf(),
+                reason,
+            };
+            if !dir.is_dir() {
+                return Err(not("there is no such directory".into()));
+            }
+            let newest = std::fs::read_dir(dir).ok().and_then(|entries| {
+                (entries.filter_map(Result::ok))
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()?
+                            .strip_prefix("chk-")?
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .max()
+            });
+            if let Some(newest) = newest {
+                return Err(not(format!(
+                    "it holds a job's checkpoints; name one of them, such as its newest, \
+                     {}",
+                    dir.join(format!("chk-{newest}")).display()
+                )));
+            }
             return Err(corrupt(
                 "it has no _metadata file: it never completed (the job stopped while taking it)"
                     .into(),
@@ -883,6 +916,15 @@ mod tests {
         std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
         let err = load(&store.dir_of(1)).unwrap_err().to_string();
         assert!(err.contains("format 99"), "{err}");
+        // Paths that hold no checkpoint say what they are.
+        let err = load(&tmp.path().join("nope")).unwrap_err().to_string();
+        assert!(err.ends_with("is no checkpoint or savepoint: there is no such directory"));
+        complete(&store, 7, b"s");
+        let err = load(store.root()).unwrap_err().to_string();
+        assert!(
+            err.contains("holds a job's checkpoints") && err.ends_with("chk-7"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -308,7 +308,7 @@ fn parent_of(path: &Path) -> PathBuf {
 fn project(path: &Path, module: Option<&str>) -> anyhow::Result<Project> {
     let meta = std::fs::metadata(path).with_context(|| {
         format!(
-            "cannot read {}: give a project directory or a .py file",
+            "cannot read {}: give a project directory, or a .py, .js or .ts file",
             path.display()
         )
     })?;
@@ -621,6 +621,12 @@ pub(super) fn new_project(
              with a digit (it becomes a crate or module name)"
         );
     }
+    if matches!(lang, Lang::Python) && name == "weir" {
+        bail!(
+            "\"weir\" cannot name a Python operator project: its module would hide the SDK's \
+             module `weir`; choose another name"
+        );
+    }
     let dir = parent.join(name);
     if dir.exists() {
         bail!(
@@ -665,10 +671,20 @@ pub(super) fn new_project(
         )],
         Lang::Python => vec![
             (
-                format!("pip install {} pytest", python_sdk(cache)?.display()),
-                "the SDK, for the test",
+                format!("python3 -m venv {dir}/.venv"),
+                "a virtual environment, for the test",
             ),
-            (format!("python -m pytest {dir}"), "its unit test"),
+            (
+                format!(
+                    "{dir}/.venv/bin/pip install {} pytest",
+                    python_sdk(cache)?.display()
+                ),
+                "the SDK",
+            ),
+            (
+                format!("{dir}/.venv/bin/python -m pytest {dir}"),
+                "its unit test",
+            ),
         ],
         Lang::Js | Lang::Ts => vec![
             (

@@ -309,8 +309,15 @@ fn take_common(table: &mut toml::Table, what: &str, index: usize) -> Result<Comm
 }
 
 impl JobSpec {
-    /// Reads and validates a spec file.
+    /// Reads and validates a spec file (`job.toml` of a project directory).
     pub fn from_file(path: &Path) -> Result<JobSpec, SpecError> {
+        // A project's directory, as `weir new` makes it, stands for its job.
+        let project = path.join("job.toml");
+        let path = if path.is_dir() && project.is_file() {
+            &project
+        } else {
+            path
+        };
         let text = std::fs::read_to_string(path).map_err(|cause| SpecError::Read {
             path: path.to_path_buf(),
             cause,

@@ -676,6 +676,13 @@ impl WindowOperator {
         refire: &mut Vec<(u32, i64)>,
     ) -> Result<(), OperatorError> {
         let at = match windows.iter().position(|w| w.start == start) {
+            // Before the first watermark after a restore, a window in the state may have
+            // fired: its timers go in again, so that the next watermark fires it again with
+            // this record, as a late record's firing would have (a dedup otherwise).
+            Some(at) if self.watermark.is_none() => {
+                self.register_timers(end, key)?;
+                at
+            }
             Some(at) => at,
             None => {
                 // A new window: its timers (those of a window in the state are registered).
@@ -1431,6 +1438,54 @@ mod tests {
         assert_eq!(starts(&sliding, 1_100), [1_000, 750, 500, 250]);
         assert_eq!(starts(&sliding, 1_000), [1_000, 750, 500, 250]);
         assert_eq!(starts(&sliding, 999), [750, 500, 250, 0]);
+    }
+
+    #[test]
+    fn a_late_record_restored_before_the_first_watermark_fires_its_window_again() {
+        let mut spec = spec(WindowKind::Tumbling, 1_000, None, 0);
+        spec.allowed_lateness = Duration::from_secs(5);
+        let dir = tempfile::tempdir().unwrap();
+        let setup = StateSetup {
+            config: crate::state::StateConfig::default(),
+            root: dir.path().to_path_buf(),
+            clock: crate::clock::Clock::system(),
+        };
+        let ctx = super::super::test_context();
+        let record = |ts| {
+            let mut b = Batch::default();
+            b.push_with(Kind::Insert, Some(b"k"), Some(ts), |_| {});
+            b
+        };
+        let counts = |out: &Batch| -> Vec<String> {
+            (out.iter())
+                .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
+                .collect()
+        };
+        let mut op = build(&spec, &ctx, &setup, None).unwrap();
+        let mut out = Batch::default();
+        op.process(&record(500), &mut out).unwrap();
+        op.on_watermark(999, &mut out).unwrap();
+        assert_eq!(counts(&out), ["0,1000,1"]);
+        let mut snapshot = Snapshot {
+            format: crate::operator::SnapshotFormat::Canonical,
+            bytes: Vec::new(),
+            key_groups: 0..128,
+            shared: None,
+        };
+        op.snapshot(1, &mut snapshot).unwrap();
+        // Restored, it gets a record of the fired window before any watermark: late.
+        let dir2 = tempfile::tempdir().unwrap();
+        let setup2 = StateSetup {
+            root: dir2.path().to_path_buf(),
+            ..setup
+        };
+        let mut restored = build(&spec, &ctx, &setup2, None).unwrap();
+        restored.restore(&snapshot.bytes, dir2.path()).unwrap();
+        let mut out = Batch::default();
+        restored.process(&record(600), &mut out).unwrap();
+        restored.on_watermark(1_500, &mut out).unwrap();
+        restored.on_watermark(7_000, &mut out).unwrap();
+        assert_eq!(counts(&out), ["0,1000,2"]);
     }
 
     #[test]

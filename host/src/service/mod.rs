@@ -1033,9 +1033,9 @@ fn start_error(e: JobError) -> ServiceError {
         JobError::Checkpoint(CheckpointError::Incompatible { .. }) => {
             ServiceError::new(ErrorCode::SavepointDoesNotFit, e.to_string())
         }
-        JobError::Checkpoint(CheckpointError::Corrupt { .. }) => {
-            ServiceError::invalid(e.to_string())
-        }
+        JobError::Checkpoint(
+            CheckpointError::Corrupt { .. } | CheckpointError::NotACheckpoint { .. },
+        ) => ServiceError::invalid(e.to_string()),
         e => ServiceError::new(ErrorCode::Internal, e.to_string()),
     }
 }

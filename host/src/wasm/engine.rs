@@ -32,7 +32,7 @@ const OPERATOR_EXPORT: &str = "weir:stream/operator@0.2.0";
 pub enum WasmError {
     /// The file cannot be read.
     #[error(
-        "cannot read {path}: {cause}; check the `wasm` path (relative paths start at the job spec's directory)"
+        "cannot read {path}: {cause}; check the `wasm` path (relative paths start at the job spec's directory), or build the operator first (`weir build <project dir>`)"
     )]
     Read {
         /// The file or directory involved.
@@ -48,8 +48,9 @@ pub enum WasmError {
     },
     /// The file is not WebAssembly.
     #[error(
-        "{path} is not a WebAssembly file (it does not start with \"\\0asm\"); build the operator with \
-         `cargo build --release --target wasm32-wasip2`"
+        "{path} is not a WebAssembly file (it does not start with \"\\0asm\"); name the component the \
+         operator's build made (`weir build <project dir>` writes build/<name>.wasm; for a Rust \
+         crate, `cargo build --release --target wasm32-wasip2`)"
     )]
     NotWasm {
         /// The file or directory involved.
