@@ -642,16 +642,7 @@ fn from_checkpoint_and_fresh_choose_where_a_job_starts() {
     let ws = Workspace::new();
     let (input, expected) = input(&ws);
     let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
-    let mut child = start(&ws, &spec);
-    while completed(&ws).is_empty() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before a checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    killed_after_a_checkpoint(&ws, &spec);
     let first = completed(&ws)[0];
 
     // A checkpoint of another job is refused, naming the reason.

@@ -1306,6 +1306,29 @@ mod tests {
         }
     }
 
+    /// A new operator of `spec` (its state in `dir`) restored from a snapshot of `op`.
+    fn restored(
+        op: &mut Box<dyn Operator>,
+        spec: &WindowSpec,
+        setup: &StateSetup,
+        dir: &Path,
+    ) -> Box<dyn Operator> {
+        let mut snapshot = Snapshot {
+            format: crate::operator::SnapshotFormat::Canonical,
+            bytes: Vec::new(),
+            key_groups: 0..128,
+            shared: None,
+        };
+        op.snapshot(1, &mut snapshot).unwrap();
+        let setup = StateSetup {
+            root: dir.to_path_buf(),
+            ..setup.clone()
+        };
+        let mut restored = build(spec, &super::super::test_context(), &setup, None).unwrap();
+        restored.restore(&snapshot.bytes, dir).unwrap();
+        restored
+    }
+
     #[test]
     fn a_failed_call_of_a_window_function_names_its_windows() {
         let w = |start| Window {
@@ -1390,26 +1413,14 @@ mod tests {
         op.process(&batch(&["a"]), &mut out).unwrap();
         assert_eq!(op.next_processing_time(), Some(1_001_999));
         // A restore keeps the open window and its processing-time timer.
-        let mut snapshot = Snapshot {
-            format: crate::operator::SnapshotFormat::Canonical,
-            bytes: Vec::new(),
-            key_groups: 0..128,
-            shared: None,
-        };
-        op.snapshot(1, &mut snapshot).unwrap();
+        let dir2 = tempfile::tempdir().unwrap();
+        let mut restored = restored(&mut op, &spec, &setup, dir2.path());
         let mut last = Batch::default();
         op.close(&mut last).unwrap();
         assert!(
             last.is_empty(),
             "an open window does not fire at the end of input"
         );
-        let dir2 = tempfile::tempdir().unwrap();
-        let setup2 = StateSetup {
-            root: dir2.path().to_path_buf(),
-            ..setup
-        };
-        let mut restored = build(&spec, &super::super::test_context(), &setup2, None).unwrap();
-        restored.restore(&snapshot.bytes, dir2.path()).unwrap();
         assert_eq!(restored.next_processing_time(), Some(1_001_999));
         let mut fired = Batch::default();
         restored.on_processing_time(1_001_999, &mut fired).unwrap();
@@ -1466,21 +1477,9 @@ mod tests {
         op.process(&record(500), &mut out).unwrap();
         op.on_watermark(999, &mut out).unwrap();
         assert_eq!(counts(&out), ["0,1000,1"]);
-        let mut snapshot = Snapshot {
-            format: crate::operator::SnapshotFormat::Canonical,
-            bytes: Vec::new(),
-            key_groups: 0..128,
-            shared: None,
-        };
-        op.snapshot(1, &mut snapshot).unwrap();
         // Restored, it gets a record of the fired window before any watermark: late.
         let dir2 = tempfile::tempdir().unwrap();
-        let setup2 = StateSetup {
-            root: dir2.path().to_path_buf(),
-            ..setup
-        };
-        let mut restored = build(&spec, &ctx, &setup2, None).unwrap();
-        restored.restore(&snapshot.bytes, dir2.path()).unwrap();
+        let mut restored = restored(&mut op, &spec, &setup, dir2.path());
         let mut out = Batch::default();
         restored.process(&record(600), &mut out).unwrap();
         restored.on_watermark(1_500, &mut out).unwrap();

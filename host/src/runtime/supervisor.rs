@@ -42,18 +42,18 @@ pub(crate) fn supervise(
     };
     let initial = restore.clone();
     loop {
-        let mut committed = Ok(());
+        let mut commit = Ok(());
         if let Some(r) = &restore {
             tracing::info!("restoring checkpoint {} from {}", r.id(), r.dir.display());
             metrics.checkpoints().restored_from = Some(r.id());
             // What the checkpoint recorded as pre-committed, its completion committed; a crash
             // may have come first. A commit that fails (a database that is down) fails the
             // attempt, which the restart strategy retries.
-            committed = commit_recorded(spec, &r.meta);
+            commit = commit_recorded(spec, &r.meta);
         }
         let restored_from = restore.as_ref().map(|r| r.id());
         let started = origin.elapsed();
-        let outcome = match committed {
+        let outcome = match commit {
             Err(e) => Outcome::Failed(e),
             Ok(()) => {
                 events.send(JobEvent::Starting {

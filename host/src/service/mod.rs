@@ -728,7 +728,6 @@ impl Service {
                  or rolled back",
             ));
         }
-
         // Check the new spec before anything stops.
         let spec_text = rescaled_spec(&job.record().spec, &request.parallelism)?;
         let base_dir = job.record().base_dir.clone();
