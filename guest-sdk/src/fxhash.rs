@@ -3,11 +3,13 @@
 //! adversary's input, so a fast multiplicative mix is enough; std's SipHash costs more than
 //! the lookups it serves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A hash map with [`FxHasher`].
 pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// A hash set with [`FxHasher`].
+pub(crate) type FxSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
 /// The [`FxHasher`] hash of `bytes` (eight at a time).
 pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {

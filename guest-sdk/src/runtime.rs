@@ -12,7 +12,7 @@ use weir_wire::{
 };
 
 use crate::backend::Backend;
-use crate::fxhash::FxMap;
+use crate::fxhash::FxSet;
 use crate::state::StateEntry;
 use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
@@ -52,7 +52,7 @@ pub(crate) struct Core {
     /// While timers fire: the timers (key slot, domain, time) a callback deleted, which then
     /// do not fire if they were due in the same call, as in Flink (registering one again
     /// undoes its delete). `None` outside a firing.
-    deleted_in_firing: Option<FxMap<(u32, TimeDomain, i64), ()>>,
+    deleted_in_firing: Option<FxSet<(u32, TimeDomain, i64)>>,
     store_buf: Vec<u8>,
 }
 
@@ -85,7 +85,7 @@ impl Core {
     /// Whether a callback of the timers firing now deleted timer `t`.
     fn deleted_while_firing(&self, t: &FiredTimer<'_>) -> bool {
         (self.deleted_in_firing.as_ref())
-            .is_some_and(|d| !d.is_empty() && d.contains_key(&(t.slot, t.domain, t.timestamp)))
+            .is_some_and(|d| !d.is_empty() && d.contains(&(t.slot, t.domain, t.timestamp)))
     }
 
     /// Records timer change `op` of a batch with `n_keys` key slots.
@@ -94,7 +94,7 @@ impl Core {
             let timer = (op.slot, op.domain, op.timestamp);
             match op.register {
                 true => drop(deleted.remove(&timer)),
-                false => drop(deleted.insert(timer, ())),
+                false => drop(deleted.insert(timer)),
             }
         }
         let slot = op.slot as usize;
@@ -279,7 +279,7 @@ impl<T: Operator> Instance<T> {
             .and_then(|()| {
                 let mut core = self.core.borrow_mut();
                 core.begin();
-                core.deleted_in_firing = Some(FxMap::default());
+                core.deleted_in_firing = Some(FxSet::default());
                 drop(core);
                 run_timers(&mut self.operator, &self.core, &keys, timers, &fired)?;
                 self.core.borrow_mut().finish(&keys);

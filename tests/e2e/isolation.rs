@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weir::{FailureKind, Job, JobError, JobSpec, JobSummary, Limit, WasmEngine, WasmError};
+use weir::{FailureKind, Job, JobError, JobSpec, JobSummary, Limit, Limits, WasmEngine, WasmError};
 
 use crate::support::{Workspace, operator, part_text, toml_path, toml_str};
 
@@ -225,6 +225,40 @@ input = "op"
         "the process held {} MiB at its peak",
         peak >> 20
     );
+}
+
+#[test]
+fn a_slow_compile_holds_back_other_compiles_only_for_their_time_limit() {
+    // An engine without a cache compiles a Python component (18 MB; several seconds on two
+    // cores). Meanwhile a component it loaded before loads at once, and a compile of another
+    // waits at most its own compile_time for its turn, then fails saying why.
+    let engine = WasmEngine::new(None).expect("an engine");
+    let loaded = operator("weir_test_hostile");
+    engine.load(&loaded, &Limits::default()).expect("it loads");
+    let slow = {
+        let (engine, python) = (engine.clone(), operator("wordcount_count_py"));
+        std::thread::spawn(move || engine.load(&python, &Limits::default()).map(drop))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    engine
+        .load(&loaded, &Limits::default())
+        .expect("loaded before");
+    let short = Limits {
+        compile_time: std::time::Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let busy = engine.load(&operator("weir_test_keyer"), &short).err();
+    assert!(
+        !slow.is_finished(),
+        "the Python component compiled too fast to hold the others back"
+    );
+    let busy = busy.expect("another compile waits its turn");
+    assert!(
+        matches!(busy, WasmError::CompileBusy { .. })
+            && busy.to_string().contains("another component was compiling"),
+        "{busy}"
+    );
+    slow.join().unwrap().expect("the Python component compiles");
 }
 
 #[test]
