@@ -171,6 +171,11 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// The watermark the operator had when the checkpoint being restored was taken: records
+    /// at or before it are late, as they were then, and the watermarks its inputs make
+    /// again up to it do not reach it; no timer fires. Called before `open`.
+    fn restore_watermark(&mut self, _watermark: i64) {}
+
     /// The operator's non-keyed state, snapshotted on a checkpoint barrier (`None`: none).
     fn snapshot_operator_state(&mut self) -> Option<Vec<u8>> {
         None

@@ -17,9 +17,13 @@
 //! - when every input left is idle, the task says it is idle itself;
 //! - a task's watermark never goes back.
 //!
-//! Watermarks are not checkpointed: after a restore each task starts without one and its
-//! sources make them anew from the records they replay (Flink does the same); timers that
-//! had fired before the checkpoint are gone from its state, those that had not fire again.
+//! A checkpoint keeps each operator's watermark with its state (Flink does not): a restored
+//! operator takes a record at or before it for late, as it did before the crash, rather
+//! than opening (and firing again) a window that had fired. Its sources make watermarks
+//! anew from the records they replay, and those up to the restored one do not reach it;
+//! timers that had fired before the checkpoint are gone from its state, those that had not
+//! fire as the watermark passes them. At another parallelism an operator restores its old
+//! subtasks' watermark when they all had the same (else none, as before).
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

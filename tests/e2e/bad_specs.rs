@@ -307,3 +307,49 @@ fn a_component_of_another_version() {
         std::fs::read(operator("weir_test_wrong_version")).expect("the wrong-version guest");
     bad_component(Some(&bytes), &["0.9.0", "0.2.0"]);
 }
+
+#[test]
+fn a_stop_savepoint_that_could_not_be_taken_is_refused_before_the_job_starts() {
+    let ws = Workspace::new();
+    let spec = ws.write("job.toml", Job::new(&ws).text(&ws));
+    let savepoint = ws.path("savepoint");
+    let summary = ws.path("summary.json");
+    let args = [
+        "run",
+        "--summary-json",
+        summary.to_str().unwrap(),
+        "--stop-savepoint",
+        savepoint.to_str().unwrap(),
+    ];
+    // A job without checkpoints takes no savepoint.
+    let run = weir(&args, &spec);
+    check_refusal(&run, "run", &["--stop-savepoint", "[checkpoint]"]);
+    assert!(!ws.path("out").exists(), "the job started:\n{run}");
+    // The summary says why, as for a job that failed while it ran.
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&summary).expect("a summary")).unwrap();
+    assert_eq!(json["status"], "failed", "{json}");
+    assert!(
+        json["error"].as_str().unwrap().contains("[checkpoint]"),
+        "{json}"
+    );
+    // Nor one into a directory that holds something.
+    let chk = toml_path(&ws.path("chk"));
+    let text = Job::new(&ws).text(&ws).replace(
+        "[job]",
+        &format!("[checkpoint]\ninterval = \"1s\"\ndir = {chk}\n\n[job]"),
+    );
+    let spec = ws.write("job.toml", text);
+    std::fs::create_dir(&savepoint).unwrap();
+    ws.write("savepoint/notes.txt", "mine");
+    let run = weir(&args, &spec);
+    check_refusal(&run, "run", &["--stop-savepoint", "name a new one"]);
+    assert!(!ws.path("out").exists(), "the job started:\n{run}");
+    let kept = std::fs::read_to_string(savepoint.join("notes.txt")).unwrap();
+    assert_eq!(kept, "mine");
+    // An empty or new directory is fine.
+    std::fs::remove_file(savepoint.join("notes.txt")).unwrap();
+    let run = weir(&args, &spec);
+    assert!(run.success(), "{run}");
+    assert!(ws.path("out").exists(), "{run}");
+}

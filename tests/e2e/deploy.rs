@@ -189,6 +189,16 @@ fn new_code_that_traps_or_changes_a_states_kind_rolls_back_by_itself() {
     let ws = Workspace::new();
     let out = ws.path("out");
     let (server, id) = running_word_count(&ws, &out);
+    // New code that does not open with its config is refused at once; nothing changes.
+    let (split, _) = server.word_count_components();
+    let request = json!({
+        "operators": [{ "uid": "split", "component": split, "config": { "lowercase": "yes" } }],
+    });
+    let path = format!("/v1/jobs/{id}/upgrade");
+    let (status, error) = server.call("POST", &path, Some(TOKEN), Some(request));
+    assert_eq!(status, 400, "{error}");
+    assert!(error.to_string().contains("lowercase"), "{error}");
+    assert_eq!(server.job(&id)["upgrades"], json!([]));
     let hostile = server.component("weir_test_hostile");
     let recount = server.component("weir_test_recount");
     let cases = [

@@ -1031,3 +1031,103 @@ parallelism = 1
         .collect();
     assert_eq!(numbers, (0..300_000).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_job_started_from_another_directorys_checkpoint_keeps_what_its_own_refer_to() {
+    // Incremental RocksDB checkpoints refer to the files of the one restored; when that one
+    // is in another directory, the job's own checkpoints must not depend on it.
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(
+        &ws,
+        &input,
+        "mode = \"exactly_once\"",
+        3,
+        "backend = \"rocksdb\"",
+    );
+    let first = killed_after_a_checkpoint(&ws, &spec);
+    let moved = ws.write(
+        "moved.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace(&toml_path(&ws.path("chk")), &toml_path(&ws.path("chk2"))),
+    );
+    let from = ws.path(&format!("chk/crashy/chk-{first}"));
+    let args = [
+        "run",
+        "--no-progress",
+        "--from-checkpoint",
+        from.to_str().unwrap(),
+    ];
+    let mut child = crate::support::weir_command(&args, &moved)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let own = || {
+        std::fs::read_dir(ws.path("chk2/crashy"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().join("_metadata").exists())
+    };
+    while !own() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(ws.path("chk")).unwrap();
+    let run = crate::support::weir(&["run", "--no-progress"], &moved);
+    assert!(run.success(), "{run}");
+    assert!(run.stdout().contains("restored from #"), "{run}");
+    assert_exactly_once(&ws, &expected);
+}
+
+#[test]
+fn a_start_from_elsewhere_killed_before_its_first_checkpoint_resumes_from_there() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
+    let first = killed_after_a_checkpoint(&ws, &spec);
+    // The job with its checkpoints elsewhere, taking none, started from that checkpoint and
+    // killed: the next plain `weir run` starts from there again, not from the beginning.
+    let moved = ws.write(
+        "moved.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace(&toml_path(&ws.path("chk")), &toml_path(&ws.path("chk2")))
+            .replace("interval = \"100ms\"", "interval = \"1h\""),
+    );
+    let from = ws.path(&format!("chk/crashy/chk-{first}"));
+    let args = [
+        "run",
+        "--no-progress",
+        "--from-checkpoint",
+        from.to_str().unwrap(),
+    ];
+    let mut child = crate::support::weir_command(&args, &moved)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run = crate::support::weir(&["run", "--no-progress"], &moved);
+    assert!(run.success(), "{run}");
+    assert!(
+        run.stdout().contains(&format!("restored from #{first}")),
+        "{run}"
+    );
+    assert_exactly_once(&ws, &expected);
+    // --fresh forgets it.
+    let run = crate::support::weir(&["run", "--no-progress", "--fresh"], &moved);
+    assert!(
+        run.success() && !run.stdout().contains("restored from"),
+        "{run}"
+    );
+}

@@ -416,6 +416,105 @@ format = "key_value"
     }
 }
 
+#[test]
+fn late_records_after_a_restore_pair_no_window_twice() {
+    // Out of order by up to 1 s with watermarks 20 ms behind: many records come after some
+    // of their sliding windows fired. A restored join must take them for late as before the
+    // crash; one that had no watermark until its inputs sent one again took them for on
+    // time and fired those windows, with every pair in them, a second time.
+    let job = |ws: &Workspace, state: &str| {
+        let mut spec = format!("{state}\n");
+        for (name, seed, tag) in [("left", 1, "L"), ("right", 2, "R")] {
+            spec += &format!(
+                r#"
+[[source]]
+name = "{name}_numbers"
+type = "generator"
+mode = "sequence"
+seed = {seed}
+count = 60_000
+rate = 20_000
+event_time = {{ start = 0, interval = "5ms", max_disorder = "1s" }}
+watermark = {{ max_out_of_orderness = "20ms" }}
+
+[[operator]]
+name = "{name}"
+uid = "{name}"
+{windows}
+input = "{name}_numbers"
+config = {{ number = {{ keys = 20, tag = "{tag}" }} }}
+"#,
+                windows = wasm("weir_test_windows"),
+            );
+        }
+        spec += &format!(
+            r#"
+[[operator]]
+name = "join"
+uid = "join"
+input = "left"
+second_input = "right"
+edge = "key_by"
+join = {{ type = "sliding", size = "400ms", slide = "200ms" }}
+
+[[sink]]
+name = "out"
+type = "file"
+input = "join"
+path = {out}
+format = "key_value"
+
+[[sink]]
+name = "late"
+type = "file"
+input = "join.late"
+path = {late}
+format = "key_value"
+"#,
+            out = toml_path(&ws.path("out")),
+            late = toml_path(&ws.path("late")),
+        );
+        checkpointed_job(ws, "crashy", "100ms", &spec)
+    };
+    // `L<i>@<t>` (or `R...`): the record's key and event time.
+    let record = |value: &str| -> (String, i64) {
+        let (i, t) = value[1..].split_once('@').unwrap();
+        (
+            format!("k{}", i.parse::<u64>().unwrap() % 20),
+            t.parse().unwrap(),
+        )
+    };
+    for state in ["", "[state]\nbackend = \"rocksdb\"\n"] {
+        let ws = Workspace::new();
+        crash_loop(&ws, &job(&ws, state), 3);
+        let out = sorted_lines(&ws.path("out"));
+        assert!(out.len() > 10_000, "{state}: only {} pairs", out.len());
+        let twice: Vec<_> = (out.windows(2).filter(|w| w[0] == w[1]))
+            .map(|w| &w[0])
+            .take(5)
+            .collect();
+        assert!(twice.is_empty(), "{state}: pairs emitted twice: {twice:?}");
+        for pair in &out {
+            let (key, value) = key_value(pair);
+            let [start, end, left, right] = value.split(',').collect::<Vec<_>>()[..] else {
+                panic!("{pair}")
+            };
+            let (start, end): (i64, i64) = (start.parse().unwrap(), end.parse().unwrap());
+            assert!(start % 200 == 0 && end == start + 400, "{state}: {pair}");
+            for (k, t) in [record(left), record(right)] {
+                assert!(k == key && (start..end).contains(&t), "{state}: {pair}");
+            }
+        }
+        let late = sorted_lines(&ws.path("late"));
+        assert!(!late.is_empty(), "{state}: no record came late");
+        for (i, line) in late.iter().enumerate() {
+            let (key, value) = key_value(line);
+            assert_eq!(record(value).0, key, "{state}: {line}");
+            assert!(i == 0 || late[i - 1] != *line, "{state}: {line} twice");
+        }
+    }
+}
+
 /// The four operators that keep records, sessions and timers per key — a session join, a
 /// sliding window join, a process-window function in a guest and a session window in the host —
 /// over two generated streams (at `rate` records a second, if any), as job `name` at

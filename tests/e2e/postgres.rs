@@ -702,3 +702,96 @@ fn write_ahead_delivery_holds_the_batch_query_result_across_sigkills() {
     // Write-ahead writes little while it runs: a larger input keeps each run busy to its kill.
     upsert_word_count_survives_sigkills("ahead", 2_400_000, 13, "delivery = \"write_ahead\"");
 }
+
+#[test]
+fn a_cancel_ends_a_job_whose_upsert_waits_on_the_row_its_checkpoint_in_flight_holds() {
+    // The sink upserts one key over and over. A guest asleep in another branch holds the
+    // first checkpoint in flight, whose prepared transaction holds that row: the sink's next
+    // write waits for a commit that, once the job is cancelled, nothing makes.
+    let mut client = client();
+    let table = table(&mut client, "waits", "k TEXT PRIMARY KEY, v TEXT");
+    let ws = Workspace::new();
+    let sleepy = ws.write("sleepy.txt", "a\nsleep 3600000\nb\n");
+    let spec = checkpointed_job(
+        &ws,
+        "waits",
+        "100ms",
+        &format!(
+            r#"
+[[source]]
+name = "hot"
+type = "generator"
+mode = "keyed_words"
+vocabulary = 1
+count = 10_000_000
+rate = 2_000
+parallelism = 1
+
+[[sink]]
+name = "rows"
+type = "postgres"
+input = "hot"
+parallelism = 1
+connection = {connection}
+table = "{table}"
+mode = "upsert"
+key = ["k"]
+format = "key_value"
+columns = ["k", "v"]
+
+[[source]]
+name = "lines"
+type = "file"
+path = {sleepy}
+parallelism = 1
+
+[[operator]]
+name = "sleeper"
+uid = "sleeper"
+{hostile}
+input = "lines"
+parallelism = 1
+limits = {{ call_deadline = "1h" }}
+
+[[sink]]
+name = "out"
+type = "discard"
+input = "sleeper"
+parallelism = 1
+"#,
+            connection = toml_str(CONNECTION),
+            sleepy = toml_path(&sleepy),
+            hostile = wasm("weir_test_hostile"),
+        ),
+    );
+    let waits = |client: &mut Client| -> Vec<String> {
+        let rows = client
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, 'weir/waits/')",
+                &[],
+            )
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    };
+    let child = command(&ws, &spec).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while waits(&mut client).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the sink prepared no transaction"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Its next batch, a moment later, waits on the row.
+    std::thread::sleep(Duration::from_millis(500));
+    crate::lifecycle::signal(&child, "INT");
+    std::thread::sleep(Duration::from_millis(200));
+    crate::lifecycle::signal(&child, "INT");
+    let out = crate::lifecycle::finish(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    for gid in waits(&mut client) {
+        client
+            .batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+            .unwrap();
+    }
+}

@@ -925,6 +925,11 @@ fn the_cli_client_runs_a_job_on_a_server() {
     assert!(ok, "{err}");
     let status: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(status["name"], "cli");
+    // A finished job shows its last run's counts.
+    let source = (status["vertices"].as_array().unwrap().iter())
+        .find(|v| v["name"] == "lines")
+        .cloned();
+    assert_eq!(source.unwrap_or_default()["records_out"], 5000, "{status}");
     let (ok, components, _) = client(&["components"]);
     assert!(ok && components.lines().count() == 3, "{components}");
     // An error is the server's message and code, not a stack trace.

@@ -138,6 +138,16 @@ fn tally_upgraded(
     config: &str,
     probation_records: u64,
 ) -> (UpgradeOutcome, Tallied) {
+    let (mut outcomes, tallied) =
+        tally_upgraded_in_turn(count, &[(component, config, probation_records)]);
+    (outcomes.remove(0), tallied)
+}
+
+/// [`tally_upgraded`] with each of `upgrades` in turn, after the one before ended.
+fn tally_upgraded_in_turn(
+    count: u64,
+    upgrades: &[(&str, &str, u64)],
+) -> (Vec<UpgradeOutcome>, Tallied) {
     let ws = Workspace::new();
     let engine = WasmEngine::new(None).unwrap();
     let out = ws.path("out");
@@ -146,23 +156,27 @@ fn tally_upgraded(
     while running.metrics().checkpoint_status().completed < 3 {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let component = engine
-        .load(&operator(component), &Limits::default())
-        .unwrap();
-    let outcome = running
-        .control()
-        .upgrade(Upgrade {
-            operators: vec![OperatorUpgrade {
-                uid: "tally".into(),
-                component,
-                config: Some(config.into()),
-            }],
-            probation: Probation {
-                time: Duration::from_millis(500),
-                records: probation_records,
-            },
-        })
-        .wait();
+    let mut outcomes = Vec::new();
+    for &(component, config, probation_records) in upgrades {
+        let component = engine
+            .load(&operator(component), &Limits::default())
+            .unwrap();
+        let outcome = running
+            .control()
+            .upgrade(Upgrade {
+                operators: vec![OperatorUpgrade {
+                    uid: "tally".into(),
+                    component,
+                    config: Some(config.into()),
+                }],
+                probation: Probation {
+                    time: Duration::from_millis(500),
+                    records: probation_records,
+                },
+            })
+            .wait();
+        outcomes.push(outcome);
+    }
     running.wait().unwrap();
     let lines = committed(&out);
     let numbers = |prefix: String| -> Vec<u64> {
@@ -175,7 +189,7 @@ fn tally_upgraded(
     };
     let old = [numbers("s0 ".into()), numbers("s1 ".into())];
     let new = [numbers("v2:s0 ".into()), numbers("v2:s1 ".into())];
-    (outcome, Tallied { lines, old, new })
+    (outcomes, Tallied { lines, old, new })
 }
 
 #[test]
@@ -183,9 +197,13 @@ fn lines_before_the_swap_are_the_old_codes_and_after_it_the_new_codes() {
     const COUNT: u64 = 200_000;
     let (outcome, Tallied { old, new, .. }) =
         tally_upgraded(COUNT, "weir_test_tally", r#"{"tag": "v2:"}"#, 0);
+    let UpgradeOutcome::Committed { report, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    // Not before its probation of 500 ms ended, however long its swap checkpoint took.
     assert!(
-        matches!(outcome, UpgradeOutcome::Committed { .. }),
-        "{outcome:?}"
+        report.committed_after >= Duration::from_millis(500),
+        "{report:?}"
     );
     // Per subtask: the old code numbered 1..k, the new code (tagged) k+1..n, each once.
     let mut total = 0;
@@ -230,6 +248,44 @@ fn new_code_that_fails_on_probation_is_rolled_back_from_the_swap_checkpoint() {
         let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
         assert_eq!(numbers, &expected);
         total += numbers.len() as u64;
+    }
+    assert_eq!(total, COUNT);
+}
+
+#[test]
+fn new_code_that_fails_after_an_upgrade_committed_rolls_back_to_that_upgrades_code() {
+    const COUNT: u64 = 300_000;
+    // The first upgrade tags the lines and is committed; the second traps on probation and
+    // is rolled back, in the same run: back to the tagging code, not to the code the job
+    // started with.
+    let (outcomes, Tallied { old, new, .. }) = tally_upgraded_in_turn(
+        COUNT,
+        &[
+            ("weir_test_tally", r#"{"tag": "v2:"}"#, 0),
+            ("weir_test_hostile", r#"{"trap_after_ms": 200}"#, COUNT),
+        ],
+    );
+    assert!(
+        matches!(outcomes[0], UpgradeOutcome::Committed { .. }),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], UpgradeOutcome::RolledBack { .. }),
+        "{outcomes:?}"
+    );
+    // Per subtask: the first code numbered 1..k, the tagging code k+1..n, each once.
+    let mut total = 0;
+    for s in 0..2 {
+        let all: Vec<u64> = old[s].iter().chain(&new[s]).copied().collect();
+        let misplaced = (all.iter().zip(1..)).find(|&(&n, i)| n != i);
+        assert!(
+            misplaced.is_none(),
+            "subtask {s}: {} numbers of the first code, {} tagged; the first out of place \
+             (number, place): {misplaced:?}",
+            old[s].len(),
+            new[s].len()
+        );
+        total += all.len() as u64;
     }
     assert_eq!(total, COUNT);
 }

@@ -46,7 +46,7 @@ pub(crate) fn code_versions(
     job: &str,
 ) -> Option<(u64, std::collections::BTreeMap<String, CodeVersion>)> {
     let store = storage::CheckpointStore::open(dir, job).ok()?;
-    let meta = store.latest(0, |_| Ok(())).ok()??;
+    let meta = store.latest(0, None, |_| Ok(())).ok()??;
     let code = meta
         .vertices
         .into_iter()

@@ -6,6 +6,7 @@
 //! <dir>/<job>/history.json                the last checkpoints' id, duration, size, ...
 //! <dir>/<job>/shared/                     SST files of incremental RocksDB checkpoints
 //! <dir>/<job>/finished.json               the job ran to its end (then no chk-<n> is left)
+//! <dir>/<job>/origin                      the savepoint or checkpoint elsewhere it started from
 //! <dir>/<job>/.lock                       held by the process running the job
 //! ```
 //!
@@ -16,8 +17,8 @@
 //!
 //! A checkpoint exists once its `_metadata` exists: the file is written to a temporary name,
 //! synced, renamed and the directory synced, after every state file it names was synced.
-//! The metadata records each state file's size and CRC-32, so a truncated or bit-flipped file
-//! is detected before anything is restored from it.
+//! The metadata records each state file's size and CRC-32, and ends with its own CRC-32, so
+//! a truncated or bit-flipped file is detected before anything is restored from it.
 
 use std::fs::File;
 use std::io::Write;
@@ -30,11 +31,16 @@ use crate::operator::{SharedFiles, Snapshot};
 use crate::role::Role;
 use crate::state::{link_or_copy, rocks};
 
-/// The metadata format this host writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The metadata format this host writes; it reads it and format 1, whose `_metadata` had no
+/// checksum of its own.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The last member of a `_metadata` object: the CRC-32 of what comes before it (see
+/// [`encode_metadata`]).
+const CRC_MEMBER: &[u8] = b",\n  \"crc32\": ";
 const METADATA: &str = "_metadata";
 const HISTORY: &str = "history.json";
 const FINISHED: &str = "finished.json";
+const ORIGIN: &str = "origin";
 pub(crate) const SHARED: &str = "shared";
 /// Entries kept in `history.json`.
 const HISTORY_LEN: usize = 100;
@@ -100,6 +106,22 @@ pub enum CheckpointError {
         /// Why each was refused.
         reasons: Vec<String>,
     },
+    /// The newest completed checkpoint cannot be restored, and a sink committed its output
+    /// where an older one's restore would write it again.
+    #[error(
+        "the job's newest checkpoint {path} cannot be restored ({reason}), and sink \"{sink}\" \
+         committed its output for good: an older checkpoint would write that output again. Fix \
+         it, or accept that: `weir run --from-checkpoint <an older chk-N>` (or `--fresh` to \
+         start over)"
+    )]
+    NewestNotRestorable {
+        /// The newest completed checkpoint.
+        path: PathBuf,
+        /// Why it cannot be restored.
+        reason: String,
+        /// The sink that cannot take back its committed output.
+        sink: String,
+    },
 }
 
 fn io(action: &'static str, path: &Path, cause: std::io::Error) -> CheckpointError {
@@ -132,12 +154,14 @@ pub(crate) enum SubtaskState {
         /// See the variant.
         position: serde_json::Value,
     },
-    /// An operator's keyed state and timers, and its non-keyed operator state (`None`: it
-    /// had none).
+    /// An operator's keyed state and timers, its non-keyed operator state (`None`: it had
+    /// none) and its watermark (`None`: none had reached it).
     Operator {
         state: Option<StateFile>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         operator_state: Option<StateFile>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        watermark: Option<i64>,
     },
     /// What a sink needs to restore (its pre-committed output).
     Sink {
@@ -308,6 +332,10 @@ pub(crate) struct CheckpointStore {
     /// while unreferenced shared files are deleted: so a file is never deleted between its
     /// upload and the write of the manifest that refers to it.
     shared_lock: std::sync::Arc<std::sync::Mutex<()>>,
+    /// The `shared/` of a checkpoint restored from another directory: the files of it that
+    /// this job's checkpoints go on referring to are linked (or copied) into its own
+    /// `shared/` as the first one does, so that they do not depend on the other directory.
+    adopted: Option<PathBuf>,
 }
 
 impl CheckpointStore {
@@ -329,7 +357,16 @@ impl CheckpointStore {
         Ok(CheckpointStore {
             root,
             shared_lock: Default::default(),
+            adopted: None,
         })
+    }
+
+    /// The job starts from a checkpoint whose shared files are in `shared`: when that is not
+    /// this job's own `shared/`, its checkpoints take in the files they refer to there.
+    pub(crate) fn adopt_shared(&mut self, shared: &Path) {
+        if shared != self.root.join(SHARED) {
+            self.adopted = Some(shared.to_path_buf());
+        }
     }
 
     /// `<dir>/<job>`.
@@ -365,6 +402,29 @@ impl CheckpointStore {
     }
 
     /// Forgets that the job finished (a fresh start).
+    /// Records that the job starts from `from`, a savepoint or checkpoint outside this
+    /// directory, which a start that finds no checkpoint here resumes from; `None` forgets
+    /// it (the job starts over, or from a checkpoint of its own).
+    pub(crate) fn set_origin(&self, from: Option<&Path>) -> Result<(), CheckpointError> {
+        let path = self.root.join(ORIGIN);
+        match from {
+            Some(dir) => {
+                let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+                write_atomically(&path, dir.as_os_str().as_encoded_bytes(), true)
+            }
+            None => match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("delete", &path, e)),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// See [`set_origin`](Self::set_origin).
+    pub(crate) fn origin(&self) -> Option<PathBuf> {
+        let bytes = std::fs::read(self.root.join(ORIGIN)).ok()?;
+        Some(PathBuf::from(String::from_utf8(bytes).ok()?))
+    }
+
     pub(crate) fn remove_completion(&self) -> Result<(), CheckpointError> {
         let path = self.root.join(FINISHED);
         match std::fs::remove_file(&path) {
@@ -375,6 +435,11 @@ impl CheckpointStore {
 
     pub(crate) fn dir_of(&self, id: u64) -> PathBuf {
         self.root.join(format!("chk-{id}"))
+    }
+
+    /// Whether checkpoint `id` completed: its `_metadata` was written.
+    pub(crate) fn is_complete(&self, id: u64) -> bool {
+        self.dir_of(id).join(METADATA).exists()
     }
 
     /// Ids of every `chk-<n>` directory, complete or not, in ascending order.
@@ -434,6 +499,15 @@ impl CheckpointStore {
         };
         let shared = self.root.join(SHARED);
         let _guard = self.shared_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(from) = &self.adopted {
+            std::fs::create_dir_all(&shared).map_err(|e| io("create", &shared, e))?;
+            for name in rocks::shared_names(&snapshot.bytes) {
+                let (from, to) = (from.join(&name), shared.join(&name));
+                if !to.exists() && from.exists() {
+                    link_or_copy(&from, &to).map_err(|e| io("copy into", &to, e))?;
+                }
+            }
+        }
         let uploaded = put_shared(files, &shared).map_err(|e| io("put files into", &shared, e))?;
         let state = self.write_state(id, file, &snapshot.bytes, groups)?;
         Ok((state, (uploaded, files.full_bytes)))
@@ -478,7 +552,11 @@ impl CheckpointStore {
     pub(crate) fn write_metadata(&self, meta: &Metadata) -> Result<(), CheckpointError> {
         let dir = self.dir_of(meta.checkpoint);
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
-        let json = serde_json::to_vec_pretty(meta).expect("metadata serializes");
+        // The checkpoint's directory entry lasts too.
+        File::open(&self.root)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("sync", &self.root, e))?;
+        let json = encode_metadata(meta);
         write_atomically(&dir.join(METADATA), &json, true)
     }
 
@@ -518,25 +596,40 @@ impl CheckpointStore {
     }
 
     /// Copies complete checkpoint `id`, taken in the canonical format, into `target` (which
-    /// must not exist or be empty) as a savepoint: its state files (hard links where the file
-    /// system allows), then its `_metadata`, marked a savepoint, written last. Returns the
-    /// bytes of its files.
+    /// must not exist or be empty, nor be inside the job's checkpoints, whose retention
+    /// would delete it) as a savepoint: its state files (hard links where the file system
+    /// allows), then its `_metadata`, marked a savepoint, written last. Returns the bytes of
+    /// its files. What a failed copy left is deleted.
     pub(crate) fn export(&self, id: u64, target: &Path) -> Result<u64, CheckpointError> {
-        let dir = self.dir_of(id);
-        let mut meta = load(&dir)?;
+        let refuse = |why: &str| CheckpointError::NotWritable {
+            path: target.to_path_buf(),
+            cause: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why.to_string()),
+        };
         if std::fs::read_dir(target).is_ok_and(|mut entries| entries.next().is_some()) {
-            return Err(CheckpointError::NotWritable {
-                path: target.to_path_buf(),
-                cause: std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "the savepoint directory exists and is not empty; name a new one",
-                ),
-            });
+            return Err(refuse(
+                "the savepoint directory exists and is not empty; name a new one",
+            ));
+        }
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        if absolute(target).starts_with(absolute(&self.root)) {
+            return Err(refuse(
+                "the savepoint directory is inside the job's checkpoint directory, whose \
+                 retention would delete it; name one outside it",
+            ));
         }
         std::fs::create_dir_all(target).map_err(|cause| CheckpointError::NotWritable {
             path: target.to_path_buf(),
             cause,
         })?;
+        self.copy_savepoint(id, target).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(target);
+        })
+    }
+
+    /// [`export`](Self::export) into `target`, which exists and is empty.
+    fn copy_savepoint(&self, id: u64, target: &Path) -> Result<u64, CheckpointError> {
+        let dir = self.dir_of(id);
+        let mut meta = load(&dir)?;
         let mut size = 0;
         for entry in std::fs::read_dir(&dir).map_err(|e| io("list", &dir, e))? {
             let entry = entry.map_err(|e| io("list", &dir, e))?;
@@ -555,7 +648,7 @@ impl CheckpointStore {
             .and_then(|d| d.sync_all())
             .map_err(|e| io("sync", target, e))?;
         meta.savepoint = true;
-        let json = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
+        let json = encode_metadata(&meta);
         size += json.len() as u64;
         write_atomically(&target.join(METADATA), &json, true)?;
         Ok(size)
@@ -569,15 +662,27 @@ impl CheckpointStore {
                 crate::failpoint::hit("finish.during-discard");
             }
         }
+        self.set_origin(None)?;
+        self.collect_shared()
+    }
+
+    /// Deletes every checkpoint after `id`, complete or not.
+    pub(crate) fn discard_after(&self, id: u64) -> Result<(), CheckpointError> {
+        for newer in self.ids()?.into_iter().filter(|&n| n > id) {
+            self.discard(newer);
+        }
         self.collect_shared()
     }
 
     /// The newest checkpoint with an id from `since` on that verifies and fits the job; each
     /// one skipped is logged with the reason. `None` when none from `since` on completed; an
-    /// error when some completed but none of them verifies and fits.
+    /// error when some completed but none of them verifies and fits, or when the newest
+    /// completed one does not and `strict` names a sink that cannot take back what it
+    /// committed (see [`SinkConfig::rewinds_committed`](crate::connectors::SinkConfig)).
     pub(crate) fn latest(
         &self,
         since: u64,
+        strict: Option<&str>,
         fits: impl Fn(&Metadata) -> Result<(), String>,
     ) -> Result<Option<Metadata>, CheckpointError> {
         let mut refused = Vec::new();
@@ -593,6 +698,13 @@ impl CheckpointStore {
             }) {
                 Ok(meta) => return Ok(Some(meta)),
                 Err(e) => {
+                    if let (true, Some(sink)) = (completed, strict) {
+                        return Err(CheckpointError::NewestNotRestorable {
+                            path: dir,
+                            reason: e.to_string(),
+                            sink: sink.to_string(),
+                        });
+                    }
                     tracing::warn!("skipping checkpoint {id}: {e}");
                     if completed {
                         refused.push(e.to_string());
@@ -686,7 +798,7 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
     };
     let meta: Metadata = serde_json::from_slice(&bytes)
         .map_err(|e| corrupt(format!("_metadata is not valid: {e}")))?;
-    if meta.format != FORMAT_VERSION {
+    if !(1..=FORMAT_VERSION).contains(&meta.format) {
         return Err(CheckpointError::Incompatible {
             path: dir.to_path_buf(),
             reason: format!(
@@ -694,6 +806,13 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
                 meta.format, meta.weir_version
             ),
         });
+    }
+    if meta.format >= 2 && !checksum_matches(&bytes) {
+        return Err(corrupt(
+            "_metadata does not match its CRC-32: it was changed or damaged since it was \
+             written"
+                .into(),
+        ));
     }
     for file in meta
         .vertices
@@ -703,6 +822,7 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
             SubtaskState::Operator {
                 state,
                 operator_state,
+                ..
             } => [state.as_ref(), operator_state.as_ref()],
             _ => [None, None],
         })
@@ -717,6 +837,38 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
         read_state(dir, file)?;
     }
     Ok(meta)
+}
+
+/// `_metadata`'s bytes: `meta` as JSON whose last member is the CRC-32 of what comes before
+/// it (with the object closed), so that a changed byte anywhere in it is found, also one
+/// that leaves valid JSON (a digit of a source's position, a transaction's id).
+fn encode_metadata(meta: &Metadata) -> Vec<u8> {
+    let mut json = serde_json::to_vec_pretty(meta).expect("metadata serializes");
+    debug_assert!(json.ends_with(b"\n}"));
+    let crc = crc32fast::hash(&json);
+    json.truncate(json.len() - 2);
+    json.extend_from_slice(CRC_MEMBER);
+    json.extend_from_slice(format!("{crc}\n}}").as_bytes());
+    json
+}
+
+/// Whether `_metadata`'s bytes end with the CRC-32 of what comes before (see
+/// [`encode_metadata`]).
+fn checksum_matches(bytes: &[u8]) -> bool {
+    let Some(at) = bytes
+        .windows(CRC_MEMBER.len())
+        .rposition(|w| w == CRC_MEMBER)
+    else {
+        return false;
+    };
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[..at]);
+    hasher.update(b"\n}");
+    let written = std::str::from_utf8(&bytes[at + CRC_MEMBER.len()..])
+        .ok()
+        .and_then(|tail| tail.strip_suffix("\n}"))
+        .and_then(|crc| crc.parse::<u32>().ok());
+    written == Some(hasher.finalize())
 }
 
 /// Reads a state file of the checkpoint in `dir`, checking its size and checksum.
@@ -817,6 +969,7 @@ mod tests {
                     .map(|f| SubtaskState::Operator {
                         state: Some(f),
                         operator_state: None,
+                        watermark: None,
                     })
                     .collect(),
                 code: None,
@@ -854,7 +1007,7 @@ mod tests {
         assert_eq!(store.next_id().unwrap(), 1);
         complete(&store, 1, b"state bytes");
         assert_eq!(store.next_id().unwrap(), 2);
-        let m = store.latest(0, |_| Ok(())).unwrap().unwrap();
+        let m = store.latest(0, None, |_| Ok(())).unwrap().unwrap();
         assert_eq!(m.checkpoint, 1);
         let SubtaskState::Operator { state: Some(f), .. } = &m.vertices[0].subtasks[0] else {
             panic!()
@@ -883,10 +1036,17 @@ mod tests {
         assert!(err.contains("truncated"), "{err}");
         let err = load(&store.dir_of(4)).unwrap_err().to_string();
         assert!(err.contains("never completed"), "{err}");
-        assert_eq!(store.latest(0, |_| Ok(())).unwrap().unwrap().checkpoint, 1);
+        assert_eq!(
+            store
+                .latest(0, None, |_| Ok(()))
+                .unwrap()
+                .unwrap()
+                .checkpoint,
+            1
+        );
         // Nothing fits: an error naming each completed one, not a start from the beginning.
         let err = store
-            .latest(0, |m| Err(format!("not {}", m.job)))
+            .latest(0, None, |m| Err(format!("not {}", m.job)))
             .unwrap_err()
             .to_string();
         for id in 1..=3 {
@@ -894,8 +1054,18 @@ mod tests {
         }
         assert!(!err.contains("chk-4") && err.contains("not j"), "{err}");
         assert!(err.contains("--fresh"), "{err}");
+        // With a sink that cannot take back what the newest committed, no older one.
+        let err = store
+            .latest(0, Some("rows"), |_| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("chk-3") && err.contains("truncated") && err.contains("\"rows\""),
+            "{err}"
+        );
+        assert!(err.contains("--from-checkpoint"), "{err}");
         // Since 4, where only the one that never completed is: nothing to restore.
-        assert!(store.latest(4, |_| Ok(())).unwrap().is_none());
+        assert!(store.latest(4, None, |_| Ok(())).unwrap().is_none());
     }
 
     #[test]
@@ -916,6 +1086,25 @@ mod tests {
         std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
         let err = load(&store.dir_of(1)).unwrap_err().to_string();
         assert!(err.contains("format 99"), "{err}");
+        // Any changed byte is found, also one that leaves valid JSON (a digit).
+        complete(&store, 2, b"s");
+        let path = store.dir_of(2).join(METADATA);
+        let good = std::fs::read(&path).unwrap();
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                load(&store.dir_of(2)).is_err(),
+                "byte {at} changed:\n{}",
+                String::from_utf8_lossy(&bad)
+            );
+        }
+        // Format 1 had no checksum.
+        let mut m = meta(2, vec![]);
+        m.format = 1;
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        assert_eq!(load(&store.dir_of(2)).unwrap(), m);
         // Paths that hold no checkpoint say what they are.
         let err = load(&tmp.path().join("nope")).unwrap_err().to_string();
         assert!(err.ends_with("is no checkpoint or savepoint: there is no such directory"));

@@ -50,6 +50,8 @@ pub(crate) enum PartState {
         keyed: Option<Snapshot>,
         /// Non-keyed operator state.
         operator: Option<Vec<u8>>,
+        /// The last watermark the operator was told.
+        watermark: Option<i64>,
     },
     Sink(serde_json::Value),
 }
@@ -123,7 +125,11 @@ fn write_one(
         let state = match part.state {
             PartState::Source(position) => SubtaskState::Source { position },
             PartState::Sink(state) => SubtaskState::Sink { state },
-            PartState::Operator { keyed, operator } => {
+            PartState::Operator {
+                keyed,
+                operator,
+                watermark,
+            } => {
                 let name = state_file_name(part.vertex, &vertices[part.vertex], snap.task.subtask);
                 let mut shared = (0, 0);
                 let state = match keyed {
@@ -151,6 +157,7 @@ fn write_one(
                 SubtaskState::Operator {
                     state,
                     operator_state,
+                    watermark,
                 }
             }
         };

@@ -596,15 +596,39 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             from_savepoint,
             allow_non_restored_state,
             fresh,
-            stop_savepoint: _,
+            stop_savepoint: stop_dir,
         } => {
-            let job = load(&path, &engine)?.allow_non_restored_state(allow_non_restored_state);
-            let from = match (from_checkpoint.or(from_savepoint), fresh) {
-                (Some(dir), _) => RestoreFrom::Path(dir),
-                (None, true) => RestoreFrom::Fresh,
-                (None, false) => RestoreFrom::Latest,
+            let start = || -> anyhow::Result<(Job, RunningJob)> {
+                let job = load(&path, &engine)?.allow_non_restored_state(allow_non_restored_state);
+                if let Some(dir) = &stop_dir {
+                    check_stop_savepoint(dir, job.spec())?;
+                }
+                let from = match (from_checkpoint.or(from_savepoint), fresh) {
+                    (Some(dir), _) => RestoreFrom::Path(dir),
+                    (None, true) => RestoreFrom::Fresh,
+                    (None, false) => RestoreFrom::Latest,
+                };
+                let running = job.start_controlled(from, control)?;
+                Ok((job, running))
             };
-            let running = job.start_controlled(from, control)?;
+            let (job, running) = match start() {
+                Ok(started) => started,
+                Err(e) if matches!(e.downcast_ref(), Some(JobError::Cancelled)) => {
+                    eprintln!("weir: cancelled before the job started; nothing changed");
+                    return Ok(ExitCode::from(EXIT_CANCELLED));
+                }
+                Err(e) => {
+                    if let Some(out) = &summary_json {
+                        let json = serde_json::json!({
+                            "status": "failed", "error": report(&e), "vertices": [],
+                        });
+                        std::fs::write(out, serde_json::to_vec_pretty(&json)?).with_context(
+                            || format!("cannot write the summary to {}", out.display()),
+                        )?;
+                    }
+                    return Err(e);
+                }
+            };
             let progress = !no_progress && std::io::stderr().is_terminal();
             let (vertices, result) = watch(running, job.spec(), progress)?;
             let taken = stop_savepoint
@@ -648,6 +672,30 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         _ => unreachable!("client commands are dispatched above"),
     }
+}
+
+/// `--stop-savepoint DIR`, checked before the job starts rather than at the Ctrl-C that
+/// takes it: the job must take checkpoints (a savepoint is one) and `DIR` must be new.
+fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
+    if spec.checkpoint.is_none() {
+        anyhow::bail!(
+            "--stop-savepoint {}: job \"{}\" takes no checkpoints, and a savepoint is one; add \
+             a [checkpoint] table with a dir to its spec, or run without --stop-savepoint",
+            dir.display(),
+            spec.name
+        );
+    }
+    let taken = match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    };
+    if taken {
+        anyhow::bail!(
+            "--stop-savepoint {}: it exists and is not an empty directory; name a new one",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {

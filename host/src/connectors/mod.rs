@@ -187,6 +187,13 @@ pub(crate) trait Sink: Send {
         self.flush()?;
         Ok(serde_json::Value::Null)
     }
+    /// What makes a call of the sink that waits on its target return with an error, for a
+    /// task that must end (its job is cancelled or failed) while the call waits — on a row
+    /// lock its own prepared transaction holds, say, which nothing commits any more. `None`:
+    /// its calls do not wait on anything that long.
+    fn interrupter(&self) -> Option<Box<dyn Fn() + Send>> {
+        None
+    }
 }
 
 /// The configuration of a `[[source]]` table, selected by its `type` key.
@@ -303,6 +310,17 @@ impl SinkConfig {
             SinkConfig::File(c) => c.check(base_dir),
             SinkConfig::Postgres(c) => c.check(checkpointing),
             SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
+        }
+    }
+
+    /// Whether a restore from a checkpoint older than the newest completed one takes back
+    /// what the newer ones committed: the file sink deletes their part files, an upsert
+    /// writes the same rows again, and what the print and discard sinks emit is not
+    /// committed. PostgreSQL's append mode cannot: its rows would be there twice.
+    pub fn rewinds_committed(&self) -> bool {
+        match self {
+            SinkConfig::Postgres(c) => c.mode == postgres_sink::WriteMode::Upsert,
+            SinkConfig::File(_) | SinkConfig::Print(_) | SinkConfig::Discard(_) => true,
         }
     }
 

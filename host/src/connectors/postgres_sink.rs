@@ -663,6 +663,15 @@ impl PostgresSink {
 }
 
 impl Sink for PostgresSink {
+    fn interrupter(&self) -> Option<Box<dyn Fn() + Send>> {
+        let token = self.client.cancel_token();
+        Some(Box::new(move || {
+            if let Err(e) = token.cancel_query(NoTls) {
+                tracing::debug!("cannot cancel the sink's statement: {e}");
+            }
+        }))
+    }
+
     fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
         if batch.is_empty() {
             return Ok(());

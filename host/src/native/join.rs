@@ -702,6 +702,11 @@ impl Operator for JoinOperator {
         self.fire(watermark, out).map(|()| false)
     }
 
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.state.set_watermark(watermark);
+        self.watermark = Some(watermark);
+    }
+
     fn close(&mut self, out: &mut Batch) -> Result<bool, OperatorError> {
         self.watermark = Some(i64::MAX);
         self.fire(i64::MAX, out).map(|()| false)

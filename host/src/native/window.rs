@@ -676,9 +676,10 @@ impl WindowOperator {
         refire: &mut Vec<(u32, i64)>,
     ) -> Result<(), OperatorError> {
         let at = match windows.iter().position(|w| w.start == start) {
-            // Before the first watermark after a restore, a window in the state may have
-            // fired: its timers go in again, so that the next watermark fires it again with
-            // this record, as a late record's firing would have (a dedup otherwise).
+            // Restored from a checkpoint that kept no watermark (written by an earlier
+            // version), before the first watermark, a window in the state may have fired:
+            // its timers go in again, so that the next watermark fires it again with this
+            // record, as a late record's firing would have (a dedup otherwise).
             Some(at) if self.watermark.is_none() => {
                 self.register_timers(end, key)?;
                 at
@@ -1232,6 +1233,16 @@ impl Operator for WindowOperator {
         self.fire(watermark, out).map(|()| false)
     }
 
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.state.set_watermark(watermark);
+        if let Function::Guest { op, .. } = &mut self.function {
+            op.restore_watermark(watermark);
+        }
+        if self.domain == TimeDomain::EventTime {
+            self.watermark = Some(watermark);
+        }
+    }
+
     fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         if self.domain != TimeDomain::ProcessingTime {
             return Ok(false);
@@ -1477,12 +1488,23 @@ mod tests {
         op.process(&record(500), &mut out).unwrap();
         op.on_watermark(999, &mut out).unwrap();
         assert_eq!(counts(&out), ["0,1000,1"]);
-        // Restored, it gets a record of the fired window before any watermark: late.
+        // Restored from a checkpoint without the watermark, it gets a record of the fired
+        // window before any watermark: late.
         let dir2 = tempfile::tempdir().unwrap();
         let mut restored = restored(&mut op, &spec, &setup, dir2.path());
         let mut out = Batch::default();
         restored.process(&record(600), &mut out).unwrap();
         restored.on_watermark(1_500, &mut out).unwrap();
+        restored.on_watermark(7_000, &mut out).unwrap();
+        assert_eq!(counts(&out), ["0,1000,2"]);
+        // With the watermark the checkpoint kept, it fires at once, as it would have without
+        // the restore, and the watermarks made again up to it fire nothing.
+        let dir3 = tempfile::tempdir().unwrap();
+        let mut restored = self::restored(&mut op, &spec, &setup, dir3.path());
+        restored.restore_watermark(999);
+        let mut out = Batch::default();
+        restored.process(&record(600), &mut out).unwrap();
+        assert_eq!(counts(&out), ["0,1000,2"]);
         restored.on_watermark(7_000, &mut out).unwrap();
         assert_eq!(counts(&out), ["0,1000,2"]);
     }

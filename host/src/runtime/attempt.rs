@@ -268,10 +268,19 @@ pub(super) fn run(
             cancelled = true;
             attempt.shared.cancel();
         }
+        // The decisions of the last event the upgrade in progress has followed.
+        let mut followed = 0;
         if failure.is_some() || cancelled {
             // Wind down: no more triggers, nothing more to complete.
             decisions.clear();
         } else if let Some(c) = &mut coordinator {
+            // The swap checkpoint completing on the last event starts the probation before
+            // anything is triggered: else one interval after the swap checkpoint began (it
+            // may have taken that long) the next would start at once and end the probation.
+            if follow_upgrade(&decisions, upgrades, metrics, &mut failure) {
+                attempt.shared.cancel();
+            }
+            followed = decisions.len();
             let probation = upgrades.pending.as_ref().is_some_and(|p| p.swapped);
             c.hold(
                 upgrades
@@ -298,8 +307,10 @@ pub(super) fn run(
                     ),
                 }
             }
+            // An upgrade committed in this attempt is what the next one changes.
+            let current = Arc::clone(upgrades.committed.as_ref().unwrap_or(parts));
             for request in flags.upgrades.take() {
-                match plan_upgrade(parts, &request.upgrade) {
+                match plan_upgrade(&current, &request.upgrade) {
                     _ if upgrades.pending.is_some() => request.answer(UpgradeOutcome::Refused(
                         "another upgrade of the job is in progress; wait for it to be committed \
                          or rolled back"
@@ -326,7 +337,7 @@ pub(super) fn run(
                                 since: Instant::now(),
                                 plan,
                                 records_before: 0,
-                                old: Arc::clone(parts),
+                                old: Arc::clone(&current),
                                 new,
                             });
                         }
@@ -372,7 +383,7 @@ pub(super) fn run(
             attempt.shared.cancel();
         }
         let stop_id = coordinator.as_ref().and_then(Coordinator::stop_id);
-        if follow_upgrade(&decisions, upgrades, metrics, &mut failure) {
+        if follow_upgrade(&decisions[followed..], upgrades, metrics, &mut failure) {
             attempt.shared.cancel();
         }
         let (failed, stopped) =

@@ -128,8 +128,12 @@ impl Job {
         from: RestoreFrom,
         control: JobControl,
     ) -> Result<RunningJob, JobError> {
+        if control.shared.is_user_cancelled() {
+            // Before it deletes anything (checkpoints for --fresh, earlier output).
+            return Err(JobError::Cancelled);
+        }
         let spec = &self.parts.spec;
-        let store = match &spec.checkpoint {
+        let mut store = match &spec.checkpoint {
             Some(c) => Some(CheckpointStore::open(
                 &spec.base_dir.join(&c.dir),
                 &spec.name,
@@ -137,13 +141,13 @@ impl Job {
             None => None,
         };
         let rocks = spec.state.backend == BackendKind::RocksDb;
-        let lock = match lock::lock_path(
+        let locks = lock::lock_paths(
             store.as_ref().map(CheckpointStore::root),
             rocks.then(|| spec.state_root()).as_deref(),
-        ) {
-            Some(path) => Some(lock::JobLock::acquire(&path, &spec.name)?),
-            None => None,
-        };
+        )
+        .iter()
+        .map(|path| lock::JobLock::acquire(path, &spec.name))
+        .collect::<Result<Vec<_>, _>>()?;
         let (event_tx, events) = crossbeam_channel::bounded(1024);
         let events_out = Events(event_tx);
         let mut done = None;
@@ -169,10 +173,17 @@ impl Job {
             }
         }
         let allow = self.parts.allow_non_restored;
+        let chosen = matches!(from, RestoreFrom::Fresh | RestoreFrom::Path(_));
         let restore = match (from, &store) {
             _ if done.is_some() => None,
             (RestoreFrom::Fresh, _) | (RestoreFrom::Latest, None) => None,
-            (RestoreFrom::Latest, Some(store)) => Restored::latest(store, spec, 0, allow)?,
+            (RestoreFrom::Latest, Some(store)) => match Restored::latest(store, spec, 0, allow)? {
+                Some(latest) => Some(latest),
+                // None of its own yet: where an earlier start was told to start from.
+                None => (store.origin())
+                    .map(|dir| Restored::load(&dir, spec, allow))
+                    .transpose()?,
+            },
             (RestoreFrom::LatestOr(dir), Some(store)) => {
                 match Restored::latest(store, spec, 0, allow)? {
                     Some(latest) => Some(latest),
@@ -183,6 +194,19 @@ impl Job {
                 Some(Restored::load(&dir, spec, allow)?)
             }
         };
+        if let (Some(store), true) = (&store, chosen && done.is_none()) {
+            // The job starts over, or from a checkpoint of the user's choosing: its checkpoints
+            // after that are of a run whose output this one replaces, which a restart after a
+            // crash must not resume.
+            let own = |r: &&Restored| r.dir.parent() == Some(store.root());
+            store.discard_after(restore.as_ref().filter(own).map_or(0, Restored::id))?;
+            // A start from elsewhere is resumed from there until it has checkpoints here.
+            let elsewhere = restore.as_ref().filter(|r| !own(r));
+            store.set_origin(elsewhere.map(|r| r.dir.as_path()))?;
+        }
+        if let (Some(store), Some(restored)) = (&mut store, &restore) {
+            store.adopt_shared(&restored.shared_dir());
+        }
         let metrics = Arc::new(Metrics::new(
             spec.vertices
                 .iter()
@@ -199,7 +223,7 @@ impl Job {
                 .name("supervisor".into())
                 .spawn(move || {
                     // Held until the job has ended.
-                    let _lock = lock;
+                    let _locks = locks;
                     let end = match done {
                         Some(end) => Ok(end),
                         None => supervisor::supervise(

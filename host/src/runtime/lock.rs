@@ -1,5 +1,5 @@
 //! One run of a job at a time: an exclusive lock on a file in the job's checkpoint directory
-//! (or, without checkpoints, its RocksDB directory), held for as long as the job runs.
+//! and one next to its RocksDB directory, held for as long as the job runs.
 //!
 //! Two runs of one job would delete each other's checkpoints and state directories. The lock
 //! is an advisory `flock`, which the kernel releases when its process ends however it ends, so
@@ -58,20 +58,21 @@ impl JobLock {
     }
 }
 
-/// Where the lock of a job lives: in its checkpoint directory, else next to its RocksDB
-/// working directory; `None` when the job keeps nothing on disk that two runs could share.
-pub(crate) fn lock_path(
+/// Where the locks of a job live: in its checkpoint directory, and next to its RocksDB
+/// working directory (which a start clears: two jobs of one name with different checkpoint
+/// directories must not share it); none when the job keeps nothing on disk that two runs
+/// could share.
+pub(crate) fn lock_paths(
     checkpoint_root: Option<&Path>,
     state_root: Option<&Path>,
-) -> Option<PathBuf> {
-    match (checkpoint_root, state_root) {
-        (Some(dir), _) => Some(dir.join(".lock")),
-        (None, Some(dir)) => {
-            let name = dir.file_name().unwrap_or_default().to_string_lossy();
-            Some(dir.with_file_name(format!("{name}.lock")))
-        }
-        (None, None) => None,
-    }
+) -> Vec<PathBuf> {
+    let state = state_root.map(|dir| {
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        dir.with_file_name(format!("{name}.lock"))
+    });
+    (checkpoint_root.map(|dir| dir.join(".lock")).into_iter())
+        .chain(state)
+        .collect()
 }
 
 #[cfg(test)]
@@ -97,14 +98,16 @@ mod tests {
     #[test]
     fn where_the_lock_lives() {
         let (chk, state) = (Path::new("/c/job"), Path::new("/s/job.v2"));
-        assert_eq!(
-            lock_path(Some(chk), Some(state)),
-            Some(PathBuf::from("/c/job/.lock"))
+        let (chk_lock, state_lock) = (
+            PathBuf::from("/c/job/.lock"),
+            PathBuf::from("/s/job.v2.lock"),
         );
         assert_eq!(
-            lock_path(None, Some(state)),
-            Some(PathBuf::from("/s/job.v2.lock"))
+            lock_paths(Some(chk), Some(state)),
+            [chk_lock.clone(), state_lock.clone()]
         );
-        assert_eq!(lock_path(None, None), None);
+        assert_eq!(lock_paths(Some(chk), None), [chk_lock]);
+        assert_eq!(lock_paths(None, Some(state)), [state_lock]);
+        assert_eq!(lock_paths(None, None), Vec::<PathBuf>::new());
     }
 }

@@ -35,6 +35,7 @@ pub use savepoint::{Savepoint, SavepointFailed, SavepointHandle};
 pub use upgrade::{
     OperatorUpgrade, Pause, Probation, SwapReport, Upgrade, UpgradeHandle, UpgradeOutcome,
 };
+pub(crate) use validate::open_operator;
 
 use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::FailureKind;

@@ -11,7 +11,7 @@ use super::task::SECOND_INPUT;
 use crate::batch::Batch;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::storage::{self, Metadata, SubtaskState};
-use crate::job::spec::{JobSpec, VertexKind};
+use crate::job::spec::{JobSpec, Vertex, VertexKind};
 use crate::key_group::{key_group, key_group_range};
 #[cfg(doc)]
 use crate::state::redistribute;
@@ -52,8 +52,12 @@ impl Restored {
         since: u64,
         allow_non_restored: bool,
     ) -> Result<Option<Restored>, CheckpointError> {
+        let strict = spec.vertices.iter().find_map(|v| match &v.kind {
+            VertexKind::Sink(c) if !c.rewinds_committed() => Some(v.name.as_str()),
+            _ => None,
+        });
         Ok(store
-            .latest(since, |m| fits(m, spec, allow_non_restored))?
+            .latest(since, strict, |m| fits(m, spec, allow_non_restored))?
             .map(|meta| Restored {
                 dir: store.dir_of(meta.checkpoint),
                 meta,
@@ -74,12 +78,23 @@ impl Restored {
         self.meta.vertex(name)?.subtasks.get(s as usize)
     }
 
-    /// Whether subtask `s` of the vertex named `name` had finished (it then ends at once).
-    pub(crate) fn is_finished(&self, name: &str, s: u32) -> bool {
-        matches!(
-            self.subtask(name, s),
-            Some(SubtaskState::Finished | SubtaskState::FinishedSink { .. })
-        )
+    /// Whether subtask `s` of `vertex` had finished (it then ends at once): at another
+    /// parallelism, whose subtasks take over the key groups of any of the old ones, only if
+    /// every old subtask had.
+    pub(crate) fn is_finished(&self, vertex: &Vertex, s: u32) -> bool {
+        let finished = |state: &SubtaskState| {
+            matches!(
+                state,
+                SubtaskState::Finished | SubtaskState::FinishedSink { .. }
+            )
+        };
+        match self.meta.vertex(&vertex.name) {
+            Some(old) if old.parallelism == vertex.parallelism => {
+                old.subtasks.get(s as usize).is_some_and(finished)
+            }
+            Some(old) => old.subtasks.iter().all(finished),
+            None => false,
+        }
     }
 
     pub(crate) fn source_position(&self, name: &str, s: u32) -> Option<&serde_json::Value> {
@@ -177,6 +192,26 @@ impl Restored {
         }
         batches.retain(|(_, b)| !b.is_empty());
         Ok(batches)
+    }
+
+    /// The watermark operator `uid` had at the checkpoint, for subtask `s` of `parallelism`:
+    /// its own at the same parallelism; at another, where its keys may come from any of the
+    /// old subtasks, theirs if they all had the same (as behind an all-to-all edge at an
+    /// aligned checkpoint), else none: a lower one would take a window that fired for one
+    /// that did not, a higher one a record on time for a late one. A subtask that had
+    /// finished has no say.
+    pub(crate) fn watermark(&self, uid: &str, parallelism: u32, s: u32) -> Option<i64> {
+        let vertex = self.operator(uid)?;
+        let of = |state: &SubtaskState| match state {
+            SubtaskState::Operator { watermark, .. } => Some(*watermark),
+            _ => None,
+        };
+        if vertex.parallelism == parallelism {
+            return of(vertex.subtasks.get(s as usize)?).flatten();
+        }
+        let mut watermarks = vertex.subtasks.iter().filter_map(of);
+        let first = watermarks.next()??;
+        watermarks.all(|w| w == Some(first)).then_some(first)
     }
 
     /// The operator state of every subtask of operator `uid` that wrote it, read, verified
@@ -327,6 +362,7 @@ mod tests {
                             VertexKind::Operator { .. } => SubtaskState::Operator {
                                 state: Some(file((0, 128))),
                                 operator_state: operator_state.then(|| file((0, 0))),
+                                watermark: None,
                             },
                             _ => SubtaskState::Finished,
                         })
@@ -336,6 +372,50 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_rescaled_subtask_is_finished_and_has_a_watermark_as_all_the_old_ones_it_may_take_over() {
+        let taken = spec("j", 2, 2);
+        let mut meta = meta_of(&taken, false);
+        let count = meta
+            .vertices
+            .iter_mut()
+            .find(|v| v.name == "count")
+            .unwrap();
+        count.subtasks[1] = SubtaskState::Finished;
+        if let SubtaskState::Operator { watermark, .. } = &mut count.subtasks[0] {
+            *watermark = Some(500);
+        }
+        let restored = Restored {
+            dir: PathBuf::from("chk-1"),
+            meta,
+        };
+        let (same, more) = (spec("j", 2, 2), spec("j", 2, 3));
+        let vertex = |spec: &JobSpec| spec.vertices.iter().find(|v| v.name == "count").cloned();
+        let (same, more) = (vertex(&same).unwrap(), vertex(&more).unwrap());
+        assert!(restored.is_finished(&same, 1));
+        assert!(!restored.is_finished(&same, 0));
+        // At parallelism 3 each subtask may hold key groups of the one still running.
+        assert!((0..3).all(|s| !restored.is_finished(&more, s)));
+        assert_eq!(restored.watermark("count", 2, 0), Some(500));
+        assert_eq!(restored.watermark("count", 2, 1), None);
+        assert_eq!(restored.watermark("count", 3, 2), Some(500));
+        assert_eq!(restored.watermark("gone", 2, 0), None);
+        // Old subtasks at different watermarks: none.
+        let mut meta = restored.meta.clone();
+        let count = meta
+            .vertices
+            .iter_mut()
+            .find(|v| v.name == "count")
+            .unwrap();
+        count.subtasks[1] = count.subtasks[0].clone();
+        if let SubtaskState::Operator { watermark, .. } = &mut count.subtasks[1] {
+            *watermark = Some(400);
+        }
+        let restored = Restored { meta, ..restored };
+        assert_eq!(restored.watermark("count", 2, 1), Some(400));
+        assert_eq!(restored.watermark("count", 3, 0), None);
     }
 
     #[test]

@@ -201,7 +201,8 @@ fn roll_back(
 ) -> Result<Option<Arc<Restored>>, JobError> {
     tracing::warn!("the upgrade failed: {error}; rolling back to the old code");
     let restore = match store {
-        Some(store) if p.swapped => {
+        // (The swap checkpoint's metadata may have failed to be written.)
+        Some(store) if p.swapped && store.is_complete(p.checkpoint) => {
             for id in store.ids()?.into_iter().filter(|&id| id > p.checkpoint) {
                 store.discard(id);
             }

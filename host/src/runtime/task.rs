@@ -129,11 +129,52 @@ struct Chain {
     generators: Vec<Option<Generator>>,
     /// The watermark generator of the source heading the chain, with its strategy.
     head_generator: Option<Generator>,
+    /// Per stage: the last watermark it was told (restored with its state), which the
+    /// watermarks its input makes again after a restore do not take back.
+    watermarks: Vec<Option<i64>>,
     /// The source heading the chain, if one does.
     source: Option<usize>,
     /// Per stage: the code (and config, after an upgrade) of a WebAssembly operator, for a
     /// new instance when its memory nears the limit (see [`Chain::renew`]).
     code: Vec<Option<(OperatorComponent, Option<String>)>>,
+    /// Of the sinks whose calls may wait on their target, until the chain ends.
+    _interrupts: Vec<Interrupt>,
+}
+
+/// Interrupts the calls of a sink that wait on its target (see [`Sink::interrupter`]) once
+/// the attempt is cancelled, until dropped.
+struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// How often the attempt's cancellation is looked at, and a waiting call interrupted
+    /// again (one that began just after an interruption waits again).
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn watch(cancelled: Arc<AtomicBool>, interrupt: Box<dyn Fn() + Send>) -> Option<Interrupt> {
+        let done = Arc::new(AtomicBool::new(false));
+        let ended = Arc::clone(&done);
+        let watcher = move || {
+            while !ended.load(Ordering::Relaxed) {
+                if cancelled.load(Ordering::Relaxed) {
+                    interrupt();
+                }
+                std::thread::sleep(Self::EVERY);
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("sink-interrupt".into())
+            .spawn(watcher);
+        if let Err(e) = &spawned {
+            tracing::warn!("cannot start a thread to interrupt a sink on cancel: {e}");
+        }
+        spawned.ok().map(|_| Interrupt(done))
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How a task ended badly: with its own error, or because another task went away.
@@ -243,7 +284,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         && setup
             .chain
             .iter()
-            .all(|&v| r.is_finished(&spec.vertices[v].name, s))
+            .all(|&v| r.is_finished(&spec.vertices[v], s))
     {
         // Finished before the checkpoint: its output is in the downstream state already.
         // Downstream tasks may have finished too and be gone, which is fine.
@@ -285,10 +326,25 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
             setup.shared.cancel_flag(),
         )?);
     }
+    let interrupts = (stages.iter())
+        .filter_map(|stage| match stage {
+            Stage::Sink(sink) => sink.interrupter(),
+            Stage::Operator(_) => None,
+        })
+        .filter_map(|interrupt| Interrupt::watch(setup.shared.cancel_flag(), interrupt))
+        .collect();
     let mut chain = Chain {
         tail: *setup.chain.last().expect("a chain has a vertex"),
         bufs: rest.iter().map(|_| Batch::default()).collect(),
         snapshot_sizes: vec![0; rest.len()],
+        watermarks: (rest.iter())
+            .map(|&v| match (&spec.vertices[v].kind, restore.as_deref()) {
+                (VertexKind::Operator { uid, .. }, Some(r)) => {
+                    r.watermark(uid, spec.vertices[v].parallelism, s)
+                }
+                _ => None,
+            })
+            .collect(),
         spec: Arc::clone(&spec),
         subtask: s,
         vertices: rest,
@@ -307,6 +363,7 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         head_generator: None,
         source: source.is_some().then_some(head),
         code,
+        _interrupts: interrupts,
     };
     let now = chain.clock.now_ms();
     if source.is_some() {
@@ -319,6 +376,9 @@ fn run_inner(mut setup: TaskSetup) -> Result<Ended, Stop> {
         .collect();
     for i in 0..chain.stages.len() {
         if let Stage::Operator(op) = &mut chain.stages[i] {
+            if let Some(w) = chain.watermarks[i] {
+                op.restore_watermark(w);
+            }
             // `open` sees only the code, its config and the restored state: what fails here
             // fails again after a restart.
             op.open()
@@ -887,9 +947,11 @@ impl Chain {
     }
 
     /// Replays the records in flight to this subtask that the restored checkpoint stored,
-    /// before anything else.
+    /// before anything else; to the chain's last stage first, whose own records in flight
+    /// (when it headed a chain of its own at the checkpoint) came before what the stages
+    /// before it emit.
     fn replay_in_flight(&mut self, restored: &Restored) -> Result<(), Stop> {
-        for i in 0..self.stages.len() {
+        for i in (0..self.stages.len()).rev() {
             let v = self.vertices[i];
             let batches = restored
                 .in_flight(&self.spec, v, self.subtask)
@@ -950,6 +1012,7 @@ impl Chain {
                     PartState::Operator {
                         keyed: (!snapshot.bytes.is_empty()).then_some(snapshot),
                         operator: op.snapshot_operator_state(),
+                        watermark: self.watermarks[i],
                     }
                 }
                 Stage::Sink(sink) => match sink.snapshot(n) {
@@ -1221,13 +1284,16 @@ impl Chain {
     /// to the next stage and out of the chain, unless a stage makes its own watermarks.
     fn watermark(&mut self, from: usize, w: Watermark) -> Result<(), Stop> {
         for i in from..self.stages.len() {
-            if let Watermark::At(t) = w
-                && self.generators[i].is_none()
-            {
-                self.metrics.vertices[self.vertices[i]].set_watermark(self.subtask, t);
-            }
-            if let (Watermark::At(t), Stage::Operator(_)) = (w, &self.stages[i]) {
-                self.fire(i, true, |op, out| op.on_watermark(t, out))?;
+            let behind =
+                matches!(w, Watermark::At(t) if self.watermarks[i].is_some_and(|at| t <= at));
+            if let (Watermark::At(t), false) = (w, behind) {
+                if self.generators[i].is_none() {
+                    self.metrics.vertices[self.vertices[i]].set_watermark(self.subtask, t);
+                }
+                if let Stage::Operator(_) = &self.stages[i] {
+                    self.watermarks[i] = Some(t);
+                    self.fire(i, true, |op, out| op.on_watermark(t, out))?;
+                }
             }
             if self.generators[i].is_some() {
                 return Ok(());

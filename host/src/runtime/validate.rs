@@ -3,9 +3,10 @@
 
 use super::task::new_operator;
 use super::{Job, JobError, vertex_failure};
-use crate::job::spec::VertexKind;
+use crate::job::spec::{JobSpec, VertexKind};
 use crate::operator::{FailureKind, OperatorError};
 use crate::state::StateSetup;
+use crate::wasm::OperatorComponent;
 
 impl Job {
     /// Checks what can be checked without running the job: each operator is instantiated
@@ -18,20 +19,7 @@ impl Job {
         for (v, vertex) in spec.vertices.iter().enumerate() {
             match &vertex.kind {
                 VertexKind::Operator { .. } => {
-                    let component = self.parts.components.get(&v);
-                    let fail = |e: OperatorError| {
-                        vertex_failure(spec, v, 0, e.kind(), e.to_string(), Some(e.into()))
-                    };
-                    let mut op = new_operator(
-                        spec,
-                        v,
-                        0,
-                        component,
-                        StateSetup::memory(),
-                        Default::default(),
-                    )
-                    .map_err(fail)?;
-                    op.open().map_err(fail)?;
+                    open_operator(spec, v, self.parts.components.get(&v))?
                 }
                 VertexKind::Sink(config) => config
                     .check(&spec.base_dir, spec.checkpoint.is_some())
@@ -50,4 +38,25 @@ impl Job {
         }
         Ok(())
     }
+}
+
+/// Instantiates operator `v` of `spec` (with `component`, if it runs one) once, with memory
+/// state, and opens it with its config.
+pub(crate) fn open_operator(
+    spec: &JobSpec,
+    v: usize,
+    component: Option<&OperatorComponent>,
+) -> Result<(), JobError> {
+    let fail =
+        |e: OperatorError| vertex_failure(spec, v, 0, e.kind(), e.to_string(), Some(e.into()));
+    let mut op = new_operator(
+        spec,
+        v,
+        0,
+        component,
+        StateSetup::memory(),
+        Default::default(),
+    )
+    .map_err(fail)?;
+    op.open().map_err(fail)
 }

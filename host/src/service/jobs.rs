@@ -188,6 +188,9 @@ pub(crate) struct ManagedJob {
     // Lock order: `record`, then `run`.
     record: Mutex<JobRecord>,
     run: Mutex<Option<Arc<Run>>>,
+    /// The run that ended last, whose final counts the job's status shows until it runs
+    /// again (not kept across a restart of the service).
+    ended: Mutex<Option<Arc<Run>>>,
     pub rescale: Mutex<Option<PendingRescale>>,
 }
 
@@ -201,6 +204,7 @@ impl ManagedJob {
             dir,
             record: Mutex::new(record),
             run: Mutex::new(None),
+            ended: Mutex::new(None),
             rescale: Mutex::new(None),
         }
     }
@@ -270,6 +274,7 @@ impl ManagedJob {
             metrics,
         });
         *lock(&self.run) = Some(Arc::clone(&run));
+        *lock(&self.ended) = None;
         run
     }
 
@@ -297,7 +302,8 @@ impl ManagedJob {
                 };
                 let result = running.wait().map(|summary| summary.end);
                 let _ = follow.join();
-                *lock(&job.run) = None;
+                let last = lock(&job.run).take();
+                *lock(&job.ended) = last;
                 if !ended(&job, &result) {
                     job.on_end(&result);
                 }
@@ -468,9 +474,11 @@ impl ManagedJob {
     /// The job's whole status.
     pub(crate) fn details(&self) -> JobDetails {
         let record = self.record().clone();
-        let (vertices, checkpoints, undeclared_states) = match self.run() {
+        let live = self.run();
+        let run = live.clone().or_else(|| lock(&self.ended).clone());
+        let (vertices, checkpoints, undeclared_states) = match run {
             Some(run) => (
-                run.vertices(&record.spec),
+                run.vertices(&record.spec, live.is_some()),
                 run.checkpoints(),
                 run.undeclared_states(&record.spec),
             ),
@@ -498,10 +506,13 @@ fn counts(metrics: &Metrics) -> Vec<(u64, u64)> {
 }
 
 impl Run {
-    /// The vertices with their counters and rates (over at least the last second).
-    fn vertices(&self, spec: &str) -> Vec<VertexStatus> {
+    /// The vertices with their counters and rates (over at least the last second; zero once
+    /// the run is no longer `live`).
+    fn vertices(&self, spec: &str, live: bool) -> Vec<VertexStatus> {
         let now = counts(&self.metrics);
-        let rates = {
+        let rates = if !live {
+            vec![(0.0, 0.0); now.len()]
+        } else {
             let mut r = lock(&self.rates);
             let elapsed = r.at.elapsed().as_secs_f64();
             if elapsed >= 1.0 {

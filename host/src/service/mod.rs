@@ -257,7 +257,9 @@ impl Service {
                 users.join(", ")
             )));
         }
-        self.components.delete(sha256)
+        self.components.delete(sha256)?;
+        self.engine.forget(sha256);
+        Ok(())
     }
 
     /// Submits a job: checks its spec and components, and starts it.
@@ -747,6 +749,9 @@ impl Service {
                 "the job is being rescaled already; wait for that rescale",
             ));
         }
+        // Again under the lock: the end of a run that ended since would not take the
+        // rescale up, and its operation would stay in progress.
+        Self::running(&job)?;
         if run.control.is_stopping() {
             // A rescale now would start the job again after its stop.
             return Err(ServiceError::conflict(
@@ -949,6 +954,16 @@ impl Service {
             return Err(ServiceError::invalid(
                 "the operators run this code and config already; nothing to upgrade",
             ));
+        }
+        // New code that does not open with its config is refused here, not at the swap.
+        for o in &upgrade.operators {
+            let v = (new.vertices.iter())
+                .position(|v| matches!(&v.kind, VertexKind::Operator { uid, .. } if *uid == o.uid));
+            if let Some(v) = v {
+                crate::runtime::open_operator(&new, v, Some(&o.component)).map_err(|e| {
+                    ServiceError::invalid(format!("the new code does not open: {e}"))
+                })?;
+            }
         }
         let (before, after) = (versions(&old), versions(&new));
         let operators = upgrade

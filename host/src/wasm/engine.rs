@@ -415,6 +415,14 @@ impl WasmEngine {
         })
     }
 
+    /// Drops the compiled component whose SHA-256 is `sha256` (hex) from memory: it was
+    /// deleted, and a process that runs for long must not hold every component it ever
+    /// loaded. The compiled file in the cache stays (for the same bytes uploaded again).
+    pub fn forget(&self, sha256: &str) {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        loaded.retain(|hash, _| hex(hash) != sha256);
+    }
+
     fn compile(
         &self,
         path: &Path,

@@ -373,6 +373,10 @@ impl Operator for WasmOperator {
         Ok(matches!(fired, Fired::Batch))
     }
 
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.store.data_mut().set_watermark(watermark);
+    }
+
     fn on_processing_time(&mut self, now: i64, out: &mut Batch) -> Result<bool, OperatorError> {
         let fired = self.fire_timers(TimeDomain::ProcessingTime, now, out)?;
         Ok(matches!(fired, Fired::Batch))

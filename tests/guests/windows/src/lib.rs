@@ -9,6 +9,9 @@
 //!   processing time; emits `pfired <timestamp>` when it fires.
 //! - `{ "parse": true }`: a line `key,timestamp[,value]` becomes a record with that key and
 //!   event time, and that value (`key` without one).
+//! - `{ "number": { "keys": N, "tag": "L" } }`: a record whose value is a number `i` (of the
+//!   generator's `sequence`) becomes one with key `k<i mod N>`, its event time `t`, and value
+//!   `L<i>@<t>`: records of a few keys, each of them told apart.
 
 use serde::Deserialize;
 use weir_sdk::prelude::*;
@@ -19,6 +22,14 @@ struct Config {
     window_ms: Option<i64>,
     processing_ms: Option<i64>,
     parse: bool,
+    number: Option<Number>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Number {
+    keys: u64,
+    tag: String,
 }
 
 #[derive(Default)]
@@ -41,6 +52,15 @@ impl Operator for Windows {
             };
             let ts: i64 = ts.trim().parse().map_err(Error::new)?;
             let value = fields.next().unwrap_or(key);
+            return ctx.emit_record(Kind::Insert, Some(key.as_bytes()), Some(ts), value);
+        }
+        if let Some(number) = &self.config.number {
+            let i: u64 = rec.value_str()?.parse().map_err(Error::new)?;
+            let ts = rec
+                .timestamp()
+                .ok_or_else(|| Error::msg("a record without event time"))?;
+            let key = format!("k{}", i % number.keys);
+            let value = format!("{}{i}@{ts}", number.tag);
             return ctx.emit_record(Kind::Insert, Some(key.as_bytes()), Some(ts), value);
         }
         if let Some(delay) = self.config.processing_ms {
