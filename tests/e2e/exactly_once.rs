@@ -1032,6 +1032,34 @@ parallelism = 1
     assert_eq!(numbers, (0..300_000).collect::<Vec<_>>());
 }
 
+/// Starts `spec` with its checkpoints (every `interval`) in `chk2/` from its checkpoint
+/// `first` in `chk/`; the spec (`moved.toml`) and the run.
+fn started_elsewhere(ws: &Workspace, spec: &Path, first: u64, interval: &str) -> (PathBuf, Child) {
+    let moved = ws.write(
+        "moved.toml",
+        std::fs::read_to_string(spec)
+            .unwrap()
+            .replace(&toml_path(&ws.path("chk")), &toml_path(&ws.path("chk2")))
+            .replace(
+                "interval = \"100ms\"",
+                &format!("interval = \"{interval}\""),
+            ),
+    );
+    let from = ws.path(&format!("chk/crashy/chk-{first}"));
+    let args = [
+        "run",
+        "--no-progress",
+        "--from-checkpoint",
+        from.to_str().unwrap(),
+    ];
+    let child = crate::support::weir_command(&args, &moved)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (moved, child)
+}
+
 #[test]
 fn a_job_started_from_another_directorys_checkpoint_keeps_what_its_own_refer_to() {
     // Incremental RocksDB checkpoints refer to the files of the one restored; when that one
@@ -1046,24 +1074,7 @@ fn a_job_started_from_another_directorys_checkpoint_keeps_what_its_own_refer_to(
         "backend = \"rocksdb\"",
     );
     let first = killed_after_a_checkpoint(&ws, &spec);
-    let moved = ws.write(
-        "moved.toml",
-        std::fs::read_to_string(&spec)
-            .unwrap()
-            .replace(&toml_path(&ws.path("chk")), &toml_path(&ws.path("chk2"))),
-    );
-    let from = ws.path(&format!("chk/crashy/chk-{first}"));
-    let args = [
-        "run",
-        "--no-progress",
-        "--from-checkpoint",
-        from.to_str().unwrap(),
-    ];
-    let mut child = crate::support::weir_command(&args, &moved)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (moved, mut child) = started_elsewhere(&ws, &spec, first, "100ms");
     let own = || {
         std::fs::read_dir(ws.path("chk2/crashy"))
             .into_iter()
@@ -1095,25 +1106,7 @@ fn a_start_from_elsewhere_killed_before_its_first_checkpoint_resumes_from_there(
     let first = killed_after_a_checkpoint(&ws, &spec);
     // The job with its checkpoints elsewhere, taking none, started from that checkpoint and
     // killed: the next plain `weir run` starts from there again, not from the beginning.
-    let moved = ws.write(
-        "moved.toml",
-        std::fs::read_to_string(&spec)
-            .unwrap()
-            .replace(&toml_path(&ws.path("chk")), &toml_path(&ws.path("chk2")))
-            .replace("interval = \"100ms\"", "interval = \"1h\""),
-    );
-    let from = ws.path(&format!("chk/crashy/chk-{first}"));
-    let args = [
-        "run",
-        "--no-progress",
-        "--from-checkpoint",
-        from.to_str().unwrap(),
-    ];
-    let mut child = crate::support::weir_command(&args, &moved)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (moved, mut child) = started_elsewhere(&ws, &spec, first, "1h");
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();

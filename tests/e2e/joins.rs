@@ -66,7 +66,13 @@ watermark = {{ max_out_of_orderness = "{delay}" }}
             path = toml_path(path),
         );
     }
-    spec + &format!(
+    spec + &join_of_left_and_right(join, parallelism, ws)
+}
+
+/// The join `join` (a TOML table) of operators `left` and `right`, keyed, at `parallelism`;
+/// its pairs to `out/`, its late records to `late/`.
+fn join_of_left_and_right(join: &str, parallelism: u32, ws: &Workspace) -> String {
+    format!(
         r#"
 [[operator]]
 name = "join"
@@ -447,32 +453,10 @@ config = {{ number = {{ keys = 20, tag = "{tag}" }} }}
                 windows = wasm("weir_test_windows"),
             );
         }
-        spec += &format!(
-            r#"
-[[operator]]
-name = "join"
-uid = "join"
-input = "left"
-second_input = "right"
-edge = "key_by"
-join = {{ type = "sliding", size = "400ms", slide = "200ms" }}
-
-[[sink]]
-name = "out"
-type = "file"
-input = "join"
-path = {out}
-format = "key_value"
-
-[[sink]]
-name = "late"
-type = "file"
-input = "join.late"
-path = {late}
-format = "key_value"
-"#,
-            out = toml_path(&ws.path("out")),
-            late = toml_path(&ws.path("late")),
+        spec += &join_of_left_and_right(
+            r#"{ type = "sliding", size = "400ms", slide = "200ms" }"#,
+            2,
+            ws,
         );
         checkpointed_job(ws, "crashy", "100ms", &spec)
     };

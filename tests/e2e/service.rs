@@ -1007,6 +1007,12 @@ fn a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once() {
 
 #[test]
 fn a_stop_with_drain_ends_the_input_and_takes_the_savepoint_of_the_finished_job() {
+    for savepoint in [true, false] {
+        drained(savepoint);
+    }
+}
+
+fn drained(savepoint: bool) {
     let ws = Workspace::new();
     let server = Server::start(&ws, &ws.path("data"), &[]);
     let (split, count) = server.word_count_components();
@@ -1014,17 +1020,19 @@ fn a_stop_with_drain_ends_the_input_and_takes_the_savepoint_of_the_finished_job(
     let spec = word_count("drained", 10_000_000, Some(20_000), &split, &count, 2, &out);
     let id = server.submit(json!({ "spec": spec }));
     server.wait_checkpoints(&id, 2);
-    let body = json!({ "drain": true, "request_id": "drain" });
+    let body = json!({ "drain": true, "savepoint": savepoint, "request_id": "drain" });
     server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(body), 202);
-    let op = server.wait_operation(&id, "drain");
-    assert_eq!(op["status"], "completed", "{op}");
-    assert!(
-        PathBuf::from(op["savepoint"].as_str().unwrap())
-            .join("_metadata")
-            .is_file()
-    );
+    if savepoint {
+        let op = server.wait_operation(&id, "drain");
+        assert_eq!(op["status"], "completed", "{op}");
+        assert!(
+            PathBuf::from(op["savepoint"].as_str().unwrap())
+                .join("_metadata")
+                .is_file()
+        );
+    }
     // The input ended early and what was read was processed and committed: a job that
-    // finished, each word counted 1, 2, ... once.
+    // finished, each word counted 1, 2, ... once (without a savepoint too).
     server.wait_status(&id, "finished", Duration::from_secs(60));
     let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     for line in committed(&out) {

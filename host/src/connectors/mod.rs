@@ -313,6 +313,17 @@ impl SinkConfig {
         }
     }
 
+    /// The job ended for good without finishing (cancelled, or failed), after what the newest
+    /// completed checkpoint recorded was committed: undoes what subtask `ctx` pre-committed
+    /// for checkpoints that did not complete, where that holds on to something (a prepared
+    /// PostgreSQL transaction holds its rows' locks, and PostgreSQL never times it out).
+    pub(crate) fn release(&self, ctx: &SinkContext<'_>) -> Result<(), ConnectorError> {
+        match self {
+            SinkConfig::Postgres(c) => c.release(ctx),
+            SinkConfig::File(_) | SinkConfig::Print(_) | SinkConfig::Discard(_) => Ok(()),
+        }
+    }
+
     /// Whether a restore from a checkpoint older than the newest completed one takes back
     /// what the newer ones committed: the file sink deletes their part files, an upsert
     /// writes the same rows again, and what the print and discard sinks emit is not

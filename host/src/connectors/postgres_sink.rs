@@ -253,6 +253,28 @@ impl PostgresSinkConfig {
         })
     }
 
+    /// The job ended for good without finishing: rolls back the transactions the subtask
+    /// `ctx` prepared and no completed checkpoint recorded (those the newest one recorded
+    /// were committed first), which would otherwise hold their rows' locks until a next run
+    /// of the job.
+    pub(super) fn release(&self, ctx: &SinkContext<'_>) -> Result<(), ConnectorError> {
+        if !self.delivery.transactional(ctx) {
+            return Ok(());
+        }
+        let names = Names::new(ctx);
+        let mut client = self.connect(&names.application)?;
+        for gid in prepared(&mut client, &names.prefix)? {
+            tracing::info!(
+                gid,
+                "rolling back a transaction of a checkpoint that never completed"
+            );
+            client
+                .batch_execute(&format!("ROLLBACK PREPARED '{gid}'"))
+                .map_err(|e| pg_error("roll back a prepared transaction", e))?;
+        }
+        Ok(())
+    }
+
     /// Commits the prepared transactions `state` records; one that is gone was committed.
     /// A lost connection is retried; if the commits keep failing, the error fails the job,
     /// whose restore commits again.

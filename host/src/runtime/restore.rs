@@ -78,9 +78,9 @@ impl Restored {
         self.meta.vertex(name)?.subtasks.get(s as usize)
     }
 
-    /// Whether subtask `s` of `vertex` had finished (it then ends at once): at another
-    /// parallelism, whose subtasks take over the key groups of any of the old ones, only if
-    /// every old subtask had.
+    /// Whether subtask `s` of `vertex` (an operator found by its uid) had finished (it then
+    /// ends at once): at another parallelism, whose subtasks take over the key groups of any
+    /// of the old ones, only if every old subtask had.
     pub(crate) fn is_finished(&self, vertex: &Vertex, s: u32) -> bool {
         let finished = |state: &SubtaskState| {
             matches!(
@@ -88,7 +88,11 @@ impl Restored {
                 SubtaskState::Finished | SubtaskState::FinishedSink { .. }
             )
         };
-        match self.meta.vertex(&vertex.name) {
+        let old = match &vertex.kind {
+            VertexKind::Operator { uid, .. } => self.operator(uid),
+            _ => self.meta.vertex(&vertex.name),
+        };
+        match old {
             Some(old) if old.parallelism == vertex.parallelism => {
                 old.subtasks.get(s as usize).is_some_and(finished)
             }

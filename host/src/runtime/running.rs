@@ -154,10 +154,19 @@ impl JobControl {
         let (request, handle) = Request::new(dir.into());
         self.shared.savepoints.set_stop(request);
         if drain {
-            self.shared.draining.store(true, Ordering::SeqCst);
+            self.drain();
+        } else {
+            self.stop();
         }
-        self.stop();
         handle
+    }
+
+    /// Ends the job's input now (Flink's stop with drain): the sources end, the job
+    /// processes what it has read, its operators close (end-of-input timers fire) and it
+    /// finishes.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.stop();
     }
 
     /// Whether a stop was asked for.

@@ -1,6 +1,7 @@
 //! The supervisor of a running job: starts attempts, and after a failure restarts the job from
 //! the newest checkpoint under the restart strategy, until the job finishes, stops, is
-//! cancelled or fails for good; at the end of input it records the job's end.
+//! cancelled or fails for good; at the end of input it records the job's end, and when the
+//! job ends for good without finishing it releases what its sinks prepared.
 //!
 //! The decisions are pure logic elsewhere ([`Restarts`]); an attempt's threads and checkpoint
 //! loop are in `attempt`.
@@ -11,6 +12,7 @@ use std::time::Instant;
 use super::attempt::{Finals, Outcome, TICK, run, spawn};
 use super::checkpointing::{all_tasks, commit_finals, commit_recorded, export, summarize};
 use super::restore::Restored;
+use super::task;
 use super::upgrade::{Pending, UpgradeOutcome, Upgrades};
 use super::{Events, Failure, JobEnd, JobError, JobEvent, JobParts, Metrics, Shared};
 use crate::checkpoint::RestartStrategy;
@@ -18,14 +20,63 @@ use crate::checkpoint::coordinator::{Completed, TaskState};
 use crate::checkpoint::restart::{RestartDecision, Restarts};
 use crate::checkpoint::storage::{CheckpointStore, Completion, unix_ms};
 use crate::failpoint;
-use crate::job::spec::JobSpec;
+use crate::job::spec::{JobSpec, VertexKind};
 
-/// Runs the job to its end: how it ended, or the failure that ended it.
+/// Runs the job to its end: how it ended, or the failure that ended it (then what its sinks
+/// pre-committed for checkpoints that never completed is released).
 pub(crate) fn supervise(
-    mut parts: Arc<JobParts>,
+    parts: Arc<JobParts>,
     metrics: Arc<Metrics>,
     flags: Arc<Shared>,
     store: Option<CheckpointStore>,
+    restore: Option<Arc<Restored>>,
+    events: Events,
+) -> Result<JobEnd, JobError> {
+    let spec = Arc::clone(&parts.spec);
+    let end = run_attempts(parts, metrics, flags, &store, restore, events);
+    if end.is_err()
+        && let Some(store) = &store
+    {
+        release(&spec, store);
+    }
+    end
+}
+
+/// The job ended for good without finishing: commits what the newest completed checkpoint
+/// recorded (a crash may have come before), then has each sink subtask release what it
+/// pre-committed for checkpoints that never completed. Nothing runs the job to clean up
+/// after it: a service's cancelled job is never started again. Failures are logged.
+fn release(spec: &JobSpec, store: &CheckpointStore) {
+    if let Some(newest) = store.latest(0, None, |_| Ok(())).ok().flatten()
+        && let Err(e) = commit_recorded(spec, &newest)
+    {
+        tracing::warn!(
+            "cannot commit what checkpoint {} recorded: {e}",
+            newest.checkpoint
+        );
+        return;
+    }
+    for (v, vertex) in spec.vertices.iter().enumerate() {
+        let VertexKind::Sink(sink) = &vertex.kind else {
+            continue;
+        };
+        for s in 0..vertex.parallelism {
+            if let Err(e) = sink.release(&task::sink_context(spec, v, s)) {
+                tracing::warn!(
+                    "sink \"{}\" subtask {s}: cannot release what it pre-committed: {e}",
+                    vertex.name
+                );
+            }
+        }
+    }
+}
+
+/// [`supervise`] up to the end.
+fn run_attempts(
+    mut parts: Arc<JobParts>,
+    metrics: Arc<Metrics>,
+    flags: Arc<Shared>,
+    store: &Option<CheckpointStore>,
     mut restore: Option<Arc<Restored>>,
     events: Events,
 ) -> Result<JobEnd, JobError> {

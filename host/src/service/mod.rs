@@ -709,6 +709,8 @@ impl Service {
             let dir = ManagedJob::savepoint_dir(&self.data_dir, id, &op.request_id);
             let handle = run.control.stop_with_savepoint(dir, request.drain);
             Self::follow_savepoint(&job, &op, handle);
+        } else if request.drain {
+            run.control.drain();
         } else {
             run.control.stop();
         }
