@@ -125,13 +125,21 @@ pub fn rust() -> Result<()> {
 }
 
 /// Builds the Python and JavaScript guests into `dest` with `weir build` (which installs
-/// componentize-py, componentize-js and esbuild on first use), each unless its component is
-/// newer than its directory, its SDK and the WIT contract. `weir build` compiles each into
-/// the component cache the end-to-end tests use.
+/// componentize-py, componentize-js and esbuild on first use and compiles each into the
+/// component cache the end-to-end tests use). Each build is kept in the target directory
+/// under the hash of what goes into it (its module's directory, its SDK, the WIT contract
+/// and `weir build`'s own code), so that a run whose guests did not change — a fresh clone
+/// in CI included — copies them rather than spend some 17 s on each.
 fn scripted(dest: &Path) -> Result<()> {
     let weir = build_weir()?;
     let repo = repo();
-    let shared = newest(&[repo.join("wit/stream.wit"), weir.clone()])?;
+    let kept = target_dir()?.join("scripted-guests");
+    std::fs::create_dir_all(&kept).with_context(|| format!("cannot create {}", kept.display()))?;
+    let shared = [
+        repo.join("wit/stream.wit"),
+        repo.join("host/src/cli/build.rs"),
+    ];
+    let (mut built, mut copied) = (0, 0);
     for (module, name) in SCRIPTED {
         let module = repo.join(module);
         let ext = module.extension().and_then(|e| e.to_str()).unwrap_or("");
@@ -140,29 +148,58 @@ fn scripted(dest: &Path) -> Result<()> {
             _ => (repo.join("guest-sdk/js/src"), "js"),
         };
         let dir = module.parent().expect("a module is in a directory");
-        let inputs = shared
-            .max(newest(&files_in(&sdk, sdk_ext)?)?)
-            .max(newest(&files_in(dir, ext)?)?);
+        let mut inputs = shared.to_vec();
+        inputs.extend(files_in(&sdk, sdk_ext)?);
+        inputs.extend(files_in(dir, ext)?);
+        let key = hash(&repo, &module, &inputs)?;
+        let cached = kept.join(format!("{name}-{key:016x}.wasm"));
         let out = dest.join(format!("{name}.wasm"));
-        if modified(&out).is_ok_and(|built| built > inputs) {
-            continue;
+        if !cached.exists() {
+            exec(
+                Command::new(&weir)
+                    .arg("--cache-dir")
+                    .arg(crate::e2e_component_cache()?)
+                    .arg("build")
+                    .arg(&module)
+                    .arg("-o")
+                    .arg(&out),
+            )?;
+            std::fs::copy(&out, &cached).with_context(|| {
+                format!("cannot keep {} as {}", out.display(), cached.display())
+            })?;
+            built += 1;
+        } else {
+            std::fs::copy(&cached, &out).with_context(|| {
+                format!("cannot copy {} to {}", cached.display(), out.display())
+            })?;
+            copied += 1;
         }
-        exec(
-            Command::new(&weir)
-                .arg("--cache-dir")
-                .arg(crate::e2e_component_cache()?)
-                .arg("build")
-                .arg(&module)
-                .arg("-o")
-                .arg(&out),
-        )?;
     }
     println!(
-        "{} Python, JavaScript and TypeScript components in {}",
+        "{} Python, JavaScript and TypeScript components in {} ({built} built, {copied} \
+         unchanged)",
         SCRIPTED.len(),
         dest.display()
     );
     Ok(())
+}
+
+/// A hash of `module`'s name and of the names and contents of `files`, in a stable order;
+/// names relative to `repo`, so that every clone gets the same.
+fn hash(repo: &Path, module: &Path, files: &[PathBuf]) -> Result<u64> {
+    use std::hash::{Hash, Hasher};
+    let relative = |p: &Path| p.strip_prefix(repo).unwrap_or(p).to_path_buf();
+    let mut files = files.to_vec();
+    files.sort();
+    let mut hasher = std::hash::DefaultHasher::new();
+    relative(module).hash(&mut hasher);
+    for f in &files {
+        relative(f).hash(&mut hasher);
+        std::fs::read(f)
+            .with_context(|| format!("cannot read {}", f.display()))?
+            .hash(&mut hasher);
+    }
+    Ok(hasher.finish())
 }
 
 /// The files with extension `ext` in `dir`.
@@ -174,19 +211,6 @@ fn files_in(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect())
-}
-
-fn modified(path: &Path) -> std::io::Result<std::time::SystemTime> {
-    std::fs::metadata(path)?.modified()
-}
-
-/// The latest modification time of `files`.
-fn newest(files: &[PathBuf]) -> Result<std::time::SystemTime> {
-    let mut newest = std::time::SystemTime::UNIX_EPOCH;
-    for f in files {
-        newest = newest.max(modified(f).with_context(|| format!("cannot stat {}", f.display()))?);
-    }
-    Ok(newest)
 }
 
 /// Installs the guest target with rustup unless it is there already.
