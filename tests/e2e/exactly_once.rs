@@ -101,7 +101,12 @@ pub(crate) fn command(ws: &Workspace, spec: &Path) -> Command {
 
 /// The completed checkpoints in the job's checkpoint directory.
 pub(crate) fn completed(ws: &Workspace) -> Vec<u64> {
-    let mut ids: Vec<u64> = std::fs::read_dir(ws.path("chk/crashy"))
+    completed_in(ws, "chk")
+}
+
+/// The completed checkpoints of job `crashy` in the workspace's directory `dir`.
+fn completed_in(ws: &Workspace, dir: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(ws.path(&format!("{dir}/crashy")))
         .map(|entries| {
             entries
                 .filter_map(Result::ok)
@@ -563,8 +568,13 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
 
 /// Runs the job `spec` until a checkpoint completed, then kills it; returns the newest.
 fn killed_after_a_checkpoint(ws: &Workspace, spec: &Path) -> u64 {
-    let mut child = start(ws, spec);
-    while completed(ws).is_empty() {
+    kill_after_a_checkpoint(ws, start(ws, spec), "chk")
+}
+
+/// Kills `child` once a checkpoint completed in the workspace's directory `dir`; returns the
+/// newest.
+fn kill_after_a_checkpoint(ws: &Workspace, mut child: Child, dir: &str) -> u64 {
+    while completed_in(ws, dir).is_empty() {
         assert!(
             child.try_wait().unwrap().is_none(),
             "ended before a checkpoint"
@@ -573,7 +583,7 @@ fn killed_after_a_checkpoint(ws: &Workspace, spec: &Path) -> u64 {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    *completed(ws).last().unwrap()
+    *completed_in(ws, dir).last().unwrap()
 }
 
 #[test]
@@ -1074,23 +1084,8 @@ fn a_job_started_from_another_directorys_checkpoint_keeps_what_its_own_refer_to(
         "backend = \"rocksdb\"",
     );
     let first = killed_after_a_checkpoint(&ws, &spec);
-    let (moved, mut child) = started_elsewhere(&ws, &spec, first, "100ms");
-    let own = || {
-        std::fs::read_dir(ws.path("chk2/crashy"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.path().join("_metadata").exists())
-    };
-    while !own() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "ended before a checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (moved, child) = started_elsewhere(&ws, &spec, first, "100ms");
+    kill_after_a_checkpoint(&ws, child, "chk2");
     std::fs::remove_dir_all(ws.path("chk")).unwrap();
     let run = crate::support::weir(&["run", "--no-progress"], &moved);
     assert!(run.success(), "{run}");
