@@ -49,6 +49,12 @@ pub(crate) trait Backend {
     fn map_entries(&mut self, state: usize, keys: &[&[u8]], slot: u32) -> Vec<u8>;
     /// Applies one batch's changes to the state.
     fn store(&mut self, state: usize, keys: &[&[u8]], changes: &[u8]);
+    /// The values of key slots `slots` (in increasing order) of a value state.
+    fn load_slots(&mut self, state: usize, keys: &[&[u8]], slots: &[u32]) -> Vec<u8>;
+    /// The host's id of each key of the current batch (`keys`).
+    fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32>;
+    /// Applies changes of a value state by key id (its write-back).
+    fn store_ids(&mut self, state: usize, changes: &[u8]);
     /// Sends output records.
     fn emit(&mut self, records: &[u8]);
     /// Registers and deletes timers.

@@ -217,11 +217,12 @@ impl<'a> Context<'a> {
             backend,
             states,
             epoch,
+            key_ids,
             ..
         } = &mut *core;
         // An index of this instance's states: handles are made by its own `open` or by name.
         let entry = &mut states[*index];
-        let mut access = Access::new(entry, *epoch, self.slot, &mut **backend, self.keys)?;
+        let mut access = Access::new(entry, *epoch, self.slot, &mut **backend, self.keys, key_ids)?;
         f(&mut access)
     }
 

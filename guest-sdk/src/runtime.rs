@@ -8,12 +8,13 @@ use std::cell::{Cell, RefCell};
 use std::mem;
 
 use weir_wire::{
-    BatchReader, FiredTimer, OutputWriter, TimeDomain, TimerOp, put_timer_op, read_fired_timers,
+    BatchReader, FORGET, FiredTimer, OutputWriter, TimeDomain, TimerOp, WRITE_BACK, put_timer_op,
+    read_fired_timers,
 };
 
 use crate::backend::Backend;
 use crate::fxhash::FxSet;
-use crate::state::StateEntry;
+use crate::state::{Changes, KeyIds, StateEntry};
 use crate::{Codec, Context, Error, OpenContext, Operator, Record, Redistribution, Result, Timer};
 
 /// How many of a key's latest timer changes in a batch a new change of it looks through for one
@@ -54,10 +55,14 @@ pub(crate) struct Core {
     /// undoes its delete). `None` outside a firing.
     deleted_in_firing: Option<FxSet<(u32, TimeDomain, i64)>>,
     store_buf: Vec<u8>,
+    /// The budget of each value state's write-back cache ([`Operator::STATE_CACHE_BYTES`]).
+    pub(crate) held_bytes: usize,
+    /// The host's ids of the batch's keys, for the write-back caches.
+    pub(crate) key_ids: KeyIds,
 }
 
 impl Core {
-    pub(crate) fn new(backend: Box<dyn Backend>, codec: Codec) -> Self {
+    pub(crate) fn new(backend: Box<dyn Backend>, codec: Codec, held_bytes: usize) -> Self {
         Core {
             backend,
             codec,
@@ -71,6 +76,8 @@ impl Core {
             timer_changes: Vec::new(),
             deleted_in_firing: None,
             store_buf: Vec::new(),
+            held_bytes,
+            key_ids: KeyIds::default(),
         }
     }
 
@@ -130,9 +137,9 @@ impl Core {
         }
     }
 
-    /// Sends this batch's state changes (one `store` per changed state), timer changes (one
-    /// `update`) and the rest of the output.
-    fn finish(&mut self, keys: &[&[u8]]) {
+    /// Sends this batch's state changes (one `store` per changed state, unless its write-back
+    /// cache keeps them), timer changes (one `update`) and the rest of the output.
+    fn finish(&mut self, keys: &[&[u8]]) -> Result<()> {
         let Core {
             backend,
             states,
@@ -141,11 +148,20 @@ impl Core {
             timer_ops,
             timer_changes,
             store_buf,
+            key_ids,
             ..
         } = self;
-        for state in states.iter() {
-            if state.changes(*epoch, store_buf) {
-                backend.store(state.handle(), keys, store_buf);
+        for state in states.iter_mut() {
+            let ids = match state.keeps_changes(*epoch) {
+                true => key_ids
+                    .of_batch(*epoch, &mut **backend, keys)
+                    .map_err(Error::msg)?,
+                false => &[],
+            };
+            match state.finish(*epoch, ids, store_buf) {
+                Changes::None => {}
+                Changes::BySlot => backend.store(state.handle(), keys, store_buf),
+                Changes::ById => backend.store_ids(state.handle(), store_buf),
             }
         }
         if !timer_ops.is_empty() {
@@ -158,6 +174,25 @@ impl Core {
         if !output.is_empty() {
             backend.emit(output.as_bytes());
             output.clear();
+        }
+        Ok(())
+    }
+}
+
+impl Core {
+    /// Writes back what the states' write-back caches hold (one `store-ids` per state with
+    /// changes), and forgets it if `forget`: the write-back and the forget batch.
+    fn write_back(&mut self, forget: bool) {
+        let Core {
+            backend,
+            states,
+            store_buf,
+            ..
+        } = self;
+        for state in states.iter_mut() {
+            if state.write_back(forget, store_buf) {
+                backend.store_ids(state.handle(), store_buf);
+            }
         }
     }
 }
@@ -240,7 +275,7 @@ impl<T: Operator> Instance<T> {
     pub(crate) fn new(operator: T, backend: Box<dyn Backend>, info: OpenInfo) -> Self {
         Instance {
             operator,
-            core: RefCell::new(Core::new(backend, T::STATE_CODEC)),
+            core: RefCell::new(Core::new(backend, T::STATE_CODEC, T::STATE_CACHE_BYTES)),
             info,
             key_table: Vec::new(),
             key_copy: Vec::new(),
@@ -253,18 +288,20 @@ impl<T: Operator> Instance<T> {
         self.operator.open(&mut ctx)
     }
 
-    /// Handles one batch buffer (`operator.process`).
+    /// Handles one batch buffer (`operator.process`), or the write-back batch.
     pub(crate) fn process(&mut self, batch: &[u8]) -> Result<()> {
+        if batch == WRITE_BACK || batch == FORGET {
+            borrow_core(&self.core)?.write_back(batch == FORGET);
+            return Ok(());
+        }
         let mut reader =
             BatchReader::new(batch, recycle(mem::take(&mut self.key_table))).map_err(malformed)?;
         let mut keys = recycle(mem::take(&mut self.key_copy));
         keys.extend_from_slice(reader.keys());
         self.core.borrow_mut().begin();
-        let result = run_batch(&mut self.operator, &self.core, &keys, batch, &mut reader);
+        let result = run_batch(&mut self.operator, &self.core, &keys, batch, &mut reader)
+            .and_then(|()| self.core.borrow_mut().finish(&keys));
         CURRENT_RECORD.set(None);
-        if result.is_ok() {
-            self.core.borrow_mut().finish(&keys);
-        }
         self.key_table = recycle(reader.into_keys());
         self.key_copy = recycle(keys);
         result
@@ -282,20 +319,22 @@ impl<T: Operator> Instance<T> {
                 core.deleted_in_firing = Some(FxSet::default());
                 drop(core);
                 run_timers(&mut self.operator, &self.core, &keys, timers, &fired)?;
-                self.core.borrow_mut().finish(&keys);
-                Ok(())
+                self.core.borrow_mut().finish(&keys)
             });
         self.key_copy = recycle(keys);
         self.fired = recycle_timers(fired);
         result
     }
 
-    /// `operator.close`: the hook may emit, but there is no current key.
+    /// `operator.close`: the hook may emit, but there is no current key. What the state
+    /// caches hold is written back: the instance ends here.
     pub(crate) fn close(&mut self) -> Result<()> {
         self.core.borrow_mut().begin();
         let mut ctx = Context::new(&self.core, &[]);
         self.operator.close(&mut ctx)?;
-        self.core.borrow_mut().finish(&[]);
+        let mut core = self.core.borrow_mut();
+        core.finish(&[])?;
+        core.write_back(false);
         Ok(())
     }
 }

@@ -532,9 +532,14 @@ fn host_calls_per_batch_do_not_grow_with_records() {
         first,
         HostCalls {
             declare: 3,
-            // value and map are read; the list is only appended to and never loaded
-            load: 2,
-            store: 3,
+            // the map is read; the list is only appended to and never loaded
+            load: 1,
+            store: 2,
+            // the value state's keys, none of which its write-back cache holds yet, by the
+            // ids of the batch's keys; the harness's write-back after the call
+            load_slots: 1,
+            key_ids: 1,
+            store_ids: 1,
             emit: 1,
             timers: 1,
             // one timer per key, registered by each of its records
@@ -547,6 +552,8 @@ fn host_calls_per_batch_do_not_grow_with_records() {
         h.take_calls(),
         HostCalls {
             declare: 0,
+            // the value state's cache holds every key now
+            load_slots: 0,
             ..first
         }
     );
@@ -556,6 +563,146 @@ fn host_calls_per_batch_do_not_grow_with_records() {
         h.map_state::<String, u64>("m", "k36"),
         [("x".into(), 2 * 27)]
     );
+}
+
+/// Per record of `add N`, `name TEXT` or `drop`: adds to the key's count, sets its name, or
+/// clears both; emits the key's count and name after it, read back. `BUDGET` is its state
+/// cache's.
+#[derive(Default)]
+struct Tally<const BUDGET: usize>;
+
+impl<const BUDGET: usize> Operator for Tally<BUDGET> {
+    const STATE_CACHE_BYTES: usize = BUDGET;
+
+    fn process(&mut self, ctx: &mut Context, rec: Record<'_>) -> Result<()> {
+        let (count, name) = (
+            ctx.value_state::<i64>("count"),
+            ctx.value_state::<String>("name"),
+        );
+        match rec.value_str()?.split_once(' ') {
+            Some(("add", n)) => count.set(&(count.get()?.unwrap_or(0) + n.parse::<i64>()?))?,
+            Some(("name", text)) => name.set(text)?,
+            _ => {
+                count.clear()?;
+                name.clear()?;
+            }
+        }
+        let (c, n) = (count.get()?, name.get()?);
+        ctx.emit_display(rec.key(), format_args!("{c:?} {n:?}"))
+    }
+}
+
+/// Batches of `Tally` records over `keys` keys: counts up and down across zero, names that
+/// grow and shrink, and drops.
+fn tally_batches(keys: usize) -> Vec<Vec<Input>> {
+    (0..6)
+        .map(|b| {
+            (0..300)
+                .map(|i: usize| {
+                    let key = format!("k{}", (i * 7 + b * 3) % keys);
+                    let value = match (i + b) % 5 {
+                        0 | 1 => format!("add {}", i as i64 - 100),
+                        2 => format!("name {}", "n".repeat(i % 40)),
+                        3 if i.is_multiple_of(3) => "drop".to_owned(),
+                        _ => format!("add {}", b),
+                    };
+                    Input::keyed(key, value)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn values_kept_from_batch_to_batch_are_what_loading_every_batch_reads() {
+    // No cache, one that holds everything, and one over its budget after every batch (it
+    // writes back and starts empty): the same output and the same state after every batch.
+    let mut none = Harness::<Tally<0>>::new();
+    let mut all = Harness::<Tally<{ 8 << 20 }>>::new();
+    let mut tiny = Harness::<Tally<1>>::new();
+    for batch in tally_batches(50) {
+        let expected = none.process(batch.clone());
+        assert_eq!(all.process(batch.clone()), expected);
+        assert_eq!(tiny.process(batch), expected);
+        for k in (0..50).map(|k| format!("k{k}")) {
+            let state = (
+                none.value_state::<i64>("count", &k),
+                none.value_state::<String>("name", &k),
+            );
+            assert_eq!(
+                (all.value_state("count", &k), all.value_state("name", &k)),
+                state
+            );
+            assert_eq!(
+                (tiny.value_state("count", &k), tiny.value_state("name", &k)),
+                state
+            );
+        }
+    }
+    let (none, all, tiny) = (none.take_calls(), all.take_calls(), tiny.take_calls());
+    assert_eq!((none.load_slots, none.key_ids, none.store_ids), (0, 0, 0));
+    assert_eq!((all.load, all.store), (0, 0));
+    // The full cache asked the host once per key, the first time: two states, 50 keys.
+    assert_eq!(all.load_slots, 2);
+    // Key ids once per batch; written back after each of the 6 calls, both states.
+    assert_eq!((all.key_ids, all.store_ids), (6, 2 * 6));
+    // Over its budget, the tiny one writes back at the end of every batch and loads again.
+    assert_eq!((tiny.load_slots, tiny.load), (2 * 6, 0));
+}
+
+#[test]
+fn the_forget_batch_writes_back_and_the_ids_start_over() {
+    let mut h = Harness::<Tally<{ 8 << 20 }>>::new();
+    let mut reference = Harness::<Tally<0>>::new();
+    for (i, batch) in tally_batches(40).into_iter().enumerate() {
+        let expected = reference.process(batch.clone());
+        assert_eq!(h.process(batch), expected, "batch {i}");
+        if i % 2 == 0 {
+            h.forget_key_ids();
+        }
+    }
+    for k in (0..40).map(|k| format!("k{k}")) {
+        assert_eq!(
+            h.value_state::<String>("name", &k),
+            reference.value_state::<String>("name", &k)
+        );
+    }
+}
+
+#[test]
+fn a_restart_loses_nothing_written_back() {
+    // The harness writes back after every call, as the host does before a checkpoint; a new
+    // instance starts with an empty cache and reads what was written back.
+    let mut h = Harness::<Tally<{ 8 << 20 }>>::new();
+    let batches = tally_batches(20);
+    let mut reference = Harness::<Tally<0>>::new();
+    for batch in batches {
+        let expected = reference.process(batch.clone());
+        assert_eq!(h.process(batch), expected);
+        h.restart();
+    }
+}
+
+#[test]
+fn states_with_a_ttl_are_loaded_and_stored_every_batch() {
+    #[derive(Default)]
+    struct Expiring;
+    impl Operator for Expiring {
+        fn process(&mut self, ctx: &mut Context, _: Record<'_>) -> Result<()> {
+            let n =
+                ctx.value_state_with_ttl::<u64>("n", Ttl::new(std::time::Duration::from_secs(60)));
+            n.set(&(n.get()?.unwrap_or(0) + 1))
+        }
+    }
+    let mut h = Harness::<Expiring>::new();
+    h.process([("a", ""), ("b", "")]);
+    h.process([("a", "")]);
+    let calls = h.take_calls();
+    assert_eq!(
+        (calls.load, calls.store, calls.load_slots, calls.store_ids),
+        (2, 2, 0, 0)
+    );
+    assert_eq!(h.value_state::<u64>("n", "a"), Some(2));
 }
 
 /// Emits a 1 KiB value per record.
@@ -597,7 +744,10 @@ fn reads_only_store_nothing() {
     let mut h = Harness::<ReadsOnly>::new();
     h.process([("k", ""), ("k", ""), ("j", "")]);
     let calls = h.take_calls();
-    assert_eq!((calls.load, calls.store), (3, 0));
+    assert_eq!(
+        (calls.load, calls.load_slots, calls.store, calls.store_ids),
+        (2, 1, 0, 0)
+    );
 }
 
 #[test]
@@ -665,6 +815,13 @@ impl Backend for BadHost {
         vec![1, 2, 3]
     }
     fn store(&mut self, _: usize, _: &[&[u8]], _: &[u8]) {}
+    fn load_slots(&mut self, _: usize, _: &[&[u8]], _: &[u32]) -> Vec<u8> {
+        vec![1, 2, 3]
+    }
+    fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32> {
+        (0..keys.len() as u32).collect()
+    }
+    fn store_ids(&mut self, _: usize, _: &[u8]) {}
     fn emit(&mut self, _: &[u8]) {}
     fn update_timers(&mut self, _: &[&[u8]], _: &[u8]) {}
     fn current_watermark(&mut self) -> Option<i64> {

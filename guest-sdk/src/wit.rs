@@ -119,6 +119,24 @@ impl Backend for WitBackend {
         }
     }
 
+    fn load_slots(&mut self, state: usize, _keys: &[&[u8]], slots: &[u32]) -> Vec<u8> {
+        match &self.states[state] {
+            WitState::Value(s) => s.load_slots(slots),
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+
+    fn key_ids(&mut self, _keys: &[&[u8]]) -> Vec<u32> {
+        state::key_ids()
+    }
+
+    fn store_ids(&mut self, state: usize, changes: &[u8]) {
+        match &self.states[state] {
+            WitState::Value(s) => s.store_ids(changes),
+            _ => unreachable!("state kinds are checked when a handle is made"),
+        }
+    }
+
     fn emit(&mut self, records: &[u8]) {
         output::emit(records);
     }

@@ -520,6 +520,22 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
                 "limits.host_memory",
             ],
         ),
+        // A guest that keeps values from batch to batch writes them back by the host's key
+        // ids: only ids the host gave, and not into a state with a TTL.
+        (
+            "keyed-write-back",
+            "k write-back written\n",
+            "",
+            FailureKind::Trap,
+            &["state \"written\": store-ids was given key id 1000000, but the host gave 1 ids"],
+        ),
+        (
+            "keyed-write-back-ttl",
+            "k write-back ttl\n",
+            "",
+            FailureKind::Trap,
+            &["state \"ttl\" has a TTL: its changes cannot be written back by key id"],
+        ),
         // Text from a guest reaches weir's messages escaped and cut.
         (
             "forge",

@@ -1,10 +1,19 @@
 //! Batches (host to guest): the key table, then records that refer to keys by slot.
 
 use crate::key_table::read_key_table;
+use crate::primitives::NONE;
 use crate::primitives::{
     DecodeError, Reader, SHORT, put_bytes, put_i64, put_short_tail, put_u8, put_u32,
 };
 use crate::record::{HAS_KEY, HAS_TIMESTAMP, Kind, RecordRef, SECOND_INPUT, header};
+
+/// The `process` buffer that is no batch but tells the guest to write back every state
+/// change it holds (`value-state.store-ids`): a key count of [`NONE`] and nothing after it.
+/// The host sends it before it snapshots the state of a guest that writes back.
+pub const WRITE_BACK: [u8; 4] = NONE.to_le_bytes();
+/// [`WRITE_BACK`], after which the guest forgets every key id and what it holds by them: the
+/// host gives the ids to other keys next.
+pub const FORGET: [u8; 4] = (NONE - 1).to_le_bytes();
 
 /// Writes a batch: first the key table, then records that refer to keys by slot.
 ///

@@ -27,7 +27,7 @@ mod state_ops;
 mod timers;
 mod window;
 
-pub use batch::{BatchReader, BatchRecord, BatchWriter};
+pub use batch::{BatchReader, BatchRecord, BatchWriter, FORGET, WRITE_BACK};
 pub use key_table::read_key_table;
 pub use map_load::{LARGE_MAP, MAP_LOAD_LIMIT, MapLoad, read_map_load};
 pub use output::{OutputReader, OutputWriter};

@@ -1,5 +1,6 @@
 //! State changes (guest to host): the state-store buffer, `(u32 key-slot, u8 op, payload)`
-//! until the end, one buffer per state and batch.
+//! until the end, one buffer per state and batch (a value state's write-back buffer is the
+//! same with key ids in place of key slots).
 //!
 //! Each state kind numbers its ops on its own (op 1 is a value's set, a list's replace and a
 //! map's put), so the op bytes are written and read only here, one type per kind: a list op

@@ -7,9 +7,17 @@
 //! recorded per slot; at the end of the batch the changes of every touched slot go back in one
 //! `store()`. Nothing is hashed or allocated per record in the
 //! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
+//!
+//! A value state without a TTL also keeps its values from batch to batch (`held`, up to
+//! [`Operator::STATE_CACHE_BYTES`](crate::Operator::STATE_CACHE_BYTES)): its first read in a
+//! batch asks the host only for the keys it does not hold, and its changes stay in the guest
+//! until the host asks for them before a checkpoint.
 
 pub(crate) mod codec;
 mod handle;
+mod held;
+
+pub(crate) use held::KeyIds;
 mod list;
 mod map;
 mod operator;
@@ -144,13 +152,17 @@ enum Cache {
 }
 
 impl StateEntry {
+    /// A state whose values, for a value state without a TTL, are kept from batch to batch
+    /// up to `held_bytes` (0: never).
     pub(crate) fn new(
         name: &str,
         kind: StateKind,
         ttl: Option<Ttl>,
         codec: Codec,
         handle: usize,
+        held_bytes: usize,
     ) -> Self {
+        let held = (ttl.is_none() && held_bytes > 0).then_some(held_bytes);
         StateEntry {
             name: name.to_owned(),
             kind,
@@ -160,7 +172,7 @@ impl StateEntry {
             epoch: 0,
             batch: Batch::default(),
             cache: match kind {
-                StateKind::Value => Cache::Value(ValueCache::default()),
+                StateKind::Value => Cache::Value(ValueCache::new(held)),
                 StateKind::List => Cache::List(ListCache::default()),
                 StateKind::Map => Cache::Map(MapCache::default()),
             },
@@ -194,20 +206,69 @@ impl StateEntry {
         }
     }
 
-    /// Writes this batch's changes in the store encoding into `out` (cleared first); false
-    /// when the state has none.
-    pub(crate) fn changes(&self, epoch: u64, out: &mut Vec<u8>) -> bool {
+    /// Whether batch `epoch` changed the state and its write-back cache keeps the changes
+    /// ([`finish`](Self::finish) then needs the batch's key ids).
+    pub(crate) fn keeps_changes(&self, epoch: u64) -> bool {
+        self.epoch == epoch
+            && self.batch.n_touched > 0
+            && matches!(&self.cache, Cache::Value(c) if c.held.is_some())
+    }
+
+    /// Ends the batch of the state: writes its changes into `out` (cleared first) in the
+    /// encoding of the host call that takes them, or keeps them in its write-back cache
+    /// (`ids`: the key ids of the batch's slots, when it [`keeps_changes`](Self::keeps_changes)).
+    pub(crate) fn finish(&mut self, epoch: u64, ids: &[u32], out: &mut Vec<u8>) -> Changes {
         out.clear();
         if self.epoch != epoch || self.batch.n_touched == 0 {
-            return false;
+            return Changes::None;
         }
-        match &self.cache {
+        match &mut self.cache {
+            Cache::Value(c) if c.held.is_some() => {
+                if !c.keep_changes(&self.batch, ids) {
+                    return Changes::None;
+                }
+                let held = c.held.as_mut().expect("checked");
+                held.write_back(out);
+                held.forget();
+                return Changes::ById;
+            }
             Cache::Value(c) => c.write_changes(&self.batch, out),
             Cache::List(c) => c.write_changes(&self.batch, out),
             Cache::Map(c) => c.write_changes(&self.batch, out),
         }
-        !out.is_empty()
+        match out.is_empty() {
+            true => Changes::None,
+            false => Changes::BySlot,
+        }
     }
+
+    /// Writes the changes its write-back cache holds into `out` (cleared first), and forgets
+    /// what it holds if `forget`; false when it had no changes.
+    pub(crate) fn write_back(&mut self, forget: bool, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let Cache::Value(ValueCache {
+            held: Some(held), ..
+        }) = &mut self.cache
+        else {
+            return false;
+        };
+        let changed = held.has_changes();
+        held.write_back(out);
+        if forget {
+            held.forget();
+        }
+        changed
+    }
+}
+
+/// What a state did with a batch's changes ([`StateEntry::finish`]).
+pub(crate) enum Changes {
+    /// None to send (none, or kept in the write-back cache).
+    None,
+    /// For `store`.
+    BySlot,
+    /// For `store-ids`: the write-back cache was over its budget, and is empty now.
+    ById,
 }
 
 /// Declares keyed state `name` of `kind` with `ttl` in `codec` (`None`: the operator's), or
@@ -248,8 +309,9 @@ pub(crate) fn declare(
         return Ok(i);
     }
     let handle = core.backend.declare_state(kind, name, ttl.as_ref());
+    let held_bytes = core.held_bytes;
     core.states
-        .push(StateEntry::new(name, kind, ttl, codec, handle));
+        .push(StateEntry::new(name, kind, ttl, codec, handle, held_bytes));
     Ok(core.states.len() - 1)
 }
 
@@ -268,6 +330,8 @@ pub(crate) struct Access<'x> {
     handle: usize,
     backend: &'x mut dyn Backend,
     keys: &'x [&'x [u8]],
+    key_ids: &'x mut KeyIds,
+    epoch: u64,
 }
 
 impl<'x> Access<'x> {
@@ -279,6 +343,7 @@ impl<'x> Access<'x> {
         slot: Option<u32>,
         backend: &'x mut dyn Backend,
         keys: &'x [&'x [u8]],
+        key_ids: &'x mut KeyIds,
     ) -> Result<Self> {
         let Some(slot) = slot.filter(|&s| (s as usize) < keys.len()) else {
             return Err(Error::msg(format!(
@@ -298,6 +363,8 @@ impl<'x> Access<'x> {
             handle: entry.handle,
             backend,
             keys,
+            key_ids,
+            epoch,
         })
     }
 
@@ -317,37 +384,52 @@ impl<'x> Access<'x> {
             self.backend,
             self.handle,
             self.keys,
+            (self.key_ids, self.epoch),
             self.name,
             self.codec,
         )
     }
 }
 
-/// Calls `load()` for the batch's keys and keeps the answer in `batch`.
+/// Calls `load()` for the batch's keys and keeps the answer in `batch` (for a state with a
+/// write-back cache, `load-slots()` of what the cache does not hold, by the batch's
+/// `key_ids`).
+#[allow(clippy::too_many_arguments)]
 fn load(
     batch: &mut Batch,
     cache: &mut Cache,
     backend: &mut dyn Backend,
     handle: usize,
     keys: &[&[u8]],
+    (key_ids, epoch): (&mut KeyIds, u64),
     name: &str,
     codec: Codec,
 ) -> Result<()> {
-    let buf = backend.load(handle, keys);
+    let buf = match cache {
+        Cache::Value(c) if c.held.is_some() => {
+            let ids = key_ids.of_batch(epoch, backend, keys).map_err(Error::msg)?;
+            c.load_held(backend, handle, keys, ids, codec)
+                .map_err(|e| load_error(e, name, keys.len()))?;
+            batch.loaded = true;
+            return Ok(());
+        }
+        _ => backend.load(handle, keys),
+    };
     let parsed = match cache {
         Cache::Value(c) => c.apply_load(&buf, codec),
         Cache::List(c) => c.apply_load(&buf),
         Cache::Map(c) => c.apply_load(&buf),
     };
-    parsed.map_err(|e| {
-        Error::new(e).context(format!(
-            "state \"{name}\": the host's load() answer does not match the batch's {} keys",
-            keys.len()
-        ))
-    })?;
+    parsed.map_err(|e| load_error(e, name, keys.len()))?;
     batch.buf = buf;
     batch.loaded = true;
     Ok(())
+}
+
+fn load_error(e: weir_wire::DecodeError, name: &str, n_keys: usize) -> Error {
+    Error::new(e).context(format!(
+        "state \"{name}\": the host's load() answer does not match the batch's {n_keys} keys"
+    ))
 }
 
 fn encode_error(name: &str, e: CodecError) -> Error {

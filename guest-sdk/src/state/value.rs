@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 use weir_wire::{DecodeError, Reader, ValueOp, put_value_op, put_value_set_short};
 
 use super::codec::{Codec, Int, Span, cbor_int, decode, decode_int, encode, int_bytes, int_of};
+use super::held::{Held, Kept};
 use super::{Access, Batch, Cache, StateId, decode_error, encode_error, expect_end};
+use crate::backend::Backend;
 use crate::{Context, Result};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -28,6 +30,8 @@ enum Val {
     /// the order of the batch's keys, as good as random, and fewer cache lines are missed.
     Unsigned(u64),
     Negative(i64),
+    /// Bytes the state's write-back cache holds for this key id.
+    Held(u32),
 }
 
 const _: () = assert!(std::mem::size_of::<Val>() == 16);
@@ -42,15 +46,49 @@ impl Val {
     }
 }
 
+impl Val {
+    /// A slot's value from what the cache holds for key id `id` (known).
+    fn of_kept(kept: &Kept, id: u32) -> Val {
+        match kept {
+            Kept::Absent => Val::Absent,
+            Kept::Unsigned(n) => Val::Unsigned(*n),
+            Kept::Negative(n) => Val::Negative(*n),
+            Kept::Bytes(_) => Val::Held(id),
+            Kept::Unknown => Val::Unknown,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct ValueCache {
     slots: Vec<Val>,
+    /// The values kept from batch to batch (see `held`), for a state without a TTL.
+    pub(super) held: Option<Held>,
+    /// Reused: the slots a batch asks the host for.
+    misses: Vec<u32>,
 }
 
 impl ValueCache {
+    /// A cache of a state whose values are kept from batch to batch up to `held_bytes`
+    /// (none: loaded and stored in every batch).
+    pub(super) fn new(held_bytes: Option<usize>) -> Self {
+        ValueCache {
+            held: held_bytes.map(Held::new),
+            ..ValueCache::default()
+        }
+    }
+
     pub(super) fn reset(&mut self, n_keys: usize) {
         self.slots.clear();
         self.slots.resize(n_keys, Val::Unknown);
+    }
+
+    /// The bytes of a [`Val::Held`].
+    fn held_bytes(&self, id: u32) -> &[u8] {
+        match self.held.as_ref().map(|h| h.get(id)) {
+            Some(Kept::Bytes(v)) => v,
+            _ => unreachable!("a held slot refers to bytes the cache holds"),
+        }
     }
 
     /// Fills the slots this batch has not written from the load answer, integers of a state
@@ -76,6 +114,82 @@ impl ValueCache {
         expect_end(&r, buf)
     }
 
+    /// Fills the slots this batch has not written from the write-back cache, and those it
+    /// does not hold from the host (`load-slots`), which it then holds. `ids`: the key id
+    /// of each slot.
+    pub(super) fn load_held(
+        &mut self,
+        backend: &mut dyn Backend,
+        handle: usize,
+        keys: &[&[u8]],
+        ids: &[u32],
+        codec: Codec,
+    ) -> std::result::Result<(), DecodeError> {
+        let ValueCache {
+            slots,
+            held,
+            misses,
+        } = self;
+        let held = held.as_mut().expect("a state with a write-back cache");
+        misses.clear();
+        for ((slot, val), &id) in slots.iter_mut().enumerate().zip(ids) {
+            if let Val::Unknown = val {
+                *val = Val::of_kept(held.get(id), id);
+                if let Val::Unknown = val {
+                    misses.push(slot as u32);
+                }
+            }
+        }
+        if misses.is_empty() {
+            return Ok(());
+        }
+        let buf = backend.load_slots(handle, keys, misses);
+        let mut r = Reader::new(&buf, "value-state load-slots");
+        for &slot in misses.iter() {
+            let kept = match r.opt_bytes()? {
+                None => Kept::Absent,
+                Some(bytes) => match cbor_int(bytes).filter(|_| codec == Codec::Cbor) {
+                    Some(Int::Unsigned(n)) => Kept::Unsigned(n),
+                    Some(Int::Negative(n)) => Kept::Negative(n),
+                    None => Kept::Bytes(bytes.to_vec()),
+                },
+            };
+            let id = ids[slot as usize];
+            slots[slot as usize] = Val::of_kept(&kept, id);
+            held.hold(id, kept);
+        }
+        expect_end(&r, &buf)
+    }
+
+    /// Keeps this batch's changes in the write-back cache; true when it is then over its
+    /// budget (and must be written back and emptied). `ids`: the key id of each slot.
+    pub(super) fn keep_changes(&mut self, batch: &Batch, ids: &[u32]) -> bool {
+        let held = self.held.as_mut().expect("a state with a write-back cache");
+        for &slot in batch.touched() {
+            let id = ids[slot as usize];
+            let written = match self.slots[slot as usize] {
+                Val::Unsigned(n) => Kept::Unsigned(n),
+                Val::Negative(n) => Kept::Negative(n),
+                Val::Absent => Kept::Absent,
+                Val::Written(span) => {
+                    let bytes = span.get(&batch.arena);
+                    held.change(id, |kept| match kept {
+                        Kept::Bytes(v) => {
+                            v.clear();
+                            v.extend_from_slice(bytes);
+                        }
+                        _ => *kept = Kept::Bytes(bytes.to_vec()),
+                    });
+                    continue;
+                }
+                // A touched slot holds what was written last.
+                Val::Unknown | Val::Stored(_) | Val::Held(_) => continue,
+            };
+            held.change(id, |kept| *kept = written);
+        }
+        held.over_budget()
+    }
+
     pub(super) fn write_changes(&self, batch: &Batch, out: &mut Vec<u8>) {
         for &slot in batch.touched() {
             match self.slots[slot as usize] {
@@ -83,7 +197,7 @@ impl ValueCache {
                 Val::Unsigned(n) => put_int_op(out, slot, Int::Unsigned(n)),
                 Val::Negative(n) => put_int_op(out, slot, Int::Negative(n)),
                 Val::Absent => put_value_op(out, slot, ValueOp::Clear),
-                Val::Unknown | Val::Stored(_) => {}
+                Val::Unknown | Val::Stored(_) | Val::Held(_) => {}
             }
         }
     }
@@ -194,6 +308,10 @@ impl<'c, T: Serialize + DeserializeOwned> ValueState<'c, T> {
                 }
                 Val::Stored(span) => span.get(&a.batch.buf),
                 Val::Written(span) => span.get(&a.batch.arena),
+                Val::Held(id) => match &*a.cache {
+                    Cache::Value(c) => c.held_bytes(id),
+                    _ => unreachable!("state kinds are checked when a handle is made"),
+                },
                 Val::Absent | Val::Unknown => return Ok(None),
             };
             decode(a.codec, bytes)

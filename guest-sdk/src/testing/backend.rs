@@ -43,6 +43,9 @@ pub(super) struct Store {
     output: Vec<Output>,
     logs: Vec<(Level, String)>,
     calls: HostCalls,
+    /// The keys given ids (`key_ids`), by id, and the ids by key.
+    key_ids: Vec<Vec<u8>>,
+    id_of: std::collections::HashMap<Vec<u8>, u32>,
     /// Operator states by name; the index of a name is its handle.
     operator_states: Vec<(String, Redistribution, Vec<Vec<u8>>)>,
 }
@@ -56,6 +59,9 @@ pub(crate) struct HostCalls {
     pub(crate) map_get: usize,
     pub(crate) map_entries: usize,
     pub(crate) store: usize,
+    pub(crate) load_slots: usize,
+    pub(crate) key_ids: usize,
+    pub(crate) store_ids: usize,
     pub(crate) emit: usize,
     pub(crate) timers: usize,
     /// Timer changes in all `timers` calls.
@@ -162,6 +168,13 @@ impl Store {
         &self.logs
     }
 
+    /// Starts the key ids over, as the host does after the forget batch.
+    #[cfg(test)]
+    pub(super) fn forget_key_ids(&mut self) {
+        self.key_ids.clear();
+        self.id_of.clear();
+    }
+
     /// Host calls made since the last call.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn take_calls(&mut self) -> HostCalls {
@@ -253,6 +266,59 @@ impl Backend for MemoryBackend {
             }
         }
         buf
+    }
+
+    fn load_slots(&mut self, state: usize, keys: &[&[u8]], slots: &[u32]) -> Vec<u8> {
+        self.0.borrow_mut().calls.load_slots += 1;
+        assert!(
+            slots.windows(2).all(|w| w[0] < w[1]),
+            "weir-sdk bug: load-slots of {slots:?}, not in increasing order (the host traps)"
+        );
+        let store = self.0.borrow();
+        let data = &store.states[state].data;
+        let mut buf = Vec::new();
+        for &slot in slots {
+            let value = match data.get(key_at(keys, slot)) {
+                Some(Stored::Value(v)) => Some(&v[..]),
+                _ => None,
+            };
+            put_opt_bytes(&mut buf, value);
+        }
+        buf
+    }
+
+    fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32> {
+        let mut store = self.0.borrow_mut();
+        store.calls.key_ids += 1;
+        let Store { key_ids, id_of, .. } = &mut *store;
+        keys.iter()
+            .map(|key| {
+                *id_of.entry(key.to_vec()).or_insert_with(|| {
+                    key_ids.push(key.to_vec());
+                    key_ids.len() as u32 - 1
+                })
+            })
+            .collect()
+    }
+
+    fn store_ids(&mut self, state: usize, changes: &[u8]) {
+        let mut store = self.0.borrow_mut();
+        store.calls.store_ids += 1;
+        let Store {
+            states, key_ids, ..
+        } = &mut *store;
+        let data = &mut states[state].data;
+        for op in read_value_ops(changes) {
+            let (id, op) = op.expect("weir-sdk bug: malformed value-state write-back");
+            let key = match key_ids.get(id as usize) {
+                Some(key) => key.clone(),
+                None => panic!("weir-sdk bug: write-back of key id {id}, which was not given"),
+            };
+            match op {
+                ValueOp::Set(v) => data.insert(key, Stored::Value(v.to_vec())),
+                ValueOp::Clear => data.remove(&key),
+            };
+        }
     }
 
     fn map_get(

@@ -7,10 +7,11 @@ use std::fmt;
 use std::rc::Rc;
 
 use serde::de::DeserializeOwned;
-use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
+use weir_wire::{BatchWriter, TimeDomain, WRITE_BACK, write_fired_timers};
 
 use super::backend::{HostCalls, MemoryBackend, Store};
 use super::{Input, Output};
+use crate::operator::DEFAULT_STATE_CACHE_BYTES;
 use crate::runtime::{Core, Instance, OpenInfo};
 use crate::{Codec, Context, Level, OpenContext, Operator, Result};
 
@@ -284,7 +285,9 @@ impl<T: Operator + Default> Harness<T> {
             writer.record(slot, input.kind, input.timestamp, &input.value);
         }
         let batch = writer.finish();
-        let result = self.instance().and_then(|i| i.process(&batch));
+        let result = self
+            .instance()
+            .and_then(|i| written_back(i, |i| i.process(&batch)));
         let output = self.take_output();
         result.map(|()| output)
     }
@@ -391,7 +394,9 @@ impl<T: Operator + Default> Harness<T> {
             }
             let mut buf = Vec::new();
             write_fired_timers(&mut buf, &keys, fired.into_iter());
-            let result = self.instance().and_then(|i| i.on_timers(&buf));
+            let result = self
+                .instance()
+                .and_then(|i| written_back(i, |i| i.on_timers(&buf)));
             outputs.extend(self.take_output());
             result?;
         }
@@ -434,6 +439,15 @@ impl<T: Operator + Default> Harness<T> {
         self.instance = None;
         let output = self.take_output();
         result.map(|()| output)
+    }
+
+    /// Sends the forget batch, as the host does when its key ids are too many: the instance
+    /// writes back and forgets what it keeps from batch to batch, and the ids start over.
+    #[cfg(test)]
+    pub(crate) fn forget_key_ids(&mut self) {
+        let result = self.instance().and_then(|i| i.process(&weir_wire::FORGET));
+        expect_ok("the forget batch", result);
+        self.store.borrow_mut().forget_key_ids();
     }
 
     /// Drops the operator instance as a failure would; state and timers stay. The next call
@@ -613,6 +627,17 @@ impl<T: Operator + Default> Harness<T> {
     }
 }
 
+/// Runs `call` on the instance and, if it succeeds, has the instance write back what its
+/// value states keep from batch to batch, as the host does before every checkpoint: what
+/// the harness holds is then all the operator wrote.
+fn written_back<T: Operator>(
+    instance: &mut Instance<T>,
+    call: impl FnOnce(&mut Instance<T>) -> Result<()>,
+) -> Result<()> {
+    call(instance)?;
+    instance.process(&WRITE_BACK)
+}
+
 fn decode_or_panic<V: DeserializeOwned>(codec: Codec, name: &str, bytes: &[u8]) -> V {
     match crate::state::codec::decode(codec, bytes) {
         Ok(v) => v,
@@ -626,6 +651,7 @@ pub fn doc_context<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
     let core = RefCell::new(Core::new(
         Box::new(MemoryBackend::default()),
         Codec::default(),
+        DEFAULT_STATE_CACHE_BYTES,
     ));
     let mut ctx = Context::new(&core, &[]);
     f(&mut ctx)
@@ -637,6 +663,7 @@ pub fn doc_open_context<R>(f: impl FnOnce(&mut OpenContext<'_>) -> R) -> R {
     let core = RefCell::new(Core::new(
         Box::new(MemoryBackend::default()),
         Codec::default(),
+        DEFAULT_STATE_CACHE_BYTES,
     ));
     let info = default_info();
     let mut ctx = OpenContext::new(&info, &core);

@@ -340,6 +340,20 @@ impl Slots {
         }
     }
 
+    /// Adds slot `slot` of `other` (its key, key group and event time) as a slot of these;
+    /// returns its slot here.
+    pub fn push_slot_of(&mut self, other: &Slots, slot: usize) -> u32 {
+        let s = other.slots[slot];
+        let (at, _) = self.slot_of(other.key(slot), || s.group);
+        self.note_time(at, s.time);
+        at
+    }
+
+    /// The bytes of the keys.
+    pub fn key_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Notes that a record of `slot`'s key has event time `ts`.
     pub fn note_time(&mut self, slot: u32, ts: i64) {
         if let Some(s) = self.slots.get_mut(slot as usize) {
@@ -629,6 +643,11 @@ impl KeyedState {
     }
 
     /// The TTL of `id`, if it has one that is on.
+    /// Whether state `id` has a TTL.
+    pub fn has_ttl(&self, id: StateId) -> bool {
+        self.ttl(id).is_some()
+    }
+
     fn ttl(&self, id: StateId) -> Option<Ttl> {
         self.states[id.0].ttl.filter(Ttl::active)
     }

@@ -1,7 +1,7 @@
 //! An operator subtask running a component instance.
 
 use wasmtime::{Store, Trap};
-use weir_wire::{BatchWriter, TimeDomain, write_fired_timers};
+use weir_wire::{BatchWriter, FORGET, TimeDomain, WRITE_BACK, write_fired_timers};
 
 use super::OperatorComponent;
 use super::Processor;
@@ -37,6 +37,8 @@ pub(crate) struct WasmOperator {
     start_bytes: u64,
     /// The firing of timers under way, which goes on in the next call of the same time.
     firing: Option<Firing>,
+    /// Whether `close` was called: the guest has written back what it kept and is gone.
+    closed: bool,
 }
 
 /// A firing of timers that went on over several calls of the guest (see
@@ -72,11 +74,12 @@ impl WasmOperator {
     /// An instance of `component` (new code, or the same) that carries on with what the host
     /// holds for this one: its keyed state, timers and operator state.
     pub(crate) fn carry_on(
-        self,
+        mut self,
         component: &OperatorComponent,
         ctx: OperatorContext,
         clock: crate::clock::Clock,
     ) -> Result<Self, OperatorError> {
+        self.write_back()?;
         let firing = self.firing;
         let held = self.store.into_data().into_held();
         let data = HostState::with_held(ctx, held, clock, component.limits, &component.grants)
@@ -122,6 +125,7 @@ impl WasmOperator {
             calls: 0,
             start_bytes,
             firing: None,
+            closed: false,
         })
     }
 
@@ -135,6 +139,7 @@ impl WasmOperator {
         out: &mut Batch,
         describe: Describe,
     ) -> Result<(), OperatorError> {
+        self.bound_key_ids()?;
         // Deduplicate the batch's keys into slots; the guest sees each key once.
         self.begin(Hook::Process);
         let data = self.store.data_mut();
@@ -168,6 +173,39 @@ impl WasmOperator {
             .weir_stream_operator()
             .call_process(&mut self.store, &self.buf);
         self.end(result, Some((input, describe)), out)
+    }
+
+    /// Has a guest that keeps state changes from call to call write them back (the
+    /// write-back batch, see `wit/stream.wit`), so that the host holds all of its state.
+    fn write_back(&mut self) -> Result<(), OperatorError> {
+        self.send_write_back(&WRITE_BACK)
+    }
+
+    /// Before a call: when the key ids given out are too many, has the guest write back and
+    /// forget them (the forget batch), and starts them over.
+    fn bound_key_ids(&mut self) -> Result<(), OperatorError> {
+        if !self.store.data().key_ids_full() {
+            return Ok(());
+        }
+        self.send_write_back(&FORGET)?;
+        self.store.data_mut().forget_key_ids();
+        Ok(())
+    }
+
+    /// Sends `batch`, the write-back or the forget batch, to a guest that writes back.
+    fn send_write_back(&mut self, batch: &[u8; 4]) -> Result<(), OperatorError> {
+        if self.closed || !self.store.data().writes_back() {
+            return Ok(());
+        }
+        self.begin(Hook::WriteBack);
+        self.buf.clear();
+        self.buf.extend_from_slice(batch);
+        let result = self
+            .bindings
+            .weir_stream_operator()
+            .call_process(&mut self.store, &self.buf);
+        // Emitting is refused (`output::Host::emit`): nothing comes out.
+        self.end(result, None, &mut Batch::default())
     }
 
     /// Starts a call of `hook` (see [`HostState::begin`]), with its execution deadline.
@@ -310,6 +348,7 @@ impl WasmOperator {
         fired: &[(i64, crate::state::Key)],
         out: &mut Batch,
     ) -> Result<(), OperatorError> {
+        self.bound_key_ids()?;
         self.begin(Hook::OnTimers);
         let data = self.store.data_mut();
         let mut keys: Vec<&[u8]> = Vec::new();
@@ -414,10 +453,12 @@ impl Operator for WasmOperator {
             .bindings
             .weir_stream_operator()
             .call_close(&mut self.store);
+        self.closed = true;
         self.end(result, None, out).map(|()| false)
     }
 
     fn snapshot(&mut self, n: u64, snapshot: &mut Snapshot) -> Result<(), OperatorError> {
+        self.write_back()?;
         self.store.data_mut().snapshot(n, snapshot)
     }
 

@@ -32,6 +32,12 @@ use crate::state::{
 };
 use crate::state::{restore_operator_states, snapshot_operator_states};
 
+/// The most keys given an id ([`HostState::key_ids_full`]): a word count's subtask meets
+/// some 50,000 distinct words of 100,000.
+const MAX_KEY_IDS: usize = 1 << 17;
+/// The most bytes of keys given an id.
+const MAX_KEY_ID_BYTES: usize = 16 << 20;
+
 /// The longest name of a state or side output, in bytes.
 const MAX_NAME: usize = 1024;
 /// The characters of a guest's error message that go into weir's own messages.
@@ -44,6 +50,8 @@ pub(crate) enum Hook {
     Process,
     OnTimers,
     Close,
+    /// `process` with the write-back batch.
+    WriteBack,
 }
 
 impl std::fmt::Display for Hook {
@@ -53,6 +61,7 @@ impl std::fmt::Display for Hook {
             Hook::Process => "process",
             Hook::OnTimers => "on-timers",
             Hook::Close => "close",
+            Hook::WriteBack => "process (the write-back of its state)",
         })
     }
 }
@@ -67,6 +76,13 @@ pub(crate) struct HostState {
     declared: Vec<Declared>,
     /// The distinct keys of the current call.
     slots: Slots,
+    /// Reused: the keys of a `load-slots` or `store-ids` call.
+    picked: Slots,
+    /// The keys given an id (`key-ids`) so far, by id.
+    key_ids: Slots,
+    /// Whether the guest keeps values from call to call (it has called `key-ids`): it is
+    /// sent the write-back batch before every snapshot.
+    writes_back: bool,
     /// Whether a call that may use state, timers and output is in progress (not `open`).
     in_call: bool,
     /// Where emitted records go during a call.
@@ -175,6 +191,9 @@ impl HostState {
             state,
             declared: Vec::new(),
             slots: Slots::default(),
+            picked: Slots::default(),
+            key_ids: Slots::default(),
+            writes_back: false,
             in_call: false,
             out: Batch::default(),
             side_outputs: Vec::new(),
@@ -244,6 +263,23 @@ impl HostState {
     /// The hook being (or last) called.
     pub(crate) fn hook(&self) -> Hook {
         self.hook
+    }
+
+    /// Whether the guest keeps state changes from call to call, which it writes back when
+    /// sent the write-back batch.
+    pub(crate) fn writes_back(&self) -> bool {
+        self.writes_back
+    }
+
+    /// Whether the key ids given out hold more than [`MAX_KEY_IDS`] or [`MAX_KEY_ID_BYTES`]:
+    /// the guest is then sent the forget batch and the ids start over.
+    pub(crate) fn key_ids_full(&self) -> bool {
+        self.key_ids.len() > MAX_KEY_IDS || self.key_ids.key_bytes() > MAX_KEY_ID_BYTES
+    }
+
+    /// Starts the key ids over (after the forget batch).
+    pub(crate) fn forget_key_ids(&mut self) {
+        self.key_ids.clear();
     }
 
     /// Starts a call of `hook`: its deadline armed (when `deadline`), no keys, no output.

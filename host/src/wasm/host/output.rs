@@ -2,7 +2,7 @@
 
 use weir_wire::OutputReader;
 
-use super::{HostState, check_name, quoted};
+use super::{Hook, HostState, check_name, quoted};
 use crate::batch::Batch;
 use crate::wasm::limits::{Limit, LimitExceeded, bytes};
 use crate::wasm::weir::stream::output;
@@ -12,6 +12,12 @@ impl output::Host for HostState {
         if !self.in_call {
             return Err(wasmtime::format_err!(
                 "records were emitted outside of process, on-timers or close"
+            ));
+        }
+        if self.hook == Hook::WriteBack {
+            return Err(wasmtime::format_err!(
+                "records were emitted during the write-back of state before a checkpoint, which \
+                 must only write back"
             ));
         }
         self.emitted_bytes += records.len() as u64;

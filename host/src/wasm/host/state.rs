@@ -2,10 +2,12 @@
 //! operator state.
 
 use wasmtime::component::Resource;
+use weir_wire::{put_value_op, read_value_ops};
 
 use super::{Declared, HostState, quoted};
 use crate::state::{
-    MAP_LOAD_LIMIT, OperatorList, Redistribution, StateId, StateKind, Ttl, TtlUpdate, TtlVisibility,
+    MAP_LOAD_LIMIT, OperatorList, Redistribution, StateError, StateId, StateKind, Ttl, TtlUpdate,
+    TtlVisibility,
 };
 use crate::wasm::weir::stream::{state, types};
 
@@ -73,6 +75,87 @@ impl HostState {
         Ok(buf)
     }
 
+    /// `value-state.load-slots`: the values of `slots` of the current call, which must be
+    /// in increasing order.
+    fn load_slots(&mut self, rep: u32, slots: &[u32]) -> wasmtime::Result<Vec<u8>> {
+        let id = self.state_id(rep, StateKind::Value)?;
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.clear();
+        let mut last = None;
+        for &slot in slots {
+            if last.is_some_and(|last| slot <= last) || slot as usize >= self.slots.len() {
+                self.picked = picked;
+                return Err(wasmtime::format_err!(
+                    "state {}: load-slots was given key slot {slot} after {last:?}, in a call of \
+                     {} key slots; give each slot of the call at most once, in increasing order",
+                    quoted(self.state.name(id)),
+                    self.slots.len()
+                ));
+            }
+            last = Some(slot);
+            picked.push_slot_of(&self.slots, slot as usize);
+        }
+        let mut buf = Vec::with_capacity(slots.len() * 8);
+        let loaded = self.state.load(id, &picked, MAP_LOAD_LIMIT, &mut buf);
+        self.picked = picked;
+        loaded.map_err(|e| self.state_error(id, e))?;
+        Ok(buf)
+    }
+
+    /// `value-state.store-ids`: changes of keys named by id (`key-ids`), of a value state
+    /// without a TTL.
+    fn store_ids(&mut self, rep: u32, changes: &[u8]) -> wasmtime::Result<()> {
+        let id = self.state_id(rep, StateKind::Value)?;
+        let name = quoted(self.state.name(id));
+        if self.state.has_ttl(id) {
+            return Err(wasmtime::format_err!(
+                "state {name} has a TTL: its changes cannot be written back by key id (store-ids), \
+                 whose time the host cannot tell; send them with store in the call that made them"
+            ));
+        }
+        // The keys become the slots of a call of their own, so that the changes go through
+        // `store` as any other: the size limit and the memory accounting alike.
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.clear();
+        let mut by_slot = Vec::with_capacity(changes.len());
+        for op in read_value_ops(changes) {
+            let checked = match op {
+                Ok((key_id, _)) if key_id as usize >= self.key_ids.len() => {
+                    Err(wasmtime::format_err!(
+                        "state {name}: store-ids was given key id {key_id}, but the host gave {} ids",
+                        self.key_ids.len()
+                    ))
+                }
+                Ok(op) => Ok(op),
+                Err(cause) => Err(self.state_error(
+                    id,
+                    StateError::Decode {
+                        name: self.state.name(id).to_owned(),
+                        cause,
+                    },
+                )),
+            };
+            let (key_id, op) = match checked {
+                Ok(op) => op,
+                Err(e) => {
+                    self.picked = picked;
+                    return Err(e);
+                }
+            };
+            let slot = picked.push_slot_of(&self.key_ids, key_id as usize);
+            put_value_op(&mut by_slot, slot, op);
+        }
+        // In `slots` while stored, so that an error names the key.
+        let call = std::mem::replace(&mut self.slots, picked);
+        let limit = self.limits().state_value.as_u64();
+        let stored = (self.state)
+            .store(id, &self.slots, &by_slot, limit)
+            .map_err(|e| self.state_error(id, e));
+        self.picked = std::mem::replace(&mut self.slots, call);
+        stored?;
+        self.check_host_memory(|| format!("writing back state {name}"))
+    }
+
     fn store(&mut self, rep: u32, kind: StateKind, changes: &[u8]) -> wasmtime::Result<()> {
         let id = self.state_id(rep, kind)?;
         let limit = self.limits().state_value.as_u64();
@@ -85,7 +168,23 @@ impl HostState {
 
 impl types::Host for HostState {}
 
-impl state::Host for HostState {}
+impl state::Host for HostState {
+    fn key_ids(&mut self) -> wasmtime::Result<Vec<u32>> {
+        if !self.in_call {
+            return Err(wasmtime::format_err!(
+                "key-ids was called outside of process or on-timers"
+            ));
+        }
+        self.writes_back = true;
+        let HostState { slots, key_ids, .. } = self;
+        Ok((0..slots.len())
+            .map(|slot| {
+                let (id, _) = key_ids.slot_of(slots.key(slot), || slots.group(slot));
+                id
+            })
+            .collect())
+    }
+}
 
 /// The host side of one keyed-state resource of the WIT contract (value, list and map state
 /// differ in the kind they declare and check, and map state has point reads).
@@ -121,7 +220,23 @@ macro_rules! keyed_state_resource {
     };
 }
 
-keyed_state_resource!(HostValueState, ValueState, StateKind::Value);
+keyed_state_resource!(HostValueState, ValueState, StateKind::Value, {
+    fn load_slots(
+        &mut self,
+        s: Resource<state::ValueState>,
+        key_slots: Vec<u32>,
+    ) -> wasmtime::Result<Vec<u8>> {
+        HostState::load_slots(self, s.rep(), &key_slots)
+    }
+
+    fn store_ids(
+        &mut self,
+        s: Resource<state::ValueState>,
+        changes: Vec<u8>,
+    ) -> wasmtime::Result<()> {
+        HostState::store_ids(self, s.rep(), &changes)
+    }
+});
 keyed_state_resource!(HostListState, ListState, StateKind::List);
 keyed_state_resource!(HostMapState, MapState, StateKind::Map, {
     fn get(

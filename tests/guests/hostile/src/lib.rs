@@ -27,6 +27,7 @@
 //! | `fill N` | adds `N` elements of 1 KiB to list state `fill` of the record's key |
 //! | `forge` | logs, prints and fails with text that would forge log lines and terminal colours |
 //! | `err-big N` | fails with an error text of `N` bytes |
+//! | `write-back S` | writes back a value of the record's key into value state `S` through the raw `key-ids` and `store-ids` imports, and one of a key id the host never gave (`S` = `ttl`: a state with a TTL) |
 //!
 //! With `config = { spin_in_open = true }` the guest loops forever in `open`; with
 //! `sleep_in_open = true` it sleeps forever there. With `timer_bytes = N` each timer that fires
@@ -237,6 +238,7 @@ impl Operator for Hostile {
                 return Err(Error::msg(FORGED));
             }
             "err-big" => return Err(Error::msg("x".repeat(arg.parse()?))),
+            "write-back" => write_back(arg),
             _ => text.to_owned(),
         };
         ctx.emit(rec.key(), reply)
@@ -255,6 +257,31 @@ impl Operator for Hostile {
             format_args!("fired {}", timer.timestamp()),
         )
     }
+}
+
+/// `write-back S`, through the component's raw imports (none outside a component).
+#[cfg(target_arch = "wasm32")]
+fn write_back(state_name: &str) -> String {
+    use weir_sdk::__private::bindings::weir::stream::{state, types};
+    let ttl = (state_name == "ttl").then_some(types::Ttl {
+        ttl_ms: 60_000,
+        update: types::TtlUpdate::OnCreateAndWrite,
+        visibility: types::TtlVisibility::NeverReturnExpired,
+        time: types::TtlTime::ProcessingTime,
+    });
+    let mut changes = Vec::new();
+    for id in state::key_ids().into_iter().chain([1_000_000]) {
+        changes.extend(id.to_le_bytes());
+        // op 1 (set) of the one byte "x"
+        changes.extend([1, 1, 0, 0, 0, b'x']);
+    }
+    state::ValueState::new(state_name, ttl).store_ids(&changes);
+    "ok".to_owned()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn write_back(_: &str) -> String {
+    "write-back needs a component's imports".to_owned()
 }
 
 weir_sdk::export!(Hostile);
