@@ -51,6 +51,9 @@ pub(crate) trait Backend {
     fn store(&mut self, state: usize, keys: &[&[u8]], changes: &[u8]);
     /// The values of key slots `slots` (in increasing order) of a value state.
     fn load_slots(&mut self, state: usize, keys: &[&[u8]], slots: &[u32]) -> Vec<u8>;
+    /// Whether the host advises keeping values from batch to batch (its state is not in
+    /// memory).
+    fn write_back_advised(&mut self) -> bool;
     /// The host's id of each key of the current batch (`keys`).
     fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32>;
     /// Applies changes of a value state by key id (its write-back).

@@ -65,9 +65,10 @@
 //! - state is of the current record's key. The first read of a state in a batch loads its
 //!   values for every key of the batch in one call; reads and writes then hit a cache in the
 //!   guest; at the end of the batch each changed state goes back in one call.
-//!   [`ListState::add`] never loads. A value state without a TTL keeps its values from
-//!   batch to batch ([`Operator::STATE_CACHE_BYTES`]): a batch loads only the keys it does
-//!   not hold, and its changes go back when the host asks for them, before a checkpoint;
+//!   [`ListState::add`] never loads. With RocksDB state, a value state without a TTL keeps
+//!   its values from batch to batch ([`Operator::STATE_CACHE_BYTES`]): a batch loads only
+//!   the keys it does not hold, and its changes go back when the host asks for them, before
+//!   a checkpoint;
 //! - output is buffered and sent per 64 KiB and at the end of the batch;
 //! - timer changes are sent once per batch.
 //!

@@ -56,7 +56,9 @@ pub(crate) struct Core {
     deleted_in_firing: Option<FxSet<(u32, TimeDomain, i64)>>,
     store_buf: Vec<u8>,
     /// The budget of each value state's write-back cache ([`Operator::STATE_CACHE_BYTES`]).
-    pub(crate) held_bytes: usize,
+    held_bytes: usize,
+    /// Whether the host advises a write-back cache, once asked.
+    advised: Option<bool>,
     /// The host's ids of the batch's keys, for the write-back caches.
     pub(crate) key_ids: KeyIds,
 }
@@ -77,6 +79,7 @@ impl Core {
             deleted_in_firing: None,
             store_buf: Vec::new(),
             held_bytes,
+            advised: None,
             key_ids: KeyIds::default(),
         }
     }
@@ -177,9 +180,23 @@ impl Core {
         }
         Ok(())
     }
-}
 
-impl Core {
+    /// The budget of a value state's write-back cache: [`Operator::STATE_CACHE_BYTES`], or
+    /// 0 when the host does not advise one (its state is in memory).
+    pub(crate) fn held_bytes(&mut self) -> usize {
+        if self.held_bytes == 0 {
+            return 0;
+        }
+        let backend = &mut self.backend;
+        match *self
+            .advised
+            .get_or_insert_with(|| backend.write_back_advised())
+        {
+            true => self.held_bytes,
+            false => 0,
+        }
+    }
+
     /// Writes back what the states' write-back caches hold (one `store-ids` per state with
     /// changes), and forgets it if `forget`: the write-back and the forget batch.
     fn write_back(&mut self, forget: bool) {

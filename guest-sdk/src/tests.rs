@@ -818,6 +818,9 @@ impl Backend for BadHost {
     fn load_slots(&mut self, _: usize, _: &[&[u8]], _: &[u32]) -> Vec<u8> {
         vec![1, 2, 3]
     }
+    fn write_back_advised(&mut self) -> bool {
+        true
+    }
     fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32> {
         (0..keys.len() as u32).collect()
     }

@@ -126,6 +126,10 @@ impl Backend for WitBackend {
         }
     }
 
+    fn write_back_advised(&mut self) -> bool {
+        state::write_back_advised()
+    }
+
     fn key_ids(&mut self, _keys: &[&[u8]]) -> Vec<u32> {
         state::key_ids()
     }

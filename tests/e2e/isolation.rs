@@ -527,7 +527,7 @@ fn hostile_components_fail_their_own_jobs_while_a_job_beside_them_runs_on() {
             "k write-back written\n",
             "",
             FailureKind::Trap,
-            &["state \"written\": store-ids was given key id 1000000, but the host gave 1 ids"],
+            &["state \"written\": store-ids was given key id 1000000, which the host never gave"],
         ),
         (
             "keyed-write-back-ttl",

@@ -8,7 +8,8 @@
 //! `store()`. Nothing is hashed or allocated per record in the
 //! steady state: slot tables, arenas and overlay lists are reused from batch to batch.
 //!
-//! A value state without a TTL also keeps its values from batch to batch (`held`, up to
+//! Where the host advises it (its state is not in memory), a value state without a TTL also
+//! keeps its values from batch to batch (`held`, up to
 //! [`Operator::STATE_CACHE_BYTES`](crate::Operator::STATE_CACHE_BYTES)): its first read in a
 //! batch asks the host only for the keys it does not hold, and its changes stay in the guest
 //! until the host asks for them before a checkpoint.
@@ -16,12 +17,12 @@
 pub(crate) mod codec;
 mod handle;
 mod held;
-
-pub(crate) use held::KeyIds;
 mod list;
 mod map;
 mod operator;
 mod value;
+
+pub(crate) use held::KeyIds;
 
 pub use handle::{ListStateHandle, MapStateHandle, StateHandle, ValueStateHandle};
 pub use list::ListState;
@@ -152,8 +153,8 @@ enum Cache {
 }
 
 impl StateEntry {
-    /// A state whose values, for a value state without a TTL, are kept from batch to batch
-    /// up to `held_bytes` (0: never).
+    /// A state whose values, for a value state, are kept from batch to batch up to
+    /// `held_bytes` (0: never; see [`declare`]).
     pub(crate) fn new(
         name: &str,
         kind: StateKind,
@@ -162,7 +163,7 @@ impl StateEntry {
         handle: usize,
         held_bytes: usize,
     ) -> Self {
-        let held = (ttl.is_none() && held_bytes > 0).then_some(held_bytes);
+        let held = (held_bytes > 0).then_some(held_bytes);
         StateEntry {
             name: name.to_owned(),
             kind,
@@ -309,7 +310,10 @@ pub(crate) fn declare(
         return Ok(i);
     }
     let handle = core.backend.declare_state(kind, name, ttl.as_ref());
-    let held_bytes = core.held_bytes;
+    let held_bytes = match (kind, ttl) {
+        (StateKind::Value, None) => core.held_bytes(),
+        _ => 0,
+    };
     core.states
         .push(StateEntry::new(name, kind, ttl, codec, handle, held_bytes));
     Ok(core.states.len() - 1)

@@ -287,6 +287,13 @@ impl Backend for MemoryBackend {
         buf
     }
 
+    // Always, so that an operator's tests run the write-back cache (which the host advises
+    // with RocksDB state) as well as the state calls without it (which it runs for every state
+    // with a TTL).
+    fn write_back_advised(&mut self) -> bool {
+        true
+    }
+
     fn key_ids(&mut self, keys: &[&[u8]]) -> Vec<u32> {
         let mut store = self.0.borrow_mut();
         store.calls.key_ids += 1;

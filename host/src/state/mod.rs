@@ -642,12 +642,17 @@ impl KeyedState {
         }
     }
 
-    /// The TTL of `id`, if it has one that is on.
-    /// Whether state `id` has a TTL.
+    /// Whether the state is held in memory (the memory backend).
+    pub fn in_memory(&self) -> bool {
+        matches!(self.backend, Backend::Memory(_))
+    }
+
+    /// Whether state `id` has a TTL that is on.
     pub fn has_ttl(&self, id: StateId) -> bool {
         self.ttl(id).is_some()
     }
 
+    /// The TTL of `id`, if it has one that is on.
     fn ttl(&self, id: StateId) -> Option<Ttl> {
         self.states[id.0].ttl.filter(Ttl::active)
     }

@@ -122,7 +122,8 @@ impl HostState {
             let checked = match op {
                 Ok((key_id, _)) if key_id as usize >= self.key_ids.len() => {
                     Err(wasmtime::format_err!(
-                        "state {name}: store-ids was given key id {key_id}, but the host gave {} ids",
+                        "state {name}: store-ids was given key id {key_id}, which the host never \
+                         gave (it gave ids below {})",
                         self.key_ids.len()
                     ))
                 }
@@ -169,6 +170,10 @@ impl HostState {
 impl types::Host for HostState {}
 
 impl state::Host for HostState {
+    fn write_back_advised(&mut self) -> wasmtime::Result<bool> {
+        Ok(!self.state.in_memory())
+    }
+
     fn key_ids(&mut self) -> wasmtime::Result<Vec<u32>> {
         if !self.in_call {
             return Err(wasmtime::format_err!(
