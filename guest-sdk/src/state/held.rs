@@ -1,4 +1,5 @@
-//! A value state's values kept from batch to batch: a write-back cache in the guest.
+//! A value state's values kept from batch to batch: a write-back cache in the guest, kept
+//! only where the host advises it (`state.write-back-advised`: its state is not in memory).
 //!
 //! Without it, every batch loads the value of each of its keys from the host and stores the
 //! changes back, so a key that comes in every batch (the common word of a word count) crosses

@@ -79,12 +79,10 @@ impl HostState {
     /// in increasing order.
     fn load_slots(&mut self, rep: u32, slots: &[u32]) -> wasmtime::Result<Vec<u8>> {
         let id = self.state_id(rep, StateKind::Value)?;
-        let mut picked = std::mem::take(&mut self.picked);
-        picked.clear();
+        self.picked.clear();
         let mut last = None;
         for &slot in slots {
             if last.is_some_and(|last| slot <= last) || slot as usize >= self.slots.len() {
-                self.picked = picked;
                 return Err(wasmtime::format_err!(
                     "state {}: load-slots was given key slot {slot} after {last:?}, in a call of \
                      {} key slots; give each slot of the call at most once, in increasing order",
@@ -93,12 +91,12 @@ impl HostState {
                 ));
             }
             last = Some(slot);
-            picked.push_slot_of(&self.slots, slot as usize);
+            self.picked.push_slot_of(&self.slots, slot as usize);
         }
         let mut buf = Vec::with_capacity(slots.len() * 8);
-        let loaded = self.state.load(id, &picked, MAP_LOAD_LIMIT, &mut buf);
-        self.picked = picked;
-        loaded.map_err(|e| self.state_error(id, e))?;
+        self.state
+            .load(id, &self.picked, MAP_LOAD_LIMIT, &mut buf)
+            .map_err(|e| self.state_error(id, e))?;
         Ok(buf)
     }
 
@@ -115,44 +113,30 @@ impl HostState {
         }
         // The keys become the slots of a call of their own, so that the changes go through
         // `store` as any other: the size limit and the memory accounting alike.
-        let mut picked = std::mem::take(&mut self.picked);
-        picked.clear();
+        self.picked.clear();
         let mut by_slot = Vec::with_capacity(changes.len());
         for op in read_value_ops(changes) {
-            let checked = match op {
-                Ok((key_id, _)) if key_id as usize >= self.key_ids.len() => {
-                    Err(wasmtime::format_err!(
-                        "state {name}: store-ids was given key id {key_id}, which the host never \
-                         gave (it gave ids below {})",
-                        self.key_ids.len()
-                    ))
-                }
-                Ok(op) => Ok(op),
-                Err(cause) => Err(self.state_error(
-                    id,
-                    StateError::Decode {
-                        name: self.state.name(id).to_owned(),
-                        cause,
-                    },
-                )),
-            };
-            let (key_id, op) = match checked {
-                Ok(op) => op,
-                Err(e) => {
-                    self.picked = picked;
-                    return Err(e);
-                }
-            };
-            let slot = picked.push_slot_of(&self.key_ids, key_id as usize);
+            let (key_id, op) = op.map_err(|cause| {
+                let name = self.state.name(id).to_owned();
+                self.state_error(id, StateError::Decode { name, cause })
+            })?;
+            if key_id as usize >= self.key_ids.len() {
+                return Err(wasmtime::format_err!(
+                    "state {name}: store-ids was given key id {key_id}, which the host never \
+                     gave (it gave ids below {})",
+                    self.key_ids.len()
+                ));
+            }
+            let slot = self.picked.push_slot_of(&self.key_ids, key_id as usize);
             put_value_op(&mut by_slot, slot, op);
         }
         // In `slots` while stored, so that an error names the key.
-        let call = std::mem::replace(&mut self.slots, picked);
+        std::mem::swap(&mut self.slots, &mut self.picked);
         let limit = self.limits().state_value.as_u64();
         let stored = (self.state)
             .store(id, &self.slots, &by_slot, limit)
             .map_err(|e| self.state_error(id, e));
-        self.picked = std::mem::replace(&mut self.slots, call);
+        std::mem::swap(&mut self.slots, &mut self.picked);
         stored?;
         self.check_host_memory(|| format!("writing back state {name}"))
     }
