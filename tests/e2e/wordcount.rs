@@ -156,6 +156,40 @@ fn wasm_wordcount_at_parallelism_4() {
 }
 
 #[test]
+fn a_count_on_rocksdb_over_more_keys_than_the_guest_keeps_counts_every_word() {
+    // With RocksDB state the count keeps its counts in the guest by the host's key ids; past
+    // 131,072 ids the host has it write back and forget them (the forget batch) and starts
+    // its ids over. 200,000 words, each three times in three rounds, at parallelism 1: the
+    // one count subtask meets every word, and a word's later counts come after the ids of
+    // its first one were forgotten.
+    const WORDS: u64 = 200_000;
+    let ws = Workspace::new();
+    let mut text = String::new();
+    for round in 0..3 {
+        for i in 0..WORDS {
+            // Each round in another order (multiplication by a unit mod WORDS).
+            let word = (i * [1, 7_919, 104_729][round] + round as u64) % WORDS;
+            text.push_str(&format!("w{word}"));
+            text.push(if i % 16 == 15 { '\n' } else { ' ' });
+        }
+    }
+    let inputs = [ws.write("words.txt", &text)];
+    let out = ws.path("out");
+    let job = spec(
+        &inputs,
+        &out,
+        1,
+        &wasm("wordcount_split"),
+        &wasm("wordcount_count"),
+    ) + "\n[state]\nbackend = \"rocksdb\"\n";
+    ws.run_ok(&job);
+    // Every word counted 1, 2, 3 in order (`final_counts` checks the steps).
+    let got = final_counts(&out, 1);
+    assert_eq!(got.len() as u64, WORDS);
+    assert!(got.values().all(|&n| n == 3), "every word three times");
+}
+
+#[test]
 fn native_operators_count_like_the_wasm_ones() {
     let ws = Workspace::new();
     let text = generated_text();
