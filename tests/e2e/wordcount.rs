@@ -1,5 +1,6 @@
-//! The word count: WASM operators at several parallelisms and the native built-ins, checked
-//! against counts computed here.
+//! The word count: WASM operators at several parallelisms, on RocksDB state over more words
+//! than the count keeps in the guest, and the native built-ins, checked against counts
+//! computed here.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
