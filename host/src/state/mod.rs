@@ -642,9 +642,10 @@ impl KeyedState {
         }
     }
 
-    /// Whether the state is held in memory (the memory backend).
+    /// Whether the state is held in memory: the memory backend, not RocksDB (opened only
+    /// when the first state is declared, and counted as such before).
     pub fn in_memory(&self) -> bool {
-        matches!(self.backend, Backend::Memory(_))
+        matches!(self.backend, Backend::Memory(_)) && self.unopened.is_none()
     }
 
     /// Whether state `id` has a TTL that is on.

@@ -1051,6 +1051,16 @@ fn an_incremental_checkpoint_keeps_expiry_times() {
 }
 
 #[test]
+fn only_state_outside_memory_advises_guests_to_keep_values() {
+    // What the host answers `state.write-back-advised`: the guests' write-back cache pays
+    // with RocksDB state and not with state in memory (see `guest-sdk/src/state/held.rs`).
+    for backend in BACKENDS {
+        let (s, _dir) = open(backend, 0..128, &Clock::manual(0));
+        assert_eq!(s.in_memory(), backend == BackendKind::Memory, "{backend:?}");
+    }
+}
+
+#[test]
 fn rocksdb_opens_only_for_an_operator_with_state() {
     let (mut s, dir) = open(BackendKind::RocksDb, 0..128, &Clock::manual(0));
     let databases = || std::fs::read_dir(dir.path()).map_or(0, |d| d.count());
