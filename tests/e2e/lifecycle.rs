@@ -651,3 +651,71 @@ fn a_second_ctrl_c_cancels_a_job_whose_guest_blocks_or_loops() {
         assert_eq!(summary(&ws)["status"], "cancelled", "{report}");
     }
 }
+
+/// A job without checkpoints whose operator sleeps 3 s on `sleep 3000` among `lines`, behind
+/// an edge of kind `edge` from its file source.
+fn drained_job(ws: &Workspace, lines: &str, edge: &str) -> PathBuf {
+    let input = ws.write("input.txt", lines);
+    ws.write(
+        "job.toml",
+        format!(
+            "[job]\nname = \"drained\"\n\n\
+             [[source]]\nname = \"lines\"\ntype = \"file\"\npath = {}\nparallelism = 1\n\n\
+             [[operator]]\nname = \"op\"\nuid = \"op\"\n{}\ninput = \"lines\"\nedge = \"{edge}\"\n\
+             parallelism = 1\n\n\
+             [[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"op\"\npath = {}\nparallelism = 1\n",
+            toml_path(&input),
+            wasm("weir_test_hostile"),
+            toml_path(&ws.path("out")),
+        ),
+    )
+}
+
+/// Starts `spec`, waits until its operator has printed `now sleeping` (the record before the
+/// sleep) and a moment more, then sends Ctrl-C; returns what `weir run` ended with.
+fn stop_while_sleeping(ws: &Workspace, spec: &Path) -> (Option<i32>, String) {
+    let child = start(ws, spec, "drained", &[]);
+    wait_for_signal_handler(&child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log(ws, "drained").contains("now sleeping") {
+        assert!(Instant::now() < deadline, "{}", log(ws, "drained"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&child);
+    let out = finish(child, Duration::from_secs(60));
+    (out.status.code(), log(ws, "drained"))
+}
+
+#[test]
+fn a_stop_without_checkpoints_finishes_a_job_whose_input_was_all_read_and_stops_one_whose_was_not()
+{
+    // The source has read all of its input (and ended) while the operator, in a task of its
+    // own, still sleeps: the stop ends no input, so the job drains and has finished.
+    let ws = Workspace::new();
+    let lines = "a\nprint now sleeping\nsleep 3000\nb\n";
+    let spec = drained_job(&ws, lines, "rebalance");
+    let (code, log) = stop_while_sleeping(&ws, &spec);
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(summary(&ws)["status"], "finished", "{log}");
+    assert_eq!(part_files(&ws.path("out"))[&0].join("\n") + "\n", lines);
+
+    // The operator sleeps in the source's own thread (chained) with most of the input not read
+    // yet: the stop ends the input there, and the job has stopped with what came before.
+    let ws = Workspace::new();
+    let mut lines = String::from("print now sleeping\nsleep 3000\n");
+    for i in 0..20_000 {
+        lines.push_str(&format!("line {i}\n"));
+    }
+    let spec = drained_job(&ws, &lines, "forward");
+    let (code, log) = stop_while_sleeping(&ws, &spec);
+    assert_eq!(code, Some(STOPPED), "{log}");
+    assert_eq!(summary(&ws)["status"], "stopped", "{log}");
+    let written = part_files(&ws.path("out")).remove(&0).unwrap_or_default();
+    assert!(
+        written.len() < 20_002,
+        "the whole input went through: {log}"
+    );
+    let expected: Vec<&str> = lines.lines().take(written.len()).collect();
+    assert_eq!(written, expected, "not the input's first lines");
+}

@@ -26,6 +26,9 @@ pub(crate) struct Shared {
     stopping: AtomicBool,
     /// A stop ends the input: sources end at the next poll and the job drains and finishes.
     draining: AtomicBool,
+    /// A stop ended a source's input before the source had read it all (the job's instance
+    /// only): a job that drained that way stopped, one whose sources had all ended finished.
+    cut_short: AtomicBool,
     /// Savepoints asked for (the job's instance only).
     pub(super) savepoints: Requests,
     /// Upgrades asked for (the job's instance only).
@@ -82,6 +85,18 @@ impl Shared {
     /// Whether a stop drains the job (ends its input) rather than stopping at a checkpoint.
     pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed) || self.job.as_ref().is_some_and(|j| j.is_draining())
+    }
+
+    /// A source ended its input because the job stops, before it had read it all.
+    pub(crate) fn cut_input_short(&self) {
+        let job = self.job.as_deref().unwrap_or(self);
+        job.cut_short.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop ended some source's input before the source had read it all.
+    pub(crate) fn was_input_cut_short(&self) -> bool {
+        let job = self.job.as_deref().unwrap_or(self);
+        job.cut_short.load(Ordering::SeqCst)
     }
 }
 

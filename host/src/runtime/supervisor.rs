@@ -144,8 +144,9 @@ fn run_attempts(
         let error = match outcome {
             Outcome::Finished(finals) => {
                 return finish_job(&parts, &flags, store.as_ref(), &finals, origin).map(|()| {
-                    // Without checkpoints a stop ends the input: the job drained.
-                    if store.is_none() && flags.is_stopping() {
+                    // Without checkpoints a stop ends the input: the job drained, unless every
+                    // source had read all of its input before the stop came.
+                    if store.is_none() && flags.was_input_cut_short() {
                         JobEnd::Stopped {
                             checkpoint: None,
                             problem: None,

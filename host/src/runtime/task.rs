@@ -552,6 +552,7 @@ fn run_source(
             return Err(Stop::Disconnected);
         }
         if setup.shared.is_stopping() && (no_checkpoints || setup.shared.is_draining()) {
+            setup.shared.cut_input_short();
             return Ok(None);
         }
         while let Ok(c) = setup.control.try_recv() {
