@@ -1154,7 +1154,12 @@ impl Operator for WindowOperator {
         for (rec, &slot) in input.iter().zip(&record_slots) {
             let key = rec.key.unwrap_or_default();
             let ts = match self.domain {
-                TimeDomain::ProcessingTime => Some(now),
+                // In processing time no record is late: one that comes in the millisecond
+                // its window fired (or with a clock that went back) goes to the next one.
+                TimeDomain::ProcessingTime => Some(
+                    self.watermark
+                        .map_or(now, |fired| now.max(fired.saturating_add(1))),
+                ),
                 TimeDomain::EventTime => rec.timestamp,
             };
             let ts = ts.ok_or_else(|| {
@@ -1420,6 +1425,10 @@ mod tests {
             ]
         );
         assert_eq!(op.next_processing_time(), None, "fired and cleaned up");
+        // A record that comes in the millisecond its window fired is not late: it goes to
+        // the next window.
+        op.process(&batch(&["b"]), &mut out).unwrap();
+        assert!(op.take_side_outputs().is_empty(), "a record went late");
         clock.set(1_001_200);
         op.process(&batch(&["a"]), &mut out).unwrap();
         assert_eq!(op.next_processing_time(), Some(1_001_999));
@@ -1435,7 +1444,13 @@ mod tests {
         assert_eq!(restored.next_processing_time(), Some(1_001_999));
         let mut fired = Batch::default();
         restored.on_processing_time(1_001_999, &mut fired).unwrap();
-        assert_eq!(text(&fired), ["a 1001000,1002000,1 @Some(1001999)"]);
+        assert_eq!(
+            text(&fired),
+            [
+                "a 1001000,1002000,1 @Some(1001999)",
+                "b 1001000,1002000,1 @Some(1001999)"
+            ]
+        );
         spec.allowed_lateness = Duration::from_millis(1);
         assert!(spec.validate().unwrap_err().contains("allowed_lateness"));
     }
