@@ -347,6 +347,12 @@ fn a_stop_savepoint_that_could_not_be_taken_is_refused_before_the_job_starts() {
     assert!(!ws.path("out").exists(), "the job started:\n{run}");
     let kept = std::fs::read_to_string(savepoint.join("notes.txt")).unwrap();
     assert_eq!(kept, "mine");
+    // Nor one into the job's checkpoint directory, whose retention would delete it.
+    let inside = ws.path("chk/bad/savepoint");
+    let inside_args = [&args[..4], &[inside.to_str().unwrap()]].concat();
+    let run = weir(&inside_args, &spec);
+    check_refusal(&run, "run", &["--stop-savepoint", "checkpoint directory"]);
+    assert!(!ws.path("out").exists(), "the job started:\n{run}");
     // An empty or new directory is fine.
     std::fs::remove_file(savepoint.join("notes.txt")).unwrap();
     let run = weir(&args, &spec);

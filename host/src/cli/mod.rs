@@ -677,12 +677,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `--stop-savepoint DIR`, checked before the job starts rather than at the Ctrl-C that
 /// takes it: the job must take checkpoints (a savepoint is one) and `DIR` must be new.
 fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
-    if spec.checkpoint.is_none() {
+    let Some(checkpoint) = &spec.checkpoint else {
         anyhow::bail!(
             "--stop-savepoint {}: job \"{}\" takes no checkpoints, and a savepoint is one; add \
              a [checkpoint] table with a dir to its spec, or run without --stop-savepoint",
             dir.display(),
             spec.name
+        );
+    };
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let checkpoints = spec.base_dir.join(&checkpoint.dir).join(&spec.name);
+    if absolute(dir).starts_with(absolute(&checkpoints)) {
+        anyhow::bail!(
+            "--stop-savepoint {}: it is inside the job's checkpoint directory {}, whose \
+             retention would delete it; name one outside it",
+            dir.display(),
+            checkpoints.display()
         );
     }
     let taken = match std::fs::read_dir(dir) {
