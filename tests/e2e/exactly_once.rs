@@ -321,7 +321,10 @@ fn javascript_operators_are_exactly_once_across_sigkills() {
 /// The word count's operators `wordcount_*_<suffix>` on `state`, three SIGKILLs.
 fn other_languages_exactly_once(suffix: &str, state: &str) {
     let ws = Workspace::new();
-    let text = text(1_000_000, 11);
+    // About 2M words: far more than three runs of these guests get through before their
+    // SIGKILLs, and the last one takes a few minutes at most (with 1M lines, JavaScript's took
+    // over ten).
+    let text = text(300_000, 11);
     let expected = count_words([text.as_str()], false);
     let input = ws.write("input.txt", &text);
     let operators = (
@@ -1135,4 +1138,62 @@ fn a_start_from_elsewhere_killed_before_its_first_checkpoint_resumes_from_there(
         run.success() && !run.stdout().contains("restored from"),
         "{run}"
     );
+}
+
+#[test]
+fn a_start_from_an_older_checkpoint_killed_before_its_next_resumes_from_that_one() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
+    let mut child = start(&ws, &spec);
+    while completed(&ws).len() < 2 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before two checkpoints"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let older = completed(&ws)[0];
+    // Started from the older checkpoint, taking none of its own, and killed: its output
+    // after that checkpoint is rolled back, and so are the newer checkpoints, which the next
+    // plain `weir run` must not resume (their output is gone).
+    let slow = ws.write(
+        "slow.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("interval = \"100ms\"", "interval = \"1h\""),
+    );
+    let from = ws.path(&format!("chk/crashy/chk-{older}"));
+    let args = [
+        "run",
+        "--no-progress",
+        "--from-checkpoint",
+        from.to_str().unwrap(),
+    ];
+    let mut child = crate::support::weir_command(&args, &slow)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed(&ws) != [older] {
+        assert!(
+            Instant::now() < deadline,
+            "the newer checkpoints are left: {:?}",
+            completed(&ws)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run = crate::support::weir(&["run", "--no-progress"], &spec);
+    assert!(run.success(), "{run}");
+    assert!(
+        run.stdout().contains(&format!("restored from #{older}")),
+        "{run}"
+    );
+    assert_exactly_once(&ws, &expected);
 }

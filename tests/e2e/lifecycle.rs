@@ -206,25 +206,38 @@ pub(crate) fn committed_lines(ws: &Workspace) -> Vec<String> {
 
 #[test]
 fn stops_at_random_moments_and_resumes_give_the_output_of_an_uninterrupted_run() {
-    stop_loop("", 20);
+    stop_loop("", false, 20);
 }
 
 /// The stop is an aligned checkpoint, taken while unaligned ones come and go.
 #[test]
 fn stops_at_random_moments_with_unaligned_checkpoints_give_the_output_of_an_uninterrupted_run() {
-    stop_loop("unaligned = true", 8);
+    stop_loop("unaligned = true", false, 8);
 }
 
-/// Stops the probe job (with `checkpoint` in its `[checkpoint]` table) at `planned` random
-/// moments, resuming it after each, and checks its output against a run without stops.
-fn stop_loop(checkpoint: &str, planned: usize) {
+/// On RocksDB state the probe keeps its value state in the guest between batches (the
+/// write-back cache): what a stop's checkpoint holds must include what the guest held.
+#[test]
+fn stops_at_random_moments_on_rocksdb_state_give_the_output_of_an_uninterrupted_run() {
+    stop_loop("", true, 8);
+}
+
+/// Stops the probe job (with `checkpoint` in its `[checkpoint]` table, its state in RocksDB
+/// if `rocksdb`) at `planned` random moments, resuming it after each, and checks its output
+/// against a run without stops.
+fn stop_loop(checkpoint: &str, rocksdb: bool, planned: usize) {
     let ws = Workspace::new();
     let seed = fastrand::u64(..);
     eprintln!("stop loop seed {seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let (text, expected) = probe_input(4_000_000, seed);
     let input = ws.write("input.txt", text);
-    let spec = probe_job(&ws, &input, checkpoint);
+    let mut tables = checkpoint.to_owned();
+    if rocksdb {
+        let dir = toml_path(&ws.path("state"));
+        tables.push_str(&format!("\n[state]\nbackend = \"rocksdb\"\ndir = {dir}\n"));
+    }
+    let spec = probe_job(&ws, &input, &tables);
     let mut visible = BTreeMap::new();
     let mut stops = 0;
     for run in 0..=planned {
