@@ -322,8 +322,8 @@ fn javascript_operators_are_exactly_once_across_sigkills() {
 fn other_languages_exactly_once(suffix: &str, state: &str) {
     let ws = Workspace::new();
     // About 2M words: far more than three runs of these guests get through before their
-    // SIGKILLs, and the last one takes a few minutes at most (with 1M lines, JavaScript's took
-    // over ten).
+    // SIGKILLs, while the last run, which counts the rest, takes minutes, not the quarter of an
+    // hour the JavaScript test took with 1M lines.
     let text = text(300_000, 11);
     let expected = count_words([text.as_str()], false);
     let input = ws.write("input.txt", &text);
