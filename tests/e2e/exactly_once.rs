@@ -322,8 +322,8 @@ fn javascript_operators_are_exactly_once_across_sigkills() {
 fn other_languages_exactly_once(suffix: &str, state: &str) {
     let ws = Workspace::new();
     // About 2M words: far more than three runs of these guests get through before their
-    // SIGKILLs, while the last run, which counts the rest, takes minutes, not the quarter of an
-    // hour the JavaScript test took with 1M lines.
+    // SIGKILLs, while the last run, which counts the rest, takes a minute or two (with 1M
+    // lines the JavaScript test took eleven).
     let text = text(300_000, 11);
     let expected = count_words([text.as_str()], false);
     let input = ws.write("input.txt", &text);

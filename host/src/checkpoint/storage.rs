@@ -610,8 +610,7 @@ impl CheckpointStore {
                 "the savepoint directory exists and is not empty; name a new one",
             ));
         }
-        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        if absolute(target).starts_with(absolute(&self.root)) {
+        if is_inside(target, &self.root) {
             return Err(refuse(
                 "the savepoint directory is inside the job's checkpoint directory, whose \
                  retention would delete it; name one outside it",
@@ -735,6 +734,13 @@ impl CheckpointStore {
         let json = serde_json::to_vec_pretty(&history).expect("history serializes");
         write_atomically(&path, &json, false)
     }
+}
+
+/// Whether `path` is `dir` or inside it (both made absolute): a savepoint there would be
+/// deleted by the retention of the checkpoints in `dir`.
+pub fn is_inside(path: &Path, dir: &Path) -> bool {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    absolute(path).starts_with(absolute(dir))
 }
 
 /// Puts every file of `files` into `shared` (a hard link where the file system allows, else a

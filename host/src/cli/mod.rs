@@ -675,7 +675,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// `--stop-savepoint DIR`, checked before the job starts rather than at the Ctrl-C that
-/// takes it: the job must take checkpoints (a savepoint is one) and `DIR` must be new.
+/// takes it: the job must take checkpoints (a savepoint is one) and `DIR` must be new and
+/// outside the job's checkpoints.
 fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
     let Some(checkpoint) = &spec.checkpoint else {
         anyhow::bail!(
@@ -685,9 +686,8 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
             spec.name
         );
     };
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let checkpoints = spec.base_dir.join(&checkpoint.dir).join(&spec.name);
-    if absolute(dir).starts_with(absolute(&checkpoints)) {
+    if weir::checkpoint::is_inside(dir, &checkpoints) {
         anyhow::bail!(
             "--stop-savepoint {}: it is inside the job's checkpoint directory {}, whose \
              retention would delete it; name one outside it",
