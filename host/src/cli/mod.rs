@@ -598,8 +598,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             fresh,
             stop_savepoint: stop_dir,
         } => {
-            let start = || -> anyhow::Result<(Job, RunningJob)> {
-                let job = load(&path, &engine)?.allow_non_restored_state(allow_non_restored_state);
+            let start = || -> anyhow::Result<Option<(Job, RunningJob)>> {
+                let Some(job) = load_unless_stopped(&path, &engine, &control)? else {
+                    return Ok(None);
+                };
+                let job = job.allow_non_restored_state(allow_non_restored_state);
                 if let Some(dir) = &stop_dir {
                     check_stop_savepoint(dir, job.spec())?;
                 }
@@ -608,11 +611,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     (None, true) => RestoreFrom::Fresh,
                     (None, false) => RestoreFrom::Latest,
                 };
-                let running = job.start_controlled(from, control)?;
-                Ok((job, running))
+                let running = job.start_controlled(from, control.clone())?;
+                Ok(Some((job, running)))
             };
             let (job, running) = match start() {
-                Ok(started) => started,
+                Ok(Some(started)) => started,
+                Ok(None) => {
+                    eprintln!("weir: stopped before the job started; nothing changed");
+                    return Ok(ExitCode::from(EXIT_STOPPED));
+                }
                 Err(e) if matches!(e.downcast_ref(), Some(JobError::Cancelled)) => {
                     eprintln!("weir: cancelled before the job started; nothing changed");
                     return Ok(ExitCode::from(EXIT_CANCELLED));
@@ -711,6 +718,41 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
 fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {
     let spec = JobSpec::from_file(path)?;
     Ok(Job::new(spec, engine)?)
+}
+
+/// [`load`] for `weir run`: the components are compiled on a thread of its own (seconds for a
+/// Python or JavaScript component the cache does not hold), so that a Ctrl-C meanwhile ends
+/// weir at once, with nothing started (`None`), rather than when the compiling is done. A
+/// load that takes longer than a second says what it is doing.
+fn load_unless_stopped(
+    path: &Path,
+    engine: &Arc<WasmEngine>,
+    control: &JobControl,
+) -> anyhow::Result<Option<Job>> {
+    let spec = JobSpec::from_file(path)?;
+    let name = spec.name.clone();
+    let (done, loaded) = crossbeam_channel::bounded(1);
+    let engine = Arc::clone(engine);
+    std::thread::Builder::new()
+        .name("load".into())
+        .spawn(move || drop(done.send(Job::new(spec, &engine))))
+        .context("cannot start a thread to load the job")?;
+    let announce_at = Instant::now() + Duration::from_secs(1);
+    let mut announced = false;
+    loop {
+        match loaded.recv_timeout(Duration::from_millis(20)) {
+            Ok(job) => return Ok(Some(job?)),
+            Err(RecvTimeoutError::Timeout) if control.is_stopping() => return Ok(None),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                anyhow::bail!("loading job \"{name}\" failed: its thread panicked")
+            }
+        }
+        if !announced && Instant::now() >= announce_at {
+            eprintln!("weir: compiling the WebAssembly components of job \"{name}\"");
+            announced = true;
+        }
+    }
 }
 
 /// Waits for the job, printing what happens in its life and, on a terminal, one progress
