@@ -599,13 +599,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             stop_savepoint: stop_dir,
         } => {
             let start = || -> anyhow::Result<Option<(Job, RunningJob)>> {
-                let Some(job) = load_unless_stopped(&path, &engine, &control)? else {
+                let spec = JobSpec::from_file(&path)?;
+                if let Some(dir) = &stop_dir {
+                    check_stop_savepoint(dir, &spec)?;
+                }
+                let Some(job) = load_unless_stopped(spec, &engine, &control)? else {
                     return Ok(None);
                 };
                 let job = job.allow_non_restored_state(allow_non_restored_state);
-                if let Some(dir) = &stop_dir {
-                    check_stop_savepoint(dir, job.spec())?;
-                }
                 let from = match (from_checkpoint.or(from_savepoint), fresh) {
                     (Some(dir), _) => RestoreFrom::Path(dir),
                     (None, true) => RestoreFrom::Fresh,
@@ -617,7 +618,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let (job, running) = match start() {
                 Ok(Some(started)) => started,
                 Ok(None) => {
-                    eprintln!("weir: stopped before the job started; nothing changed");
+                    let savepoint = match stop_dir {
+                        Some(_) => " (and no savepoint taken)",
+                        None => "",
+                    };
+                    eprintln!("weir: stopped before the job started; nothing changed{savepoint}");
                     return Ok(ExitCode::from(EXIT_STOPPED));
                 }
                 Err(e) if matches!(e.downcast_ref(), Some(JobError::Cancelled)) => {
@@ -720,16 +725,15 @@ fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {
     Ok(Job::new(spec, engine)?)
 }
 
-/// [`load`] for `weir run`: the components are compiled on a thread of its own (seconds for a
-/// Python or JavaScript component the cache does not hold), so that a Ctrl-C meanwhile ends
-/// weir at once, with nothing started (`None`), rather than when the compiling is done. A
-/// load that takes longer than a second says what it is doing.
+/// The job of `spec` for `weir run`: its components are compiled on a thread of their own
+/// (seconds for a Python or JavaScript component the cache does not hold), so that a Ctrl-C
+/// meanwhile ends weir at once, with nothing started (`None`), rather than when the compiling
+/// is done. A load that takes longer than a second says what it is doing.
 fn load_unless_stopped(
-    path: &Path,
+    spec: JobSpec,
     engine: &Arc<WasmEngine>,
     control: &JobControl,
 ) -> anyhow::Result<Option<Job>> {
-    let spec = JobSpec::from_file(path)?;
     let name = spec.name.clone();
     let (done, loaded) = crossbeam_channel::bounded(1);
     let engine = Arc::clone(engine);
