@@ -4,6 +4,7 @@
 //! a stop is honoured while the job waits to restart; one run of a job at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -15,6 +16,7 @@ use crate::exactly_once::{assert_visible_output_stays, checkpointed_job, command
 use crate::postgres::{CONNECTION, assert_sequence, client, table};
 use crate::support::{
     Workspace, key_value_file_sink, keyed_probe_operators, part_files, toml_path, toml_str, wasm,
+    weir_bin,
 };
 
 /// `weir run`'s exit code for a stopped job.
@@ -750,7 +752,7 @@ fn a_stop_while_the_components_compile_ends_weir_at_once_with_nothing_started() 
             toml_path(&ws.path("out")),
         ),
     );
-    let mut child = Command::new(crate::support::weir_bin())
+    let mut child = Command::new(weir_bin())
         .arg("--cache-dir")
         .arg(&cache)
         .args(["run", "--summary-json"])
@@ -764,7 +766,7 @@ fn a_stop_while_the_components_compile_ends_weir_at_once_with_nothing_started() 
     let stderr = child.stderr.take().expect("piped stderr");
     let (lines_tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             drop(lines_tx.send(line));
         }
     });
@@ -781,7 +783,8 @@ fn a_stop_while_the_components_compile_ends_weir_at_once_with_nothing_started() 
     wait_for_signal_handler(&child);
     interrupt(&child);
     let out = finish(child, Duration::from_secs(120));
-    said.extend(lines.try_iter());
+    // The rest of what it said, up to the end of its stderr.
+    said.extend(lines.iter());
     let report = format!("{}\n{}", out.status, said.join("\n"));
     assert_eq!(out.status.code(), Some(STOPPED), "{report}");
     assert!(
