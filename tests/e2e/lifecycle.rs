@@ -705,15 +705,18 @@ fn stop_while_sleeping(ws: &Workspace, spec: &Path) -> (Option<i32>, String) {
 #[test]
 fn a_stop_without_checkpoints_finishes_a_job_whose_input_was_all_read_and_stops_one_whose_was_not()
 {
-    // The source has read all of its input (and ended) while the operator, in a task of its
-    // own, still sleeps: the stop ends no input, so the job drains and has finished.
-    let ws = Workspace::new();
-    let lines = "a\nprint now sleeping\nsleep 3000\nb\n";
-    let spec = drained_job(&ws, lines, "rebalance");
-    let (code, log) = stop_while_sleeping(&ws, &spec);
-    assert_eq!(code, Some(0), "{log}");
-    assert_eq!(summary(&ws)["status"], "finished", "{log}");
-    assert_eq!(part_files(&ws.path("out"))[&0].join("\n") + "\n", lines);
+    // The source has read all of its input while the operator still sleeps, in a task of its
+    // own (the source has ended) or in the source's (it has not polled its end yet): the stop
+    // ends no input, so the job drains and has finished.
+    for edge in ["rebalance", "forward"] {
+        let ws = Workspace::new();
+        let lines = "a\nprint now sleeping\nsleep 3000\nb\n";
+        let spec = drained_job(&ws, lines, edge);
+        let (code, log) = stop_while_sleeping(&ws, &spec);
+        assert_eq!(code, Some(0), "{edge}: {log}");
+        assert_eq!(summary(&ws)["status"], "finished", "{edge}: {log}");
+        assert_eq!(part_files(&ws.path("out"))[&0].join("\n") + "\n", lines);
+    }
 
     // The operator sleeps in the source's own thread (chained) with most of the input not read
     // yet: the stop ends the input there, and the job has stopped with what came before.

@@ -551,22 +551,29 @@ fn run_source(
         if setup.shared.is_cancelled() {
             return Err(Stop::Disconnected);
         }
-        if setup.shared.is_stopping() && (no_checkpoints || setup.shared.is_draining()) {
-            setup.shared.cut_input_short();
-            return Ok(None);
-        }
-        while let Ok(c) = setup.control.try_recv() {
+        // A stop ends the input after a last poll of at most one record: a source that has
+        // read all of its input says so at its next poll, which tells a job that had read
+        // everything from one whose input the stop cuts short (the record the poll may read is
+        // processed as the ones before it).
+        let ending = setup.shared.is_stopping() && (no_checkpoints || setup.shared.is_draining());
+        while !ending && let Ok(c) = setup.control.try_recv() {
             if let Some(n) = control(chain, source.as_ref(), c)? {
                 return chain.park(n, setup).map(|()| Some(n));
             }
         }
         let status = source
-            .poll(&mut batch, BATCH_RECORDS)
+            .poll(&mut batch, if ending { 1 } else { BATCH_RECORDS })
             .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, "", e))?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
             chain.push_source(&batch, source.split_time())?;
             batch.clear();
+        }
+        if ending {
+            if !matches!(status, Poll::Finished) {
+                setup.shared.cut_input_short();
+            }
+            return Ok(None);
         }
         let next = chain.on_time()?;
         match status {
