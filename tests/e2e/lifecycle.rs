@@ -741,69 +741,81 @@ fn a_stop_without_checkpoints_finishes_a_job_whose_input_was_all_read_and_stops_
 #[test]
 fn a_stop_while_the_components_compile_ends_weir_at_once_with_nothing_started() {
     // A Python component takes seconds to compile when the cache does not hold it, as on a
-    // job's first run: a Ctrl-C then ends weir without waiting for the compile to finish.
-    let ws = Workspace::new();
-    let cache = ws.path("cache");
-    let spec = ws.write(
-        "job.toml",
-        format!(
-            "[job]\nname = \"compiling\"\n\n\
-             [[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\n\n\
-             [[operator]]\nname = \"parse\"\nuid = \"parse\"\n{}\ninput = \"gen\"\n\n\
-             [[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"parse\"\npath = {}\n",
-            wasm("clickstream_parse_py"),
-            toml_path(&ws.path("out")),
-        ),
-    );
-    let mut child = Command::new(weir_bin())
-        .arg("--cache-dir")
-        .arg(&cache)
-        .args(["run", "--summary-json"])
-        .arg(ws.path("summary.json"))
-        .arg(&spec)
-        .env_remove("WEIR_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start weir");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            drop(lines_tx.send(line));
+    // job's first run: a Ctrl-C then ends weir without waiting for the compile to finish, with
+    // or without a savepoint asked of the stop.
+    for stop_savepoint in [false, true] {
+        let ws = Workspace::new();
+        let cache = ws.path("cache");
+        let spec = ws.write(
+            "job.toml",
+            format!(
+                "[job]\nname = \"compiling\"\n\n\
+                 [checkpoint]\ninterval = \"1s\"\ndir = {}\n\n\
+                 [[source]]\nname = \"gen\"\ntype = \"generator\"\ncount = 10\n\n\
+                 [[operator]]\nname = \"parse\"\nuid = \"parse\"\n{}\ninput = \"gen\"\n\n\
+                 [[sink]]\nname = \"out\"\ntype = \"file\"\ninput = \"parse\"\npath = {}\n",
+                toml_path(&ws.path("chk")),
+                wasm("clickstream_parse_py"),
+                toml_path(&ws.path("out")),
+            ),
+        );
+        let savepoint = ws.path("savepoint");
+        let mut command = Command::new(weir_bin());
+        command
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["run", "--summary-json"])
+            .arg(ws.path("summary.json"));
+        if stop_savepoint {
+            command.arg("--stop-savepoint").arg(&savepoint);
         }
-    });
-    let mut said = Vec::new();
-    while !said
-        .iter()
-        .any(|l: &String| l.contains("compiling the WebAssembly components"))
-    {
-        match lines.recv_timeout(Duration::from_secs(120)) {
-            Ok(line) => said.push(line),
-            Err(_) => panic!("weir did not say it was compiling: {said:?}"),
+        let mut child = command
+            .arg(&spec)
+            .env_remove("WEIR_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start weir");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                drop(lines_tx.send(line));
+            }
+        });
+        let mut said = Vec::new();
+        while !said
+            .iter()
+            .any(|l: &String| l.contains("compiling the WebAssembly components"))
+        {
+            match lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) => said.push(line),
+                Err(_) => panic!("weir did not say it was compiling: {said:?}"),
+            }
         }
+        wait_for_signal_handler(&child);
+        interrupt(&child);
+        let out = finish(child, Duration::from_secs(120));
+        // The rest of what it said, up to the end of its stderr.
+        said.extend(lines.iter());
+        let report = format!("{}\n{}", out.status, said.join("\n"));
+        assert_eq!(out.status.code(), Some(STOPPED), "{report}");
+        let expected = match stop_savepoint {
+            true => "stopped before the job started; nothing changed (and no savepoint taken)",
+            false => "stopped before the job started; nothing changed",
+        };
+        assert!(said.iter().any(|l| l.ends_with(expected)), "{report}");
+        // Nothing started and nothing was written: no output, no checkpoint, no savepoint, no
+        // summary of a run, and the compile was left unfinished (weir did not wait for it).
+        for path in ["out", "chk", "savepoint", "summary.json"] {
+            assert!(!ws.path(path).exists(), "{path} was written\n{report}");
+        }
+        let cached: Vec<_> = std::fs::read_dir(&cache)
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            cached.is_empty(),
+            "the compile was waited for: {cached:?}\n{report}"
+        );
     }
-    wait_for_signal_handler(&child);
-    interrupt(&child);
-    let out = finish(child, Duration::from_secs(120));
-    // The rest of what it said, up to the end of its stderr.
-    said.extend(lines.iter());
-    let report = format!("{}\n{}", out.status, said.join("\n"));
-    assert_eq!(out.status.code(), Some(STOPPED), "{report}");
-    assert!(
-        said.iter()
-            .any(|l| l.contains("stopped before the job started; nothing changed")),
-        "{report}"
-    );
-    // Nothing started and nothing was written: no output, no summary of a run, and the
-    // compile was left unfinished (weir did not wait for it).
-    assert!(!ws.path("out").exists(), "{report}");
-    assert!(!ws.path("summary.json").exists(), "{report}");
-    let cached: Vec<_> = std::fs::read_dir(&cache)
-        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(
-        cached.is_empty(),
-        "the compile was waited for: {cached:?}\n{report}"
-    );
 }
