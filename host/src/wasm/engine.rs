@@ -334,6 +334,9 @@ impl WasmEngine {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let fingerprint = format!("{:016x}", h.finish());
+        if let Some(dir) = &cache_dir {
+            remove_abandoned_writes(dir);
+        }
         Ok(Arc::new(WasmEngine {
             engine,
             options,
@@ -580,11 +583,49 @@ fn define_denied(
     Ok(())
 }
 
+/// The temporary file a process writes a cache entry into before renaming it into place.
+fn temporary(file: &Path, pid: u32) -> PathBuf {
+    file.with_extension(format!("tmp{pid}"))
+}
+
+/// Removes the temporary files of cache writes whose process is gone (killed, or exited on a
+/// Ctrl-C while it compiled): nothing reads them, and each is as large as a compiled
+/// component. A file of a process that still runs is being written and is left alone; where
+/// there is no `/proc` to tell, every one is left.
+fn remove_abandoned_writes(dir: &Path) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(pid) = (path.extension().and_then(|e| e.to_str()))
+            .and_then(|e| e.strip_prefix("tmp"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !proc.join(pid.to_string()).exists() {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::debug!(file = %path.display(), "removed an abandoned cache write")
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "cannot remove an abandoned cache write: {e}")
+                }
+            }
+        }
+    }
+}
+
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    let tmp = temporary(file, std::process::id());
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
@@ -712,6 +753,24 @@ mod tests {
         drop(held);
         assert!(waiter.join().unwrap(), "freed for the one waiting");
         assert!(!slot.take(Duration::ZERO), "taken by the waiter");
+    }
+
+    #[test]
+    fn abandoned_cache_writes_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = dir.path().join("ab12-cd34.cwasm");
+        std::fs::write(&entry, b"compiled").unwrap();
+        // No process has a pid above the kernel's limit (at most 2^22).
+        let dead = temporary(&entry, u32::MAX);
+        let live = temporary(&entry, std::process::id());
+        let other = dir.path().join("notes.tmpfile");
+        for f in [&dead, &live, &other] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        remove_abandoned_writes(dir.path());
+        assert!(!dead.exists(), "the write of a process that is gone");
+        assert!(live.exists(), "a write under way");
+        assert!(entry.exists() && other.exists(), "files not of a write");
     }
 
     #[test]
