@@ -168,7 +168,13 @@ fn assert_exactly_once(ws: &Workspace, expected: &HashMap<String, u64>) -> usize
 /// Prints what a crash test checked, for `cargo xtask soak` to add up (it runs the tests with
 /// `--nocapture`).
 pub(crate) fn crash_tally(kills: usize, rows: usize) {
-    eprintln!("crash tally: kills {kills} rows {rows}");
+    tally(kills, 0, rows);
+}
+
+/// Prints what a crash or stop test checked: its SIGKILLs, its stops (Ctrl-C or SIGTERM,
+/// then a resume) and the rows it compared with a run without them.
+pub(crate) fn tally(kills: usize, stops: usize, rows: usize) {
+    eprintln!("crash tally: kills {kills} stops {stops} rows {rows}");
 }
 
 /// Asserts that every part file a reader of the file sink's output saw before is still there,

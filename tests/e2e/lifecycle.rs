@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::exactly_once::{assert_visible_output_stays, checkpointed_job, command, completed};
+use crate::exactly_once::{
+    assert_visible_output_stays, checkpointed_job, command, completed, tally,
+};
 use crate::postgres::{CONNECTION, assert_sequence, client, table};
 use crate::support::{
     Workspace, key_value_file_sink, keyed_probe_operators, part_files, toml_path, toml_str, wasm,
@@ -304,6 +306,7 @@ fn stop_loop(checkpoint: &str, rocksdb: bool, planned: usize) {
     assert!(lines == expected, "the output of a run without stops");
     // Stopped and resumed, then finished: nothing is left to resume.
     assert_eq!(completed(&ws), Vec::<u64>::new());
+    tally(0, stops, lines.len());
 }
 
 /// The crash points of a job's end, in order (see `host/src/failpoint.rs`).

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::exactly_once::tally;
 use crate::postgres::{CONNECTION, client, table};
 use crate::support::{Workspace, operator, part_files, toml_path, toml_str, weir, weir_bin};
 
@@ -999,10 +1000,12 @@ fn a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once() {
         );
     }
     server.wait_status(&id, "finished", Duration::from_secs(120));
+    let committed = committed(&out);
     assert!(
-        committed(&out) == reference(&ws, LINES),
+        committed == reference(&ws, LINES),
         "the output of a run without kills"
     );
+    tally(5, 1, committed.len());
 }
 
 #[test]

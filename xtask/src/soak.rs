@@ -1,6 +1,7 @@
-//! `cargo xtask soak [--iterations N]`: runs the crash tests over and over (SIGKILL of `weir` at
-//! random moments, restarts, exact comparison of what the sinks committed) and prints a tally:
-//! runs, kills, rows compared and mismatches. Not part of CI; for long runs by hand.
+//! `cargo xtask soak [--iterations N]`: runs the crash and stop tests over and over (SIGKILL,
+//! Ctrl-C or SIGTERM of `weir` at random moments, restarts, exact comparison of what the sinks
+//! committed) and prints a tally: runs, kills, stops, rows compared and mismatches. Not part of
+//! CI; for long runs by hand.
 
 use std::process::Stdio;
 
@@ -9,8 +10,9 @@ use anyhow::{Context, Result, bail};
 use crate::bench::number;
 use crate::{build_weir, cargo, guests, services};
 
-/// The crash tests: exactly-once word count into files (memory and RocksDB state, aligned and
-/// unaligned checkpoints), and PostgreSQL in append, upsert and write-ahead delivery.
+/// The crash and stop tests: exactly-once word count into files (memory and RocksDB state,
+/// aligned and unaligned checkpoints), PostgreSQL in append, upsert and write-ahead delivery,
+/// `weir run` stopped and resumed, and `weir serve` killed and stopped with a job running.
 const TESTS: &[&str] = &[
     "exactly_once::exactly_once_state_and_file_output_survive_sigkill",
     "exactly_once::exactly_once_on_rocksdb_survives_sigkill",
@@ -19,6 +21,10 @@ const TESTS: &[&str] = &[
     "postgres::append_mode_commits_every_row_exactly_once_across_sigkills",
     "postgres::upsert_mode_holds_the_batch_query_result_across_sigkills",
     "postgres::write_ahead_delivery_holds_the_batch_query_result_across_sigkills",
+    "lifecycle::stops_at_random_moments_and_resumes_give_the_output_of_an_uninterrupted_run",
+    "lifecycle::stops_at_random_moments_with_unaligned_checkpoints_give_the_output_of_an_uninterrupted_run",
+    "lifecycle::stops_at_random_moments_on_rocksdb_state_give_the_output_of_an_uninterrupted_run",
+    "service::a_server_killed_or_stopped_at_random_moments_keeps_its_job_exactly_once",
 ];
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -33,7 +39,8 @@ pub fn run(args: &[String]) -> Result<()> {
     guests::run()?;
     build_weir()?;
     services::run()?;
-    let (mut runs, mut kills, mut rows, mut mismatches, mut short) = (0u64, 0, 0, 0, 0);
+    let (mut runs, mut mismatches, mut short) = (0u64, 0, 0);
+    let mut total = Tally::default();
     for i in 1..=iterations {
         for test in TESTS {
             let out = cargo()
@@ -58,18 +65,16 @@ pub fn run(args: &[String]) -> Result<()> {
             let tally = text
                 .lines()
                 .find_map(|l| l.strip_prefix("crash tally: "))
-                .and_then(|t| {
-                    let v: Vec<u64> = t
-                        .split_whitespace()
-                        .filter_map(|w| w.parse().ok())
-                        .collect();
-                    Some((*v.first()?, *v.get(1)?))
-                });
+                .and_then(Tally::parse);
             match (out.status.success(), tally) {
-                (true, Some((k, r))) => {
-                    kills += k;
-                    rows += r;
-                    println!("iteration {i}/{iterations}: {test}: ok, {k} kills, {r} rows");
+                (true, Some(t)) => {
+                    println!(
+                        "iteration {i}/{iterations}: {test}: ok, {} kills, {} stops, {} rows",
+                        t.kills, t.stops, t.rows
+                    );
+                    total.kills += t.kills;
+                    total.stops += t.stops;
+                    total.rows += t.rows;
                 }
                 _ if text.contains("make the input larger") => {
                     short += 1;
@@ -90,11 +95,57 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     println!();
     println!(
-        "soak: {runs} runs, {kills} kills, {rows} rows compared, {mismatches} mismatches \
-         ({short} runs cut short: a run ended by itself before its kill)"
+        "soak: {runs} runs, {} kills, {} stops, {} rows compared, {mismatches} mismatches \
+         ({short} runs cut short: a run ended by itself before its kill)",
+        total.kills, total.stops, total.rows
     );
     if mismatches > 0 {
         bail!("{mismatches} of {runs} runs failed");
     }
     Ok(())
+}
+
+/// What one test checked, from its `crash tally: kills K stops S rows R` line.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    kills: u64,
+    stops: u64,
+    rows: u64,
+}
+
+impl Tally {
+    fn parse(line: &str) -> Option<Tally> {
+        let mut tally = Tally::default();
+        let mut words = line.split_whitespace();
+        while let (Some(label), Some(n)) = (words.next(), words.next()) {
+            let n = n.parse().ok()?;
+            match label {
+                "kills" => tally.kills = n,
+                "stops" => tally.stops = n,
+                "rows" => tally.rows = n,
+                _ => return None,
+            }
+        }
+        Some(tally)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tallies_are_read_by_their_labels() {
+        let t = Tally::parse("kills 5 stops 1 rows 900000").unwrap();
+        assert_eq!(
+            t,
+            Tally {
+                kills: 5,
+                stops: 1,
+                rows: 900_000
+            }
+        );
+        assert_eq!(Tally::parse("kills x rows 3"), None);
+        assert_eq!(Tally::parse("spins 1"), None);
+    }
 }
