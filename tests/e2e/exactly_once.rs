@@ -1146,13 +1146,10 @@ fn a_start_from_elsewhere_killed_before_its_first_checkpoint_resumes_from_there(
     );
 }
 
-#[test]
-fn a_start_from_an_older_checkpoint_killed_before_its_next_resumes_from_that_one() {
-    let ws = Workspace::new();
-    let (input, expected) = input(&ws);
-    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
-    let mut child = start(&ws, &spec);
-    while completed(&ws).len() < 2 {
+/// Kills the job once it has completed two checkpoints; returns the older one.
+fn killed_after_two_checkpoints(ws: &Workspace, spec: &Path) -> u64 {
+    let mut child = start(ws, spec);
+    while completed(ws).len() < 2 {
         assert!(
             child.try_wait().unwrap().is_none(),
             "ended before two checkpoints"
@@ -1161,7 +1158,47 @@ fn a_start_from_an_older_checkpoint_killed_before_its_next_resumes_from_that_one
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let older = completed(&ws)[0];
+    completed(ws)[0]
+}
+
+#[test]
+fn a_start_from_a_checkpoint_named_by_a_relative_path_resumes_from_it() {
+    // The path as typed in the job's directory, relative and through `..`: the checkpoint is
+    // the job's own (the newer ones are dropped), not one from elsewhere (which once dropped
+    // all of them, the one named included).
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
+    let older = killed_after_two_checkpoints(&ws, &spec);
+    let from = format!("out/../chk/crashy/chk-{older}");
+    let out =
+        crate::support::weir_command(&["run", "--no-progress", "--from-checkpoint", &from], &spec)
+            .current_dir(ws.path("."))
+            .output()
+            .unwrap();
+    let report = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains(&format!("restored from #{older}")),
+        "{report}"
+    );
+    assert_exactly_once(&ws, &expected);
+    assert!(
+        !ws.path("chk/crashy/origin").exists(),
+        "the job's own checkpoint is not recorded as a start from elsewhere"
+    );
+}
+
+#[test]
+fn a_start_from_an_older_checkpoint_killed_before_its_next_resumes_from_that_one() {
+    let ws = Workspace::new();
+    let (input, expected) = input(&ws);
+    let spec = spec(&ws, &input, "mode = \"exactly_once\"", 3, "");
+    let older = killed_after_two_checkpoints(&ws, &spec);
     // Started from the older checkpoint, taking none of its own, and killed: its output
     // after that checkpoint is rolled back, and so are the newer checkpoints, which the next
     // plain `weir run` must not resume (their output is gone).

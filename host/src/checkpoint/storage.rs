@@ -21,7 +21,7 @@
 //! a truncated or bit-flipped file is detected before anything is restored from it.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -409,8 +409,7 @@ impl CheckpointStore {
         let path = self.root.join(ORIGIN);
         match from {
             Some(dir) => {
-                let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-                write_atomically(&path, dir.as_os_str().as_encoded_bytes(), true)
+                write_atomically(&path, resolved(dir).as_os_str().as_encoded_bytes(), true)
             }
             None => match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("delete", &path, e)),
@@ -444,19 +443,31 @@ impl CheckpointStore {
 
     /// Ids of every `chk-<n>` directory, complete or not, in ascending order.
     pub(crate) fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
-        let entries = std::fs::read_dir(&self.root).map_err(|e| io("list", &self.root, e))?;
-        let mut ids: Vec<u64> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+        let mut ids: Vec<u64> = (self.named_chk()?.into_iter())
+            .filter_map(|(id, dir)| dir.then_some(id))
             .collect();
         ids.sort_unstable();
         Ok(ids)
     }
 
-    /// The id the next checkpoint gets: above every existing directory, so that nothing of
-    /// an earlier run is overwritten.
+    /// The ids of the entries named `chk-<n>`, each with whether it is a directory (a file of
+    /// that name is none of weir's: it is left alone).
+    fn named_chk(&self) -> Result<Vec<(u64, bool)>, CheckpointError> {
+        let entries = std::fs::read_dir(&self.root).map_err(|e| io("list", &self.root, e))?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let id = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+                Some((id, e.file_type().is_ok_and(|t| t.is_dir())))
+            })
+            .collect())
+    }
+
+    /// The id the next checkpoint gets: above every existing entry of that name, so that
+    /// nothing of an earlier run is overwritten and no file is in the way.
     pub(crate) fn next_id(&self) -> Result<u64, CheckpointError> {
-        Ok(self.ids()?.last().map_or(1, |last| last + 1))
+        let last = self.named_chk()?.into_iter().map(|(id, _)| id).max();
+        Ok(last.map_or(1, |last| last + 1))
     }
 
     /// Writes one state file of checkpoint `id` and syncs it.
@@ -739,8 +750,28 @@ impl CheckpointStore {
 /// Whether `path` is `dir` or inside it (both made absolute): a savepoint there would be
 /// deleted by the retention of the checkpoints in `dir`.
 pub fn is_inside(path: &Path, dir: &Path) -> bool {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    absolute(path).starts_with(absolute(dir))
+    resolved(path).starts_with(resolved(dir))
+}
+
+/// `path` made absolute, with `..` and symbolic links resolved as far as it exists: two
+/// spellings of one directory (`chk/job/chk-3`, `out/../chk/job/chk-3`, through a link)
+/// give the same path.
+pub(crate) fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut missing = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return missing.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name);
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
 }
 
 /// Puts every file of `files` into `shared` (a hard link where the file system allows, else a
@@ -769,13 +800,21 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
     };
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
             let not = |reason: String| CheckpointError::NotACheckpoint {
                 path: dir.to_path_buf(),
                 reason,
             };
             if !dir.is_dir() {
-                return Err(not("there is no such directory".into()));
+                let reason = match dir.parent() {
+                    Some(parent) if dir.ends_with(METADATA) && dir.is_file() => format!(
+                        "it is the _metadata file of one; name its directory, {}",
+                        parent.display()
+                    ),
+                    _ if dir.exists() => "it is a file; name a checkpoint's directory".into(),
+                    _ => "there is no such directory".into(),
+                };
+                return Err(not(reason));
             }
             let newest = std::fs::read_dir(dir).ok().and_then(|entries| {
                 (entries.filter_map(Result::ok))
@@ -795,8 +834,19 @@ pub(crate) fn load(dir: &Path) -> Result<Metadata, CheckpointError> {
                     dir.join(format!("chk-{newest}")).display()
                 )));
             }
-            return Err(corrupt(
-                "it has no _metadata file: it never completed (the job stopped while taking it)"
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name
+                .strip_prefix("chk-")
+                .is_some_and(|id| id.parse::<u64>().is_ok())
+            {
+                return Err(corrupt(
+                    "it has no _metadata file: it never completed (the job stopped while taking \
+                     it)"
+                    .into(),
+                ));
+            }
+            return Err(not(
+                "it has no _metadata file, which every complete checkpoint and savepoint has"
                     .into(),
             ));
         }
@@ -1114,6 +1164,22 @@ mod tests {
         // Paths that hold no checkpoint say what they are.
         let err = load(&tmp.path().join("nope")).unwrap_err().to_string();
         assert!(err.ends_with("is no checkpoint or savepoint: there is no such directory"));
+        let err = load(tmp.path()).unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "is no checkpoint or savepoint: it has no _metadata file, which every \
+                 complete checkpoint and savepoint has"
+            ),
+            "{err}"
+        );
+        let err = load(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with(&format!(
+                "name its directory, {}",
+                store.dir_of(2).display()
+            )),
+            "{err}"
+        );
         complete(&store, 7, b"s");
         let err = load(store.root()).unwrap_err().to_string();
         assert!(
@@ -1133,6 +1199,21 @@ mod tests {
         complete(&store, 3, b"c");
         store.retain(1, None).unwrap();
         assert_eq!(store.ids().unwrap(), vec![3]);
+    }
+
+    #[test]
+    fn a_file_named_like_a_checkpoint_is_left_alone_and_numbered_past() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(tmp.path(), "j").unwrap();
+        complete(&store, 1, b"a");
+        let stray = store.root().join("chk-100");
+        std::fs::write(&stray, b"not weir's").unwrap();
+        assert_eq!(store.ids().unwrap(), vec![1]);
+        assert_eq!(store.next_id().unwrap(), 101, "the file is not in the way");
+        complete(&store, 101, b"b");
+        store.retain(1, None).unwrap();
+        assert_eq!(store.ids().unwrap(), vec![101]);
+        assert_eq!(std::fs::read(&stray).unwrap(), b"not weir's");
     }
 
     /// The manifest of an incremental checkpoint that refers to shared files `names`.

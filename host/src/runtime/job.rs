@@ -9,7 +9,7 @@ use super::restore::Restored;
 use super::supervisor;
 use super::{Events, JobControl, JobEnd, JobError, Metrics, RunningJob, role};
 use crate::checkpoint::RestoreFrom;
-use crate::checkpoint::storage::CheckpointStore;
+use crate::checkpoint::storage::{CheckpointStore, resolved};
 use crate::clock::Clock;
 use crate::job::plan::Plan;
 use crate::job::spec::{JobSpec, OperatorCode, Vertex, VertexKind};
@@ -198,7 +198,9 @@ impl Job {
             // The job starts over, or from a checkpoint of the user's choosing: its checkpoints
             // after that are of a run whose output this one replaces, which a restart after a
             // crash must not resume.
-            let own = |r: &&Restored| r.dir.parent() == Some(store.root());
+            // However the user spelled its path (relative, through `..` or a link).
+            let root = resolved(store.root());
+            let own = |r: &&Restored| r.dir.parent().is_some_and(|p| resolved(p) == root);
             store.discard_after(restore.as_ref().filter(own).map_or(0, Restored::id))?;
             // A start from elsewhere is resumed from there until it has checkpoints here.
             let elsewhere = restore.as_ref().filter(|r| !own(r));
