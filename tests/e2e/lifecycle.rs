@@ -490,6 +490,24 @@ fn failures_a_restart_cannot_heal_end_the_job_at_once() {
         &["sink \"out\"", "cannot create the output directory"],
     );
 
+    // A line without its event time, found while the job runs: a restart reads it again.
+    let stamped = ws.write("stamped.txt", "1,a\n2,b\nno time\n3,c\n");
+    let spec = failing_job(
+        &ws,
+        &format!(
+            "[[source]]\nname = \"lines\"\ntype = \"file\"\npath = {}\nparallelism = 1\n\
+             event_time = {{ field = 0 }}\n\n\
+             [[sink]]\nname = \"out\"\ntype = \"discard\"\ninput = \"lines\"\nparallelism = 1\n",
+            toml_path(&stamped)
+        ),
+    );
+    assert_fails_after(
+        &ws,
+        &spec,
+        0,
+        &["source \"lines\"", "\"no time\", has no event time"],
+    );
+
     // A poison record: the same trap from the same (no) checkpoint, three times. (Were it
     // further into the input, restarts would go on while checkpoints got closer to it.)
     let mut lines = String::from("trap-until 99999999999999\n");
@@ -554,6 +572,36 @@ fn a_stop_during_a_restart_delay_ends_the_run() {
     assert_eq!(summary(&ws)["status"], "stopped", "{report}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("waiting to restart"), "{stdout}");
+
+    // Resumed from that checkpoint and stopped again before one of its own: it stopped at
+    // the one it resumed from, where the next run resumes too.
+    let stopped_at = summary(&ws)["stopped_at_checkpoint"].clone();
+    let n = stopped_at.as_u64().expect("the checkpoint of the stop");
+    let slow = ws.write(
+        "slow.toml",
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("interval = \"20ms\"", "interval = \"1h\""),
+    );
+    let child = start(&ws, &slow, "delay-again", &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log(&ws, "delay-again").contains("restarting in") {
+        assert!(
+            Instant::now() < deadline,
+            "no restart: {}",
+            log(&ws, "delay-again")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    interrupt(&child);
+    let out = finish(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(STOPPED), "{stdout}");
+    assert!(
+        stdout.contains(&format!("stopped at its last checkpoint, {n},")),
+        "{stdout}"
+    );
+    assert_eq!(summary(&ws)["stopped_at_checkpoint"], stopped_at);
 }
 
 #[test]

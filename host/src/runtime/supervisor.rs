@@ -92,6 +92,7 @@ fn run_attempts(
         None => 0,
     };
     let initial = restore.clone();
+    let started_from = initial.as_ref().map(|r| r.id());
     loop {
         let mut commit = Ok(());
         if let Some(r) = &restore {
@@ -171,7 +172,12 @@ fn run_attempts(
             parts = Arc::clone(&p.old);
             restore = roll_back(p, &error, &parts, store.as_ref(), first_id, &initial)?;
             if flags.is_stopping() {
-                return stopped_at_newest(spec, store.as_ref(), first_id, format!("{error}"));
+                return stopped_at_newest(
+                    spec,
+                    store.as_ref(),
+                    (first_id, started_from),
+                    format!("{error}"),
+                );
             }
             events.send(JobEvent::Restarting {
                 failure: Failure::of(&error),
@@ -182,7 +188,12 @@ fn run_attempts(
             continue;
         }
         if flags.is_stopping() {
-            return stopped_at_newest(spec, store.as_ref(), first_id, format!("{error}"));
+            return stopped_at_newest(
+                spec,
+                store.as_ref(),
+                (first_id, started_from),
+                format!("{error}"),
+            );
         }
         if error.is_permanent() {
             tracing::warn!("not restarting the job: a restart cannot heal {error}");
@@ -220,7 +231,7 @@ fn run_attempts(
                         return stopped_at_newest(
                             spec,
                             store.as_ref(),
-                            first_id,
+                            (first_id, started_from),
                             format!("it was waiting to restart after: {error}"),
                         );
                     }
@@ -281,11 +292,12 @@ fn roll_back(
 
 /// A stop that could not take a checkpoint of its own, because the job failed (with `problem`)
 /// or was waiting to restart: the job stops at its newest complete checkpoint of this run
-/// (from `since` on), where the next start resumes. Sinks committed everything up to it; what came after is not committed.
+/// (from `since` on), or else at the one it started from (`started_from`), where the next
+/// start resumes. Sinks committed everything up to it; what came after is not committed.
 fn stopped_at_newest(
     spec: &JobSpec,
     store: Option<&CheckpointStore>,
-    since: u64,
+    (since, started_from): (u64, Option<u64>),
     problem: String,
 ) -> Result<JobEnd, JobError> {
     let checkpoint = match store {
@@ -293,6 +305,7 @@ fn stopped_at_newest(
         Some(store) => Restored::latest(store, spec, since, false)?.map(|r| r.id()),
         None => None,
     };
+    let checkpoint = checkpoint.or(started_from);
     Ok(JobEnd::Stopped {
         checkpoint,
         problem: Some(problem),

@@ -563,7 +563,13 @@ fn run_source(
         }
         let status = source
             .poll(&mut batch, if ending { 1 } else { BATCH_RECORDS })
-            .map_err(|e| error(&setup.spec, vertex, setup.task.subtask, "", e))?;
+            .map_err(|e| {
+                let permanent = e.is_permanent();
+                permanent_if(
+                    permanent,
+                    error(&setup.spec, vertex, setup.task.subtask, "", e),
+                )
+            })?;
         if !batch.is_empty() {
             counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
             chain.push_source(&batch, source.split_time())?;
@@ -882,6 +888,13 @@ impl Chain {
         error(&self.spec, self.vertices[i], self.subtask, context, cause)
     }
 
+    /// The failure of sink stage `i`; one that a restart cannot heal (a missing permission,
+    /// a bad setting) fails the job at once.
+    fn connector_failed(&self, i: usize, context: &str, e: ConnectorError) -> Stop {
+        let permanent = e.is_permanent();
+        permanent_if(permanent, self.fail(i, context, e))
+    }
+
     /// A failure of the task as a whole, reported for its last vertex.
     fn fail_task(&self, context: &str, cause: impl Into<Cause> + std::fmt::Display) -> Stop {
         error(&self.spec, self.tail, self.subtask, context, cause)
@@ -1025,7 +1038,7 @@ impl Chain {
                 }
                 Stage::Sink(sink) => match sink.snapshot(n) {
                     Ok(state) => PartState::Sink(state),
-                    Err(e) => return Err(self.fail(i, "pre-commit failed", e)),
+                    Err(e) => return Err(self.connector_failed(i, "pre-commit failed", e)),
                 },
             };
             parts.push(Part { vertex, state });
@@ -1160,7 +1173,8 @@ impl Chain {
             match &mut self.stages[i] {
                 Stage::Sink(sink) => {
                     if let Err(e) = sink.notify_complete(n) {
-                        return Err(self.fail(i, &format!("commit of checkpoint {n} failed"), e));
+                        let context = format!("commit of checkpoint {n} failed");
+                        return Err(self.connector_failed(i, &context, e));
                     }
                 }
                 Stage::Operator(op) => op.notify_complete(n),
@@ -1419,7 +1433,7 @@ impl Chain {
             Stage::Sink(sink) => {
                 m.received(self.clock.now_ms(), batch.timestamps());
                 sink.write(batch)
-                    .map_err(|e| error(&self.spec, self.vertices[i], self.subtask, "", e))
+                    .map_err(|e| self.connector_failed(i, "", e))
             }
         }
     }
@@ -1434,7 +1448,7 @@ impl Chain {
                 Stage::Sink(sink) => match sink.finish() {
                     Ok(commit) if commit.is_null() => {}
                     Ok(commit) => commits.push((self.vertices[i], commit)),
-                    Err(e) => return Err(self.fail(i, "", e)),
+                    Err(e) => return Err(self.connector_failed(i, "", e)),
                 },
             }
         }
