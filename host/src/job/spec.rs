@@ -375,8 +375,23 @@ pub(crate) enum ParseError {
     Invalid(String),
 }
 
+/// A job's name names its directories (of checkpoints, of RocksDB state): it must be one
+/// file name, or a job would write its files outside them.
+fn check_job_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']) {
+        return Err(format!(
+            "[job] name {name:?} cannot name a job: a job's name is the name of its checkpoint \
+             and state directories, so it must be one file name (not empty, `.` or `..`, without \
+             `/` or `\\`), e.g. name = \"wordcount\""
+        ));
+    }
+    Ok(())
+}
+
 fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, String> {
     let job = raw.job.unwrap_or_default();
+    let name = job.name.unwrap_or_else(|| default_name.to_string());
+    check_job_name(&name)?;
     let max_parallelism = job.max_parallelism.unwrap_or(DEFAULT_MAX_PARALLELISM);
     if max_parallelism == 0 || max_parallelism > MAX_MAX_PARALLELISM {
         return Err(format!(
@@ -713,14 +728,14 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         }
     }
 
-    // Topological order (Kahn); whatever remains lies on a cycle.
-    let order = topological_order(&inputs).map_err(|on_cycle| {
-        let names: Vec<_> = on_cycle
+    // Topological order (Kahn); what remains lies on a cycle or behind one.
+    let order = topological_order(&inputs).map_err(|cycle| {
+        let names: Vec<_> = cycle
             .iter()
             .map(|&i| pending[i].common.name.as_str())
             .collect();
         format!(
-            "the job graph has a cycle through {}; streams must flow from sources to sinks",
+            "the job graph has a cycle: {}; streams must flow from sources to sinks",
             names.join(" -> ")
         )
     })?;
@@ -803,7 +818,7 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
         })
         .collect();
     Ok(JobSpec {
-        name: job.name.unwrap_or_else(|| default_name.to_string()),
+        name,
         max_parallelism,
         vertices,
         base_dir: base_dir.to_path_buf(),
@@ -854,7 +869,8 @@ fn restart_strategy(
         .map_err(|e| format!("[restart]: {}", e.message()))
 }
 
-/// Kahn's algorithm; `Err` holds the vertices left on or behind a cycle.
+/// Kahn's algorithm; `Err` holds a cycle, in the direction of its streams, its first vertex
+/// again at its end.
 fn topological_order(inputs: &[Vec<Input>]) -> Result<Vec<usize>, Vec<usize>> {
     let n = inputs.len();
     let mut indegree: Vec<usize> = inputs.iter().map(Vec::len).collect();
@@ -876,9 +892,23 @@ fn topological_order(inputs: &[Vec<Input>]) -> Result<Vec<usize>, Vec<usize>> {
         }
     }
     if order.len() == n {
-        Ok(order)
-    } else {
-        Err((0..n).filter(|&v| indegree[v] > 0).collect())
+        return Ok(order);
+    }
+    // Every vertex left over reads from one left over: walking back along such inputs from
+    // any of them comes round to a vertex walked through, and the walk from there is a cycle.
+    let left = |v: usize| indegree[v] > 0;
+    let mut walked = vec![(0..n).find(|&v| left(v)).expect("a vertex is left over")];
+    loop {
+        let last = *walked.last().expect("not empty");
+        let from = (inputs[last].iter().map(|i| i.from))
+            .find(|&f| left(f))
+            .expect("a vertex left over reads from one left over");
+        if let Some(at) = walked.iter().position(|&v| v == from) {
+            let mut cycle: Vec<usize> = walked[at..].iter().rev().copied().collect();
+            cycle.push(last);
+            return Err(cycle);
+        }
+        walked.push(from);
     }
 }
 
@@ -999,6 +1029,16 @@ mod tests {
                 "buffer_debloat_target 1ms is too short",
             ),
             (
+                &format!("[job]\nname = \"../../escape\"\n{GEN}"),
+                "[job] name \"../../escape\" cannot name a job",
+            ),
+            (
+                &format!("[job]\nname = \"/tmp/abs\"\n{GEN}"),
+                "must be one file name",
+            ),
+            (&format!("[job]\nname = \"..\"\n{GEN}"), "cannot name a job"),
+            (&format!("[job]\nname = \"\"\n{GEN}"), "cannot name a job"),
+            (
                 &format!("{EVENTS}watermark = {{ max_out_of_orderness = \"soon\" }}\n"),
                 "source \"gen\": watermark: ",
             ),
@@ -1070,7 +1110,23 @@ mod tests {
                     "{GEN}[[operator]]\nname = \"a\"\nuid = \"a\"\nnative = \"split_words\"\ninput = [\"gen\", \"b\"]\n\
                      [[operator]]\nname = \"b\"\nuid = \"b\"\nnative = \"split_words\"\ninput = \"a\"\n"
                 ),
-                "cycle through a -> b",
+                "has a cycle: b -> a -> b;",
+            ),
+            (
+                // Behind the cycle, `out` is not on it; `c` reads itself.
+                &format!(
+                    "{GEN}[[operator]]\nname = \"a\"\nuid = \"a\"\nnative = \"split_words\"\ninput = [\"gen\", \"b\"]\n\
+                     [[operator]]\nname = \"b\"\nuid = \"b\"\nnative = \"split_words\"\ninput = \"a\"\n\
+                     [[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"b\"\n"
+                ),
+                "has a cycle: b -> a -> b;",
+            ),
+            (
+                &format!(
+                    "{GEN}[[operator]]\nname = \"c\"\nuid = \"c\"\nnative = \"split_words\"\ninput = [\"gen\", \"c\"]\n\
+                     [[sink]]\nname = \"out\"\ntype = \"print\"\ninput = \"c\"\n"
+                ),
+                "has a cycle: c -> c;",
             ),
             (
                 &format!(
