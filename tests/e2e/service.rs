@@ -687,6 +687,17 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
         server.call("GET", "/v1/jobs", Some(READ_TOKEN), None).0,
         200
     );
+    // The scheme's name in any case, as HTTP allows.
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nauthorization: bearer {READ_TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(
         code(server.call(
             "POST",
@@ -770,6 +781,12 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
         json!({ "spec": "[job]\nname = \"x\"\n[[operator]]\nname = \"a\"\nuid = \"a\"\nwasm = \"nothing@1\"\n" }),
         json!({ "spec": { "job": { "name": "x", "parallelism": 0 } } }),
         json!({ "spec": 7 }),
+        // A name that would put the job's checkpoints outside the data directory.
+        json!({ "spec": {
+            "job": { "name": "../../outside" },
+            "source": [{ "name": "g", "type": "generator", "count": 10 }],
+            "sink": [{ "name": "o", "type": "discard", "input": "g" }],
+        } }),
     ];
     for body in bad {
         let (status, e) = server.call("POST", "/v1/jobs", Some(TOKEN), Some(body.clone()));
@@ -1051,4 +1068,100 @@ fn drained(savepoint: bool) {
         let expected: Vec<u64> = (1..=n.len() as u64).collect();
         assert_eq!(n, expected, "{word}");
     }
+}
+
+#[test]
+fn a_component_named_by_a_job_being_submitted_is_not_deleted_under_it() {
+    // A job of a JavaScript component starts slowly (its instantiation): a delete of the
+    // component comes while the submit runs. Either the delete is refused or the submit
+    // fails; never a job running on a component that is gone (its restore would need it).
+    let ws = Workspace::new();
+    // The tests' cache: the variants below are compiled once, not at every run.
+    let cache = crate::support::release_dir().join("e2e-component-cache");
+    let cache = ["--cache-dir", cache.to_str().unwrap()];
+    let server = Server::start(&ws, &ws.path("data"), &cache);
+    let count = format!("sha256:{}", server.component("wordcount_count"));
+    let js = std::fs::read(operator("wordcount_split_js")).unwrap();
+    for attempt in 0..8u8 {
+        // New bytes each time (a custom section): compiled afresh, as slow as a first start.
+        let mut bytes = js.clone();
+        bytes.extend_from_slice(&[0, 4, 2, b'r', b'a', attempt]);
+        let (status, info) = server.upload(&bytes, "", Some(TOKEN));
+        assert_eq!(status, 201, "{info}");
+        let sha = info["sha256"].as_str().unwrap().to_string();
+        let out = ws.path(&format!("out-{attempt}"));
+        let spec = word_count(
+            "race",
+            1_000_000,
+            Some(1000),
+            &format!("sha256:{sha}"),
+            &count,
+            1,
+            &out,
+        );
+        let (submitted, deleted) = std::thread::scope(|s| {
+            let submit = s.spawn(|| {
+                server.call(
+                    "POST",
+                    "/v1/jobs",
+                    Some(TOKEN),
+                    Some(json!({ "spec": spec })),
+                )
+            });
+            std::thread::sleep(Duration::from_millis(8 * u64::from(attempt)));
+            let deleted = server.call(
+                "DELETE",
+                &format!("/v1/components/{sha}"),
+                Some(TOKEN),
+                None,
+            );
+            (submit.join().unwrap(), deleted)
+        });
+        assert!(
+            submitted.0 != 201 || deleted.0 != 204,
+            "attempt {attempt}: the job was submitted ({}) and its component deleted",
+            submitted.1
+        );
+        if submitted.0 == 201 {
+            let id = submitted.1["id"].as_str().unwrap();
+            server.ok("POST", &format!("/v1/jobs/{id}/cancel"), None, 202);
+        }
+    }
+}
+
+#[test]
+fn two_uploads_of_other_bytes_under_one_name_and_version_take_it_once() {
+    // Both checked before their compiles (seconds each, with no cache), which run one after
+    // the other: the second to finish finds the name taken.
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &["--no-cache"]);
+    let js = std::fs::read(operator("wordcount_split_js")).unwrap();
+    let run = fastrand::u64(..).to_le_bytes();
+    let variant = |v: u8| {
+        let mut bytes = js.clone();
+        bytes.extend_from_slice(&[0, 11, 2, b'u', v]);
+        bytes.extend_from_slice(&run);
+        bytes
+    };
+    let (a, b) = (variant(b'a'), variant(b'b'));
+    let query = "?name=split&version=1";
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| server.upload(&a, query, Some(TOKEN)));
+        let second = s.spawn(|| server.upload(&b, query, Some(TOKEN)));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    let mut statuses = [first.0, second.0];
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses,
+        [201, 409],
+        "{} {}",
+        first.1["code"],
+        second.1["code"]
+    );
+    let listed = server.ok("GET", "/v1/components", None, 200);
+    let named: Vec<_> = (listed.as_array().unwrap().iter())
+        .filter(|c| c["name"] == "split")
+        .collect();
+    assert_eq!(named.len(), 1, "{listed}");
 }

@@ -152,18 +152,24 @@ impl Components {
             .sync_all()
             .map_err(|e| ServiceError::io("sync", &upload.path, e))?;
         let sha256 = format!("{:x}", upload.hasher.clone().finalize());
-        if let (Some(name), version) = (&upload.name, &upload.version) {
-            let taken = self.records().values().any(|r| {
-                r.name.as_ref() == Some(name) && r.version == *version && r.sha256 != sha256
-            });
-            if taken {
-                return Err(ServiceError::conflict(format!(
+        // Checked before the compile (seconds), and again with the record written: an upload
+        // of other bytes under the same name and version may have finished in between.
+        let check_free = |records: &BTreeMap<String, Record>| match (&upload.name, &upload.version)
+        {
+            (Some(name), version)
+                if records.values().any(|r| {
+                    r.name.as_ref() == Some(name) && r.version == *version && r.sha256 != sha256
+                }) =>
+            {
+                Err(ServiceError::conflict(format!(
                     "component {} is taken by other bytes; upload this one under another \
                      version",
                     label(name, version.as_deref())
-                )));
+                )))
             }
-        }
+            _ => Ok(()),
+        };
+        check_free(&self.records())?;
         let component = self.engine.load(&upload.path, &self.limits).map_err(|e| {
             let message = e
                 .to_string()
@@ -172,6 +178,7 @@ impl Components {
         })?;
         let wasm = self.dir.join(format!("{sha256}.wasm"));
         let mut records = self.records();
+        check_free(&records)?;
         let record = match records.get(&sha256) {
             Some(existing) if existing.name.is_some() || upload.name.is_none() => existing.clone(),
             _ => Record {

@@ -62,6 +62,9 @@ pub struct Service {
     engine: Arc<WasmEngine>,
     components: Components,
     jobs: Mutex<BTreeMap<String, Arc<ManagedJob>>>,
+    /// Components a submit or an upgrade has resolved and its job does not record yet (see
+    /// [`Reservation`]); a delete must not take them in between.
+    reserved: Mutex<Vec<String>>,
     /// Set while the process shuts down: jobs that end now keep their status, to resume.
     shutting_down: AtomicBool,
     _lock: File,
@@ -112,6 +115,7 @@ impl Service {
             engine,
             components,
             jobs: Mutex::new(BTreeMap::new()),
+            reserved: Mutex::default(),
             shutting_down: AtomicBool::new(false),
             _lock: lock,
         });
@@ -121,6 +125,24 @@ impl Service {
 
     fn jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<ManagedJob>>> {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reserved(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.reserved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reserves components `shas` until the reservation is dropped; resolve them under the
+    /// same lock (`reserved`), which `delete_component` holds from its check to its delete.
+    fn reserve(
+        &self,
+        mut reserved: std::sync::MutexGuard<'_, Vec<String>>,
+        shas: &[String],
+    ) -> Reservation<'_> {
+        reserved.extend_from_slice(shas);
+        Reservation {
+            reserved: &self.reserved,
+            shas: shas.to_vec(),
+        }
     }
 
     /// Loads every job record; starts again those that were running.
@@ -250,6 +272,13 @@ impl Service {
     /// Deletes component `sha256`; refused while a job (of any status) uses it, since a
     /// restore of the job needs it, or an upgrade in progress brings it.
     pub fn delete_component(&self, sha256: &str) -> Result<(), ServiceError> {
+        let reserved = self.reserved();
+        if reserved.iter().any(|s| s == sha256) {
+            return Err(ServiceError::conflict(format!(
+                "component sha256:{sha256} is named by a job being submitted or upgraded now; \
+                 a restore of that job will need it (delete it once the job is gone)"
+            )));
+        }
         if let Some(users) = self.used_by().remove(sha256) {
             return Err(ServiceError::conflict(format!(
                 "component sha256:{sha256} is used by job(s) {}; a restore of those needs it \
@@ -294,7 +323,9 @@ impl Service {
         let mut table: toml::Table = text
             .parse()
             .map_err(|e| spec_error(format!("the spec is not valid TOML: {e}")))?;
+        let reserved = self.reserved();
         let components = self.canonicalize(&mut table, &dir)?;
+        let _reservation = self.reserve(reserved, &components);
         let savepoint = match &request.savepoint {
             Some(path) => {
                 let path = PathBuf::from(path);
@@ -794,6 +825,8 @@ impl Service {
             .spec
             .parse()
             .map_err(|e| spec_error(format!("{e}")))?;
+        let reserved = self.reserved();
+        let mut shas = Vec::new();
         for (i, op) in request.operators.iter().enumerate() {
             if request.operators[..i].iter().any(|o| o.uid == op.uid) {
                 return Err(ServiceError::invalid(format!(
@@ -804,6 +837,7 @@ impl Service {
             let sha = self.components.resolve(&op.component).map_err(|e| {
                 ServiceError::not_found(format!("operator uid \"{}\": {e}", op.uid))
             })?;
+            shas.push(sha.clone());
             let table_of = |what: &str, value: &Option<serde_json::Value>| {
                 value
                     .as_ref()
@@ -825,6 +859,7 @@ impl Service {
             let limits = table_of("limits", &op.limits)?;
             set_operator(&mut table, &op.uid, sha, config, limits)?;
         }
+        let _reservation = self.reserve(reserved, &shas);
         let probation = Probation {
             time: request
                 .probation_ms
@@ -1224,4 +1259,22 @@ fn rescaled_spec(spec: &str, parallelism: &BTreeMap<String, u32>) -> Result<Stri
         }
     }
     Ok(toml::to_string(&table).expect("a table serializes"))
+}
+
+/// Components held back from deletion while a submit or an upgrade that named them gets its
+/// job to record them ([`Service::reserve`]); given back when dropped.
+struct Reservation<'a> {
+    reserved: &'a Mutex<Vec<String>>,
+    shas: Vec<String>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        for sha in &self.shas {
+            if let Some(at) = reserved.iter().position(|s| s == sha) {
+                reserved.swap_remove(at);
+            }
+        }
+    }
 }

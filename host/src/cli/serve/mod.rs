@@ -156,7 +156,10 @@ async fn authorize(State(state): State<AppState>, request: Request, next: Next) 
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme's name is case-insensitive (RFC 7235).
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
     let access = presented.and_then(|t| state.tokens.check(t.trim().as_bytes()));
     match access {
         None => {
