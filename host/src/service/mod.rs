@@ -634,14 +634,19 @@ impl Service {
     /// The job's run, or why there is none.
     fn running(job: &ManagedJob) -> Result<Arc<jobs::Run>, ServiceError> {
         let status = job.record().status;
-        job.run().ok_or_else(|| {
-            ServiceError::conflict(format!(
+        job.run().ok_or_else(|| match status {
+            // Between the end of one run and the start of the next (a rescale's restart).
+            JobStatus::Created | JobStatus::Running => ServiceError::conflict(
+                "the job is between two runs (a rescale or a restart is starting it again); \
+                 ask again in a moment",
+            ),
+            _ => ServiceError::conflict(format!(
                 "the job is not running (it is {}); nothing to do",
                 serde_json::to_value(status)
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default()
-            ))
+            )),
         })
     }
 
