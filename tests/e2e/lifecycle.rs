@@ -554,19 +554,19 @@ fn a_stop_during_a_restart_delay_ends_the_run() {
             toml_path(&ws.path("out")),
         ),
     );
-    let child = start(&ws, &spec, "delay", &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !log(&ws, "delay").contains("restarting in") {
-        assert!(
-            Instant::now() < deadline,
-            "no restart: {}",
-            log(&ws, "delay")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    interrupt(&child);
-    // Far less than the hour the restart would wait.
-    let out = finish(child, Duration::from_secs(60));
+    // Runs `spec` until it fails and waits to restart, then stops it.
+    let stopped_waiting = |spec: &Path, name: &str| {
+        let child = start(&ws, spec, name, &[]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !log(&ws, name).contains("restarting in") {
+            assert!(Instant::now() < deadline, "no restart: {}", log(&ws, name));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        interrupt(&child);
+        // Far less than the hour the restart would wait.
+        finish(child, Duration::from_secs(60))
+    };
+    let out = stopped_waiting(&spec, "delay");
     let report = format!("{}\n{}", out.status, log(&ws, "delay"));
     assert_eq!(out.status.code(), Some(STOPPED), "{report}");
     assert_eq!(summary(&ws)["status"], "stopped", "{report}");
@@ -583,18 +583,7 @@ fn a_stop_during_a_restart_delay_ends_the_run() {
             .unwrap()
             .replace("interval = \"20ms\"", "interval = \"1h\""),
     );
-    let child = start(&ws, &slow, "delay-again", &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !log(&ws, "delay-again").contains("restarting in") {
-        assert!(
-            Instant::now() < deadline,
-            "no restart: {}",
-            log(&ws, "delay-again")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    interrupt(&child);
-    let out = finish(child, Duration::from_secs(60));
+    let out = stopped_waiting(&slow, "delay-again");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(STOPPED), "{stdout}");
     assert!(

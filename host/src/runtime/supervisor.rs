@@ -175,7 +175,8 @@ fn run_attempts(
                 return stopped_at_newest(
                     spec,
                     store.as_ref(),
-                    (first_id, started_from),
+                    first_id,
+                    started_from,
                     format!("{error}"),
                 );
             }
@@ -191,7 +192,8 @@ fn run_attempts(
             return stopped_at_newest(
                 spec,
                 store.as_ref(),
-                (first_id, started_from),
+                first_id,
+                started_from,
                 format!("{error}"),
             );
         }
@@ -231,7 +233,8 @@ fn run_attempts(
                         return stopped_at_newest(
                             spec,
                             store.as_ref(),
-                            (first_id, started_from),
+                            first_id,
+                            started_from,
                             format!("it was waiting to restart after: {error}"),
                         );
                     }
@@ -297,7 +300,8 @@ fn roll_back(
 fn stopped_at_newest(
     spec: &JobSpec,
     store: Option<&CheckpointStore>,
-    (since, started_from): (u64, Option<u64>),
+    since: u64,
+    started_from: Option<u64>,
     problem: String,
 ) -> Result<JobEnd, JobError> {
     let checkpoint = match store {
