@@ -93,6 +93,8 @@ fn run_attempts(
     };
     let initial = restore.clone();
     let started_from = initial.as_ref().map(|r| r.id());
+    let stopped =
+        |problem: String| stopped_at_newest(spec, store.as_ref(), first_id, started_from, problem);
     loop {
         let mut commit = Ok(());
         if let Some(r) = &restore {
@@ -172,13 +174,7 @@ fn run_attempts(
             parts = Arc::clone(&p.old);
             restore = roll_back(p, &error, &parts, store.as_ref(), first_id, &initial)?;
             if flags.is_stopping() {
-                return stopped_at_newest(
-                    spec,
-                    store.as_ref(),
-                    first_id,
-                    started_from,
-                    format!("{error}"),
-                );
+                return stopped(format!("{error}"));
             }
             events.send(JobEvent::Restarting {
                 failure: Failure::of(&error),
@@ -189,13 +185,7 @@ fn run_attempts(
             continue;
         }
         if flags.is_stopping() {
-            return stopped_at_newest(
-                spec,
-                store.as_ref(),
-                first_id,
-                started_from,
-                format!("{error}"),
-            );
+            return stopped(format!("{error}"));
         }
         if error.is_permanent() {
             tracing::warn!("not restarting the job: a restart cannot heal {error}");
@@ -230,13 +220,7 @@ fn run_attempts(
                         return Err(JobError::Cancelled);
                     }
                     if flags.is_stopping() {
-                        return stopped_at_newest(
-                            spec,
-                            store.as_ref(),
-                            first_id,
-                            started_from,
-                            format!("it was waiting to restart after: {error}"),
-                        );
+                        return stopped(format!("it was waiting to restart after: {error}"));
                     }
                     std::thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
                 }
