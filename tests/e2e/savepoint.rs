@@ -10,15 +10,15 @@ use std::process::Child;
 
 use crate::lifecycle::{committed_lines, finish, log, probe_input, signal};
 use crate::support::{
-    Workspace, key_value_file_sink, tally_job, toml_path, wasm, weir, weir_command,
+    Workspace, key_value_file_sink, part_files, tally_job, toml_path, wasm, weir, weir_command,
 };
 
 /// `weir run`'s exit code for a stopped job.
 const STOPPED: i32 = 3;
 
 /// The state probe (value and list state, event-time timers) keyed at parallelism `probe`
-/// on `backend`, as job `name` with checkpoints in `chk`; every job shares the sink's
-/// directory `out`, which the savepoint's sink transactions refer to.
+/// on `backend`, as job `name` with checkpoints in `chk`, writing into the sink directory
+/// `out`.
 fn probe_job(ws: &Workspace, name: &str, probe: u32, backend: &str, input: &Path) -> PathBuf {
     probe_job_of(ws, name, probe, backend, input, "weir_test_state_probe")
 }
@@ -144,7 +144,8 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     let input = ws.write("input.txt", text);
     let (sp1, sp2) = (ws.path("savepoints/one"), ws.path("savepoints/two"));
 
-    // Memory at parallelism 2 → RocksDB at 3 (another job) → memory at 1 (a third).
+    // Memory at parallelism 2 → RocksDB at 3 (another job) → memory at 1 (a third, whose
+    // sink writes into another directory).
     let first = probe_job(&ws, "first", 2, "memory", &input);
     stop_with_savepoint(&ws, &first, &[], &sp1, "first");
     // A savepoint is self-contained: moved elsewhere, it restores from there.
@@ -156,13 +157,21 @@ fn savepoints_move_a_job_between_parallelisms_backends_and_names_exactly_once() 
     }
     std::fs::remove_dir_all(&sp1).unwrap();
     let second = probe_job(&ws, "second", 3, "rocksdb", &input);
+    // Its savepoint holds the sink's in-progress file, which the third job continues.
+    let spec = std::fs::read_to_string(&second).unwrap();
+    std::fs::write(&second, spec + "rolling = { on_checkpoint = false }\n").unwrap();
     let from = ["--from-savepoint", moved.to_str().unwrap()];
     stop_with_savepoint(&ws, &second, &from, &sp2, "second");
     let third = probe_job(&ws, "third", 1, "memory", &input);
+    let (out, elsewhere) = (toml_path(&ws.path("out")), ws.path("elsewhere"));
+    let spec = std::fs::read_to_string(&third).unwrap();
+    std::fs::write(&third, spec.replace(&out, &toml_path(&elsewhere))).unwrap();
     let run = weir(&["run", "-s", sp2.to_str().unwrap()], &third);
     assert!(run.success(), "{}", run.stderr());
 
-    let lines = committed_lines(&ws);
+    let mut lines = committed_lines(&ws);
+    lines.extend(part_files(&elsewhere).into_values().flatten());
+    lines.sort_unstable();
     assert_eq!(
         lines.len(),
         expected.len(),

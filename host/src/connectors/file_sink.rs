@@ -24,9 +24,17 @@
 //! rolls.
 //! A fresh start (no checkpoint to restore) deletes the subtask's files of earlier runs, and
 //! subtask 0 those of subtasks beyond the parallelism, so the directory holds this run's output.
+//!
+//! A checkpoint records the directory its files are in. A job started from a savepoint of a
+//! job whose sink wrote elsewhere commits the recorded pending files where they are, and starts
+//! its own directory afresh, from a copy of the checkpointed part of the in-progress file: the
+//! new directory holds exactly the output a run from the savepoint makes, and the old one is
+//! left to the job it belongs to (which may still run from the same savepoint). A recorded
+//! directory that no longer exists was moved with the job: its files are looked for in the
+//! directory the spec names.
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, Write};
+use std::io::{BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -35,6 +43,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConnectorError, Delivery, LineFormat, Sink, SinkContext, resolve, resolved_note};
 use crate::batch::Batch;
+
+/// What to do when part files a checkpoint records are gone.
+const AFRESH: &str = "start the job afresh, without its checkpoints (`weir run --fresh`; \
+                      in `weir serve`, submit it again)";
 
 /// Bytes buffered before a write reaches the file.
 const WRITE_BUFFER: usize = 1 << 20;
@@ -154,9 +166,7 @@ impl FileSinkConfig {
         restore: Option<&serde_json::Value>,
     ) -> Result<FileSink, ConnectorError> {
         let (subtask, parallelism) = (ctx.subtask, ctx.parallelism);
-        let dir = resolve(ctx.base_dir, &self.path);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ConnectorError::file("create the output directory", &dir, e))?;
+        let dir = self.create_dir(ctx.base_dir)?;
         let mut sink = FileSink {
             parts: Parts { dir, subtask },
             format: self.format,
@@ -172,9 +182,30 @@ impl FileSinkConfig {
             Some(state) => {
                 // The runtime committed the pending files `state` records before the restore.
                 let handle = Handle::parse(state, &sink.parts)?;
-                sink.parts
-                    .remove_uncommitted(handle.in_progress.map(|p| p.seq))?;
-                if let Some(p) = handle.in_progress {
+                let written_in = handle.written_in(&sink.parts.dir);
+                let mut in_progress = handle.in_progress;
+                if written_in == sink.parts.dir {
+                    sink.parts.remove_uncommitted(in_progress.map(|p| p.seq))?;
+                } else {
+                    // A savepoint of a job that wrote elsewhere: this directory starts afresh.
+                    tracing::info!(
+                        from = %written_in.display(),
+                        "file sink subtask {subtask}: the checkpoint's part files are in another \
+                         directory; continuing in {}",
+                        sink.parts.dir.display()
+                    );
+                    sink.parts.remove_earlier_runs(parallelism)?;
+                    if let Some(p) = in_progress {
+                        let old = Parts {
+                            dir: written_in,
+                            subtask,
+                        };
+                        if !old.copy_checkpointed(p, &sink.parts, sink.transactional)? {
+                            in_progress = None;
+                        }
+                    }
+                }
+                if let Some(p) = in_progress {
                     sink.current = sink.parts.reopen(p)?;
                 }
                 sink.parts.sync()?;
@@ -192,20 +223,35 @@ impl FileSinkConfig {
         ctx: &SinkContext<'_>,
         state: &serde_json::Value,
     ) -> Result<(), ConnectorError> {
-        let parts = Parts {
+        let mut parts = Parts {
             dir: resolve(ctx.base_dir, &self.path),
             subtask: ctx.subtask,
         };
-        for seq in Handle::parse(state, &parts)?.pending {
+        let handle = Handle::parse(state, &parts)?;
+        parts.dir = handle.written_in(&parts.dir);
+        for seq in handle.pending {
             parts.finish(seq)?;
         }
         parts.sync()
+    }
+
+    /// Creates the output directory of a job whose spec is in `base_dir`; returns its path
+    /// with links and `..` resolved, as checkpoints record it.
+    fn create_dir(&self, base_dir: &Path) -> Result<PathBuf, ConnectorError> {
+        let dir = resolve(base_dir, &self.path);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::canonicalize(&dir))
+            .map_err(|e| ConnectorError::file("create the output directory", &dir, e))
     }
 }
 
 /// What the file sink records in a checkpoint: its pre-commit.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Handle {
+    /// The directory the part files are in, links and `..` resolved (absent in checkpoints of
+    /// earlier weir builds: the one the spec names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dir: Option<PathBuf>,
     /// The number of the next part file.
     next: u64,
     /// Pending part files to finish.
@@ -234,6 +280,17 @@ impl Handle {
 
     fn value(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("a handle serializes")
+    }
+
+    /// The directory the handle's part files are in: the one recorded, unless it is gone
+    /// (moved with the job), then `configured`, the one the spec names.
+    fn written_in(&self, configured: &Path) -> PathBuf {
+        let recorded = self
+            .dir
+            .as_deref()
+            .and_then(|d| std::fs::canonicalize(d).ok());
+        let configured = std::fs::canonicalize(configured).unwrap_or_else(|_| configured.into());
+        recorded.unwrap_or(configured)
     }
 }
 
@@ -297,13 +354,30 @@ impl Parts {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(ConnectorError::Invalid(format!(
                     "pending part file {} is gone, but a checkpoint recorded it as \
-                     pre-committed: it was deleted outside weir; restore it or run the job with \
-                     --fresh",
+                     pre-committed: it was deleted outside weir (or by another job writing into \
+                     the same directory); restore it, or {AFRESH}",
                     pending.display()
                 )))
             }
             Err(e) => Err(ConnectorError::file("commit", &pending, e)),
         }
+    }
+
+    /// The file in-progress file `p` is now, in whatever stage.
+    fn checkpointed(&self, p: InProgress) -> Result<(PathBuf, Stage), ConnectorError> {
+        let stages = [Stage::InProgress, Stage::Pending, Stage::Finished];
+        (stages.into_iter())
+            .map(|stage| (self.path(p.seq, stage), stage))
+            .find(|(path, _)| path.exists())
+            .ok_or_else(|| {
+                ConnectorError::Invalid(format!(
+                    "part file {} is gone, but a checkpoint recorded its first {} bytes as \
+                     written: it was deleted outside weir (or by another job writing into the \
+                     same directory); restore it, or {AFRESH}",
+                    self.path(p.seq, Stage::InProgress).display(),
+                    p.len
+                ))
+            })
     }
 
     /// Opens in-progress file `p.seq` again, cut back to its checkpointed length. It may have
@@ -312,13 +386,12 @@ impl Parts {
     /// after the checkpoint come again in the next file (`None`).
     fn reopen(&self, p: InProgress) -> Result<Option<Part>, ConnectorError> {
         let path = self.path(p.seq, Stage::InProgress);
-        let pending = self.path(p.seq, Stage::Pending);
-        if !path.exists() && pending.exists() {
-            std::fs::rename(&pending, &path).map_err(|e| {
+        match self.checkpointed(p)? {
+            (_, Stage::InProgress) => {}
+            (pending, Stage::Pending) => std::fs::rename(&pending, &path).map_err(|e| {
                 ConnectorError::file("reopen the checkpointed part file", &pending, e)
-            })?;
-        } else if !path.exists() && self.path(p.seq, Stage::Finished).exists() {
-            return Ok(None);
+            })?,
+            (_, Stage::Finished) => return Ok(None),
         }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -331,7 +404,7 @@ impl Parts {
         if len < p.len {
             return Err(ConnectorError::Invalid(format!(
                 "part file {} has {len} bytes but the checkpoint recorded {}: it was truncated or \
-                 replaced outside weir; restore its content or run the job with --fresh",
+                 replaced outside weir; restore its content, or {AFRESH}",
                 path.display(),
                 p.len
             )));
@@ -346,6 +419,33 @@ impl Parts {
             len: p.len,
             opened: Instant::now(),
         }))
+    }
+
+    /// Copies the checkpointed start of in-progress file `p` (whatever stage it is in by now)
+    /// into `to`'s in-progress file of that number, for [`Parts::reopen`] there; returns
+    /// whether it did. A file that was finished after the checkpoint is not copied without a
+    /// transaction (`transactional`): its records are delivered, and those after the
+    /// checkpoint come again in the next file.
+    fn copy_checkpointed(
+        &self,
+        p: InProgress,
+        to: &Parts,
+        transactional: bool,
+    ) -> Result<bool, ConnectorError> {
+        let (from, stage) = self.checkpointed(p)?;
+        if stage == Stage::Finished && !transactional {
+            return Ok(false);
+        }
+        let copy = to.path(p.seq, Stage::InProgress);
+        let mut reader = File::open(&from)
+            .map_err(|e| ConnectorError::file("read", &from, e))?
+            .take(p.len);
+        let mut writer =
+            File::create(&copy).map_err(|e| ConnectorError::file("create", &copy, e))?;
+        std::io::copy(&mut reader, &mut writer)
+            .and_then(|_| writer.sync_all())
+            .map_err(|e| ConnectorError::file("copy the checkpointed part file to", &copy, e))?;
+        Ok(true)
     }
 
     /// Deletes the files that `keep` says nothing about.
@@ -487,6 +587,7 @@ impl FileSink {
         }
         self.parts.sync()?;
         Ok(Handle {
+            dir: Some(self.parts.dir.clone()),
             next: self.next,
             pending: self.pending.iter().map(|&(seq, _)| seq).collect(),
             in_progress,
@@ -752,6 +853,14 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("truncated or replaced outside weir"), "{err}");
+
+        // Gone, in every stage: a restart cannot bring it back.
+        for name in [".part-0-0.inprogress", "part-0-0"] {
+            std::fs::remove_file(out.join(name)).unwrap();
+        }
+        let err = cfg.restore(&ctx(dir.path()), Some(&state)).err().unwrap();
+        assert!(err.is_permanent(), "{err}");
+        assert!(err.to_string().contains("deleted outside weir"), "{err}");
     }
 
     /// Files roll by size, not on checkpoints: the checkpoint's in-progress file rolled
@@ -785,6 +894,77 @@ mod tests {
             let all: String = names(&out).iter().map(|n| read(&out, n)).collect();
             assert_eq!(all, expected, "{delivery}: {:?}", names(&out));
         }
+    }
+
+    /// A savepoint of a job writing into `a`, started by a job writing into `b`: the pending
+    /// files are committed in `a`, `b` starts from the in-progress file's checkpointed start,
+    /// and a crash before `b`'s first checkpoint starts `b` over from the savepoint.
+    #[test]
+    fn a_start_from_a_savepoint_of_a_sink_writing_elsewhere_continues_in_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let rolling = "rolling = { on_checkpoint = false, max_part_size = 6 }";
+        let (cfg_a, cfg_b) = (config("a", rolling), config("b", rolling));
+        let mut sink = cfg_a.restore(&ctx(dir.path()), None).unwrap();
+        sink.write(&batch(&["a1", "a2", "a3"])).unwrap();
+        let savepoint = sink.snapshot(1).unwrap();
+        sink.write(&batch(&["after the savepoint"])).unwrap();
+        sink.flush().unwrap();
+        drop(sink);
+        // The in-progress file rolled after the savepoint.
+        assert_eq!(names(&a), [".part-0-0.pending", ".part-0-1.pending"]);
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(b.join("part-0-7"), "an earlier run's").unwrap();
+
+        for attempt in 0..2 {
+            cfg_b.commit(&ctx(dir.path()), &savepoint).unwrap();
+            let mut sink = cfg_b.restore(&ctx(dir.path()), Some(&savepoint)).unwrap();
+            assert_eq!(names(&a), [".part-0-1.pending", "part-0-0"], "{attempt}");
+            assert_eq!(read(&a, "part-0-0"), "a1\na2\n");
+            sink.write(&batch(&["b1"])).unwrap();
+            if attempt == 0 {
+                sink.flush().unwrap();
+                continue; // a crash before b's first checkpoint
+            }
+            let end = sink.finish().unwrap();
+            cfg_b.commit(&ctx(dir.path()), &end).unwrap();
+        }
+        assert_eq!(names(&b), ["part-0-1"]);
+        assert_eq!(read(&b, "part-0-1"), "a3\nb1\n");
+        assert_eq!(read(&a, ".part-0-1.pending"), "a3\nafter the savepoint\n");
+        // b's own checkpoints record b.
+        let mut sink = cfg_b.restore(&ctx(dir.path()), None).unwrap();
+        sink.write(&batch(&["x"])).unwrap();
+        let own = sink.snapshot(1).unwrap();
+        assert_eq!(
+            own["dir"].as_str().map(PathBuf::from),
+            Some(std::fs::canonicalize(&b).unwrap())
+        );
+    }
+
+    /// The job's directory moved with its checkpoints: the recorded one is gone, and the part
+    /// files are where the spec says.
+    #[test]
+    fn a_checkpoint_whose_directory_moved_commits_in_the_spec_s_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (dir.path().join("old"), dir.path().join("new"));
+        let cfg = config("out", "");
+        let mut sink = cfg.restore(&ctx(&old), None).unwrap();
+        sink.write(&batch(&["a"])).unwrap();
+        let state = sink.snapshot(1).unwrap();
+        sink.write(&batch(&["after"])).unwrap();
+        sink.flush().unwrap();
+        drop(sink);
+        std::fs::rename(&old, &new).unwrap();
+
+        cfg.commit(&ctx(&new), &state).unwrap();
+        let mut sink = cfg.restore(&ctx(&new), Some(&state)).unwrap();
+        sink.write(&batch(&["b"])).unwrap();
+        let end = sink.finish().unwrap();
+        cfg.commit(&ctx(&new), &end).unwrap();
+        let out = new.join("out");
+        assert_eq!(names(&out), ["part-0-0", "part-0-1"]);
+        assert_eq!(read(&out, "part-0-0") + &read(&out, "part-0-1"), "a\nb\n");
     }
 
     #[test]
