@@ -306,9 +306,28 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
         assert!(Instant::now() < deadline, "{job}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A rescale since: the rollback changes the code, not the parallelism.
+    let rescaled = operate(
+        &server,
+        &id,
+        "rescale",
+        json!({ "parallelism": { "count": 3 } }),
+    );
+    assert_eq!(rescaled["status"], "completed", "{rescaled}");
     // The CLI's rollback goes back to version 1, which reads its `count` again.
     assert_eq!(cli(&server, &["rollback", &id]).trim(), "rolled back");
     let job = server.job(&id);
+    let spec: toml::Table = job["spec"].as_str().unwrap().parse().unwrap();
+    let count_table = spec["operator"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"].as_str() == Some("count"));
+    assert_eq!(
+        count_table.unwrap()["parallelism"].as_integer(),
+        Some(3),
+        "{job}"
+    );
     let upgrades = job["upgrades"].as_array().unwrap();
     assert_eq!(upgrades.len(), 3, "{job}");
     assert_eq!(upgrades[2]["status"], "committed", "{job}");
@@ -714,4 +733,110 @@ fn a_server_killed_while_a_window_function_is_on_probation_resumes_on_the_old_co
         committed(&out) == reference_windows(&ws, PROBATION_EVENTS),
         "the windows of a run without the upgrade"
     );
+}
+
+#[test]
+fn upgrades_and_savepoints_asked_for_as_a_job_finishes_are_all_answered() {
+    // Asked for every 10 ms until the job has finished: some come just before its end,
+    // when nothing takes them up any more; each must still get an answer.
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let (split, count) = server.word_count_components();
+    let recount = format!("sha256:{}", server.component("weir_test_recount"));
+    for run in 0..4 {
+        let out = ws.path(&format!("out-{run}"));
+        let spec = word_count(
+            &format!("short-{run}"),
+            20_000,
+            Some(10_000),
+            &split,
+            &count,
+            2,
+            &out,
+        );
+        let id = server.submit(json!({ "spec": spec }));
+        let mut asked = Vec::new();
+        for i in 0.. {
+            if server.job(&id)["status"] == "finished" {
+                break;
+            }
+            let (what, request) = match i % 3 {
+                0 => ("savepoint", json!({})),
+                _ => {
+                    let config = json!({ "prefix": format!("v{i}:") });
+                    let operator =
+                        json!({ "uid": "count", "component": recount, "config": config });
+                    (
+                        "upgrade",
+                        json!({ "operators": [operator], "probation_ms": 0 }),
+                    )
+                }
+            };
+            let path = format!("/v1/jobs/{id}/{what}");
+            let (status, op) = server.call("POST", &path, Some(TOKEN), Some(request));
+            if status == 202 {
+                asked.push(op["request_id"].as_str().unwrap().to_string());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!asked.is_empty());
+        for request_id in &asked {
+            server.wait_operation(&id, request_id);
+        }
+        let job = server.job(&id);
+        for upgrade in job["upgrades"].as_array().unwrap() {
+            let status = upgrade["status"].as_str().unwrap();
+            assert!(!["pending", "probation"].contains(&status), "{job}");
+        }
+    }
+}
+
+#[test]
+fn a_job_cancelled_while_new_code_is_on_probation_records_its_upgrade_rolled_back() {
+    let ws = Workspace::new();
+    let (server, id) = running_word_count(&ws, &ws.path("out"), "");
+    let recount = server.component("weir_test_recount");
+    let upgrade = start_probation(&server, &id, "count", &recount, json!({}));
+    server.ok("POST", &format!("/v1/jobs/{id}/cancel"), None, 202);
+    let op = server.wait_operation(&id, upgrade["request_id"].as_str().unwrap());
+    assert_eq!(op["status"], "failed", "{op}");
+    let job = server.wait_status(&id, "cancelled", Duration::from_secs(60));
+    // The new code ran: not refused, which says nothing changed.
+    assert_eq!(job["upgrades"][0]["status"], "rolled_back", "{job}");
+}
+
+#[test]
+fn of_two_upgrades_asked_for_at_once_one_is_taken_and_the_other_refused() {
+    // Each opens its new code before it is asked of the job (a JavaScript or Python
+    // component opens slowly): the second must not pass the same checks meanwhile.
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    // Uploaded (compiled) before the job starts, which runs for seconds only.
+    let upgrades = ["wordcount_count_js", "wordcount_count_py"].map(|name| {
+        let sha = server.component(name);
+        json!({ "operators": [{ "uid": "count", "component": format!("sha256:{sha}") }] })
+    });
+    let (split, count) = server.word_count_components();
+    let spec = word_count(
+        "deployed",
+        LINES,
+        Some(RATE),
+        &split,
+        &count,
+        2,
+        &ws.path("out"),
+    );
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_status(&id, "running", Duration::from_secs(60));
+    let path = format!("/v1/jobs/{id}/upgrade");
+    let answers = std::thread::scope(|s| {
+        let asked = upgrades
+            .map(|request| s.spawn(|| server.call("POST", &path, Some(TOKEN), Some(request))));
+        asked.map(|a| a.join().unwrap())
+    });
+    let mut statuses = answers.each_ref().map(|(status, _)| *status);
+    statuses.sort_unstable();
+    assert_eq!(statuses, [202, 409], "{answers:?}");
+    let job = server.job(&id);
+    assert_eq!(job["upgrades"].as_array().unwrap().len(), 1, "{job}");
 }

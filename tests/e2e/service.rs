@@ -1165,3 +1165,51 @@ fn two_uploads_of_other_bytes_under_one_name_and_version_take_it_once() {
         .collect();
     assert_eq!(named.len(), 1, "{listed}");
 }
+
+#[test]
+fn the_same_bytes_uploaded_under_another_name_or_version_answer_to_it() {
+    // Rebuilt without changes and uploaded as the next version: the bytes are the same.
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let split = std::fs::read(operator("wordcount_split")).unwrap();
+    let mut other = split.clone();
+    other.extend_from_slice(&[0, 2, 1, b'x']);
+    let upload = |bytes: &[u8], query: &str| {
+        let (status, info) = server.upload(bytes, query, Some(TOKEN));
+        assert_eq!(status, 201, "{query}: {info}");
+        info["sha256"].as_str().unwrap().to_string()
+    };
+    let a = upload(&split, "?name=split&version=1");
+    let b = upload(&other, "?name=split&version=2");
+    assert_eq!(upload(&split, "?name=split&version=3"), a);
+    assert_eq!(upload(&split, "?name=splitter"), a);
+    assert_eq!(
+        upload(&split, "?name=split&version=1"),
+        a,
+        "a retry adds nothing"
+    );
+    let info = server.ok("GET", &format!("/v1/components/{a}"), None, 200);
+    assert_eq!(info["aliases"], json!(["split@3", "splitter"]), "{info}");
+    let (status, answer) = server.upload(&other, "?name=splitter", Some(TOKEN));
+    assert_eq!(status, 409, "another's name: {answer}");
+
+    let count = format!("sha256:{}", server.component("wordcount_count"));
+    let names = [
+        ("split@1", &a),
+        ("split@2", &b),
+        ("split@3", &a),
+        ("split", &a), // the newest upload under the name
+        ("splitter", &a),
+    ];
+    for (i, (reference, sha)) in names.into_iter().enumerate() {
+        let out = ws.path(&format!("out-{i}"));
+        let id = server.submit(json!({
+            "spec": word_count(&format!("j{i}"), 10, None, reference, &count, 1, &out)
+        }));
+        let info = server.ok("GET", &format!("/v1/components/{sha}"), None, 200);
+        assert!(
+            info["used_by"].as_array().unwrap().contains(&json!(id)),
+            "{reference} is not {sha}: {info}"
+        );
+    }
+}

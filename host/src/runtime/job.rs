@@ -237,9 +237,8 @@ impl Job {
                             events_out,
                         ),
                     };
-                    flags
-                        .savepoints
-                        .fail_all("the job ended before the savepoint was taken");
+                    flags.savepoints.end();
+                    flags.upgrades.end();
                     end
                 })
                 .map_err(JobError::Spawn)?

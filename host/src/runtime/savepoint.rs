@@ -58,7 +58,7 @@ impl SavepointHandle {
 }
 
 fn lost() -> SavepointFailed {
-    SavepointFailed("the job ended before the savepoint was taken".into())
+    SavepointFailed(ENDED.into())
 }
 
 /// A savepoint asked for and not yet answered.
@@ -100,30 +100,43 @@ impl Request {
 
 /// The savepoints asked of a job and not yet triggered, and the one its stop is to take.
 #[derive(Debug, Default)]
-pub(crate) struct Requests {
-    queued: Mutex<Vec<Request>>,
-    stop: Mutex<Option<Request>>,
+pub(crate) struct Requests(Mutex<Queued>);
+
+#[derive(Debug, Default)]
+struct Queued {
+    triggered: Vec<Request>,
+    stop: Option<Request>,
+    /// The job has ended: a request now fails at once.
+    ended: bool,
 }
 
 impl Requests {
     pub(crate) fn push(&self, request: Request) {
-        lock(&self.queued).push(request);
+        let mut q = self.lock();
+        if q.ended {
+            request.fail(ENDED);
+        } else {
+            q.triggered.push(request);
+        }
     }
 
     pub(crate) fn take(&self) -> Vec<Request> {
-        std::mem::take(&mut *lock(&self.queued))
+        std::mem::take(&mut self.lock().triggered)
     }
 
     /// Sets the savepoint the stop takes; a second stop's request replaces (and fails) the
     /// first's.
     pub(crate) fn set_stop(&self, request: Request) {
-        if let Some(old) = lock(&self.stop).replace(request) {
+        let mut q = self.lock();
+        if q.ended {
+            request.fail(ENDED);
+        } else if let Some(old) = q.stop.replace(request) {
             old.fail("another stop with a savepoint was asked for");
         }
     }
 
     pub(crate) fn take_stop(&self) -> Option<Request> {
-        lock(&self.stop).take()
+        self.lock().stop.take()
     }
 
     /// Fails every request still waiting.
@@ -132,8 +145,44 @@ impl Requests {
             r.fail(why);
         }
     }
+
+    /// The job has ended: fails every request still waiting, and those that come later.
+    pub(crate) fn end(&self) {
+        let mut q = self.lock();
+        q.ended = true;
+        for r in std::mem::take(&mut q.triggered)
+            .into_iter()
+            .chain(q.stop.take())
+        {
+            r.fail(ENDED);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+const ENDED: &str = "the job ended before the savepoint was taken";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn savepoints_waiting_or_asked_for_when_the_job_has_ended_fail() {
+        let requests = Requests::default();
+        let (waiting, before) = Request::new("a".into());
+        requests.push(waiting);
+        assert!(before.poll().is_none());
+        requests.end();
+        let (late, after) = Request::new("b".into());
+        requests.push(late);
+        let (stop, at_stop) = Request::new("c".into());
+        requests.set_stop(stop);
+        for handle in [before, after, at_stop] {
+            assert_eq!(handle.poll(), Some(Err(SavepointFailed(ENDED.into()))));
+        }
+        assert!(requests.take().is_empty() && requests.take_stop().is_none());
+    }
 }

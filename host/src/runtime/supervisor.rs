@@ -134,9 +134,16 @@ fn run_attempts(
         {
             // The job ended without a failure of the new code.
             if matches!(outcome, Outcome::Cancelled) {
-                p.request.answer(UpgradeOutcome::Refused(
-                    "the job was cancelled before the upgrade was committed".into(),
-                ));
+                p.request.answer(if p.swapped {
+                    // Its checkpoints during the probation were held: the newest is the swap's.
+                    UpgradeOutcome::RolledBack {
+                        cause: "the job was cancelled while the new code was on probation".into(),
+                    }
+                } else {
+                    UpgradeOutcome::Refused(
+                        "the job was cancelled before the upgrade was committed".into(),
+                    )
+                });
             } else {
                 if p.swapped {
                     parts = Arc::clone(&p.new);

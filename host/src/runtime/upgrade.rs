@@ -244,20 +244,36 @@ impl Request {
     }
 }
 
-/// The upgrades asked of a job and not yet taken.
-#[derive(Debug, Default)]
-pub(crate) struct Requests(Mutex<Vec<Request>>);
+/// The upgrades asked of a job and not yet taken; `None` once the job has ended.
+#[derive(Debug)]
+pub(crate) struct Requests(Mutex<Option<Vec<Request>>>);
+
+impl Default for Requests {
+    fn default() -> Self {
+        Requests(Mutex::new(Some(Vec::new())))
+    }
+}
 
 impl Requests {
     pub(crate) fn push(&self, request: Request) {
-        self.lock().push(request);
+        match &mut *self.lock() {
+            Some(queued) => queued.push(request),
+            None => request.answer(ended()),
+        }
     }
 
     pub(crate) fn take(&self) -> Vec<Request> {
-        std::mem::take(&mut *self.lock())
+        self.lock().as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Request>> {
+    /// The job has ended: refuses every request still waiting, and those that come later.
+    pub(crate) fn end(&self) {
+        for request in self.lock().take().into_iter().flatten() {
+            request.answer(ended());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<Request>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -397,5 +413,27 @@ mod tests {
             !Probation::default().lasts(s(10), 0),
             "by default, 10 s and no records"
         );
+    }
+
+    #[test]
+    fn upgrades_waiting_or_asked_for_when_the_job_has_ended_are_refused() {
+        let requests = Requests::default();
+        let upgrade = || Upgrade {
+            operators: Vec::new(),
+            probation: Probation::default(),
+        };
+        let (waiting, before) = Request::new(upgrade());
+        requests.push(waiting);
+        assert!(before.poll().is_none());
+        requests.end();
+        let (late, after) = Request::new(upgrade());
+        requests.push(late);
+        for handle in [before, after] {
+            assert!(
+                matches!(handle.poll(), Some(UpgradeOutcome::Refused(why)) if why.contains("ended")),
+                "answered at once"
+            );
+        }
+        assert!(requests.take().is_empty());
     }
 }

@@ -22,6 +22,10 @@ pub struct ComponentInfo {
     pub imports: Vec<String>,
     /// When it was uploaded, Unix milliseconds.
     pub uploaded_ms: u64,
+    /// Other names it was uploaded under later (`name@version` or `name`), each as good as
+    /// `name` in a spec: the same bytes uploaded again under another name or version.
+    #[serde(default)]
+    pub aliases: Vec<String>,
     /// The jobs that use it (ids), running or not: it cannot be deleted while any does.
     pub used_by: Vec<String>,
 }

@@ -27,6 +27,32 @@ struct Record {
     world: String,
     imports: Vec<String>,
     uploaded_ms: u64,
+    /// Other names (and versions) the same bytes were uploaded under later.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    aliases: Vec<Alias>,
+}
+
+/// A later name of a component's bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Alias {
+    name: String,
+    version: Option<String>,
+    uploaded_ms: u64,
+}
+
+impl Record {
+    /// Every name the component was uploaded under: name, version and when.
+    fn names(&self) -> impl Iterator<Item = (&str, Option<&str>, u64)> {
+        let first = (self.name.as_deref()).map(|n| (n, self.version.as_deref(), self.uploaded_ms));
+        let aliases =
+            (self.aliases.iter()).map(|a| (a.name.as_str(), a.version.as_deref(), a.uploaded_ms));
+        first.into_iter().chain(aliases)
+    }
+
+    /// Whether it was uploaded under `name` and `version`.
+    fn is_named(&self, name: &str, version: Option<&str>) -> bool {
+        self.names().any(|(n, v, _)| n == name && v == version)
+    }
 }
 
 /// The component store.
@@ -145,7 +171,8 @@ impl Components {
     }
 
     /// Validates and compiles a finished upload and keeps it. Uploading bytes the store has
-    /// already answers the component as it is (with a name added, if it had none).
+    /// already answers the component as it is, with the upload's name and version added (as
+    /// the newest upload under that name).
     pub(crate) fn finish(&self, mut upload: Upload) -> Result<ComponentInfo, ServiceError> {
         upload
             .file
@@ -157,9 +184,9 @@ impl Components {
         let check_free = |records: &BTreeMap<String, Record>| match (&upload.name, &upload.version)
         {
             (Some(name), version)
-                if records.values().any(|r| {
-                    r.name.as_ref() == Some(name) && r.version == *version && r.sha256 != sha256
-                }) =>
+                if records
+                    .values()
+                    .any(|r| r.sha256 != sha256 && r.is_named(name, version.as_deref())) =>
             {
                 Err(ServiceError::conflict(format!(
                     "component {} is taken by other bytes; upload this one under another \
@@ -179,16 +206,28 @@ impl Components {
         let wasm = self.dir.join(format!("{sha256}.wasm"));
         let mut records = self.records();
         check_free(&records)?;
-        let record = match records.get(&sha256) {
-            Some(existing) if existing.name.is_some() || upload.name.is_none() => existing.clone(),
-            _ => Record {
+        let record = match (records.get(&sha256), upload.name.take()) {
+            (Some(existing), None) => existing.clone(),
+            (Some(existing), Some(name)) if existing.name.is_some() => {
+                let mut record = existing.clone();
+                if !record.is_named(&name, upload.version.as_deref()) {
+                    record.aliases.push(Alias {
+                        name,
+                        version: upload.version.take(),
+                        uploaded_ms: now_ms(),
+                    });
+                }
+                record
+            }
+            (_, name) => Record {
                 sha256: sha256.clone(),
                 size_bytes: upload.size,
-                name: upload.name.take(),
+                name,
                 version: upload.version.take(),
                 world: WORLD.to_string(),
                 imports: component.imports().to_vec(),
                 uploaded_ms: now_ms(),
+                aliases: Vec::new(),
             },
         };
         if !wasm.exists() {
@@ -254,12 +293,11 @@ impl Components {
             Some((n, v)) => (n, Some(v)),
             None => (reference, None),
         };
-        records
-            .values()
-            .filter(|r| r.name.as_deref() == Some(name))
-            .filter(|r| version.is_none() || r.version.as_deref() == version)
-            .max_by_key(|r| r.uploaded_ms)
-            .map(|r| r.sha256.clone())
+        (records.values())
+            .flat_map(|r| r.names().map(move |named| (r, named)))
+            .filter(|(_, (n, v, _))| *n == name && (version.is_none() || *v == version))
+            .max_by_key(|(_, (_, _, uploaded_ms))| *uploaded_ms)
+            .map(|(r, _)| r.sha256.clone())
             .ok_or_else(|| {
                 format!(
                     "no component {reference:?} was uploaded; upload it (`weir upload --name \
@@ -296,6 +334,9 @@ fn info(r: Record, used_by: Vec<String>) -> ComponentInfo {
         world: r.world,
         imports: r.imports,
         uploaded_ms: r.uploaded_ms,
+        aliases: (r.aliases.iter())
+            .map(|a| label(&a.name, a.version.as_deref()))
+            .collect(),
         used_by,
     }
 }

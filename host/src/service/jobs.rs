@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -192,6 +192,9 @@ pub(crate) struct ManagedJob {
     /// again (not kept across a restart of the service).
     ended: Mutex<Option<Arc<Run>>>,
     pub rescale: Mutex<Option<PendingRescale>>,
+    /// Held while an upgrade or a rescale is checked and asked for (see
+    /// [`ManagedJob::begin_change`]).
+    changing: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -206,6 +209,21 @@ impl ManagedJob {
             run: Mutex::new(None),
             ended: Mutex::new(None),
             rescale: Mutex::new(None),
+            changing: Mutex::new(()),
+        }
+    }
+
+    /// Begins an upgrade or a rescale, to hold until it is asked of the job: one that comes
+    /// meanwhile is refused, rather than passing the same checks (its new code may take
+    /// seconds to open) and being asked for as well.
+    pub(crate) fn begin_change(&self) -> Result<MutexGuard<'_, ()>, ServiceError> {
+        match self.changing.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(ServiceError::conflict(
+                "another upgrade or rescale of the job is being asked for; try again once it \
+                 has been answered",
+            )),
         }
     }
 

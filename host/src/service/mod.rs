@@ -762,6 +762,7 @@ impl Service {
             return Ok(op);
         }
         let run = Self::running(&job)?;
+        let _changing = job.begin_change()?;
         if job.upgrading() {
             return Err(ServiceError::conflict(
                 "an upgrade of the job is in progress; rescale it once the upgrade is committed \
@@ -928,14 +929,21 @@ impl Service {
             .spec
             .parse()
             .map_err(|e| spec_error(format!("{e}")))?;
-        // The operators' tables as they were: code, config, limits and grants.
+        // What the upgrade changed, as it was: code, config, limits and grants; the rest
+        // (a parallelism rescaled since) as it is.
         let mut previous: toml::Table = undo
             .previous
             .parse()
             .map_err(|e| spec_error(format!("{e}")))?;
         for change in &undo.info.operators {
             let before = operator_table(&mut previous, &change.uid)?.clone();
-            *operator_table(&mut table, &change.uid)? = before;
+            let now = operator_table(&mut table, &change.uid)?;
+            for key in ["wasm", "config", "limits", "grants"] {
+                match before.get(key) {
+                    Some(value) => now.insert(key.into(), value.clone()),
+                    None => now.remove(key),
+                };
+            }
         }
         self.start_upgrade(
             &job,
@@ -970,6 +978,7 @@ impl Service {
         probation: Probation,
     ) -> Result<Operation, ServiceError> {
         let run = Self::running(job)?;
+        let _changing = job.begin_change()?;
         if job.upgrading() {
             return Err(ServiceError::conflict(
                 "an upgrade of the job is in progress; wait until it is committed or rolled \
