@@ -33,9 +33,11 @@
 //! directory that no longer exists was moved with the job: its files are looked for in the
 //! directory the spec names.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytesize::ByteSize;
@@ -167,7 +169,9 @@ impl FileSinkConfig {
     ) -> Result<FileSink, ConnectorError> {
         let (subtask, parallelism) = (ctx.subtask, ctx.parallelism);
         let dir = self.create_dir(ctx.base_dir)?;
+        let writer = Writer::claim(&dir, ctx)?;
         let mut sink = FileSink {
+            _writer: writer,
             parts: Parts { dir, subtask },
             format: self.format,
             rolling: self.rolling,
@@ -291,6 +295,73 @@ impl Handle {
             .and_then(|d| std::fs::canonicalize(d).ok());
         let configured = std::fs::canonicalize(configured).unwrap_or_else(|_| configured.into());
         recorded.unwrap_or(configured)
+    }
+}
+
+/// A sink's claim on its output directory, held while any of its subtasks runs: two sinks
+/// writing part files into one directory would delete and overwrite each other's (a fresh
+/// start removes earlier runs' files), so a second is refused. Within the process by
+/// [`WRITERS`], across processes by a lock on the file [`Writer::FILE`] in the directory.
+#[derive(Debug)]
+struct Writer {
+    _lock: File,
+}
+
+/// The sink that writes into each output directory in this process: job name, the
+/// directory its spec is in, and sink name.
+type WriterKey = (String, PathBuf, String);
+static WRITERS: Mutex<BTreeMap<PathBuf, (WriterKey, Weak<Writer>)>> = Mutex::new(BTreeMap::new());
+
+impl Writer {
+    const FILE: &str = ".weir-writer";
+
+    /// Claims `dir` for the sink `ctx` describes, or names the sink that has it.
+    fn claim(dir: &Path, ctx: &SinkContext<'_>) -> Result<Arc<Writer>, ConnectorError> {
+        let key = (
+            ctx.job.to_string(),
+            ctx.base_dir.to_path_buf(),
+            ctx.name.to_string(),
+        );
+        let mut writers = WRITERS.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = |by: String| {
+            ConnectorError::Invalid(format!(
+                "{by} writes part files into {} already; give each file sink a directory of its \
+                 own",
+                dir.display()
+            ))
+        };
+        if let Some((holder, writer)) = writers.get(dir)
+            && let Some(writer) = writer.upgrade()
+        {
+            return match *holder == key {
+                true => Ok(writer),
+                false => Err(taken(format!(
+                    "sink \"{}\" of job \"{}\"",
+                    holder.2, holder.0
+                ))),
+            };
+        }
+        let path = dir.join(Self::FILE);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| ConnectorError::file("create the lock file", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(taken("a job of another process".into()));
+            }
+            // A file system without locks: the claim holds within this process only.
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!("cannot lock {}: {e}", path.display());
+            }
+        }
+        let writer = Arc::new(Writer { _lock: file });
+        writers.retain(|_, (_, w)| w.strong_count() > 0);
+        writers.insert(dir.to_path_buf(), (key, Arc::downgrade(&writer)));
+        Ok(writer)
     }
 }
 
@@ -519,6 +590,8 @@ impl Part {
 
 /// One subtask of the file sink.
 pub(super) struct FileSink {
+    /// This sink's claim on its directory.
+    _writer: Arc<Writer>,
     parts: Parts,
     format: LineFormat,
     rolling: RollingPolicy,
@@ -685,11 +758,12 @@ mod tests {
         }
     }
 
-    /// The directory's file names, sorted.
+    /// The directory's file names, sorted, but for the writer's lock.
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != Writer::FILE)
             .collect();
         names.sort();
         names
@@ -965,6 +1039,37 @@ mod tests {
         let out = new.join("out");
         assert_eq!(names(&out), ["part-0-0", "part-0-1"]);
         assert_eq!(read(&out, "part-0-0") + &read(&out, "part-0-1"), "a\nb\n");
+    }
+
+    #[test]
+    fn a_directory_another_sink_writes_into_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config("out", "");
+        let first = cfg.restore(&ctx(dir.path()), None).unwrap();
+        // Its other subtasks, and its next attempt, share the claim.
+        let again = cfg.restore(&ctx(dir.path()), None).unwrap();
+        let other = SinkContext {
+            name: "other",
+            ..ctx(dir.path())
+        };
+        let err = cfg.restore(&other, None).err().unwrap();
+        assert!(err.is_permanent(), "{err}");
+        let err = err.to_string();
+        assert!(err.contains("sink \"out\" of job \"job\" writes"), "{err}");
+        assert!(err.contains("a directory of its own"), "{err}");
+        drop((first, again));
+        drop(cfg.restore(&other, None).unwrap());
+
+        // Another process holds the lock.
+        let lock = File::open(dir.path().join("out").join(Writer::FILE)).unwrap();
+        lock.try_lock().unwrap();
+        let err = cfg.restore(&ctx(dir.path()), None).err().unwrap();
+        assert!(
+            err.to_string().contains("a job of another process"),
+            "{err}"
+        );
+        drop(lock);
+        cfg.restore(&ctx(dir.path()), None).unwrap();
     }
 
     #[test]
