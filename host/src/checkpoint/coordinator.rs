@@ -108,6 +108,8 @@ pub(crate) struct Coordinator<S> {
     savepoints: BTreeSet<u64>,
     /// No checkpoint is triggered on the interval while held (an upgrade's probation).
     held: bool,
+    /// Why no failed checkpoint or savepoint can be tolerated, if none can.
+    untolerable: Option<String>,
 }
 
 impl<S> Coordinator<S> {
@@ -136,6 +138,7 @@ impl<S> Coordinator<S> {
             stop: None,
             savepoints: BTreeSet::new(),
             held: false,
+            untolerable: None,
         }
     }
 
@@ -313,7 +316,18 @@ impl<S> Coordinator<S> {
         }));
     }
 
+    /// No failed checkpoint or savepoint is tolerated, for reason `why`: the job fails.
+    pub(crate) fn tolerate_no_failure(&mut self, why: String) {
+        self.untolerable = Some(why);
+    }
+
     fn failed(&mut self, id: u64, reason: AbortReason, out: &mut Vec<Decision<S>>) {
+        if let Some(why) = &self.untolerable {
+            let message = format!("checkpoint {id} failed: {reason}; {why}");
+            out.push(Decision::Abort { id, reason });
+            out.push(Decision::Fail(message));
+            return;
+        }
         if self.savepoints.contains(&id) && self.stop != Some(id) {
             // A failed savepoint fails its request, not the job (as in Flink).
             out.push(Decision::Abort { id, reason });
@@ -516,6 +530,31 @@ mod tests {
             panic!("{out:?}")
         };
         assert!(message.contains("tolerable_failures is 1"), "{message}");
+    }
+
+    #[test]
+    fn a_job_that_tolerates_no_failure_fails_at_the_first_of_a_checkpoint_or_savepoint() {
+        let mut cfg = config(100);
+        cfg.tolerable_failures = 5;
+        for savepoint in [false, true] {
+            let mut c = coordinator(&cfg);
+            c.tolerate_no_failure("its sink waits".into());
+            let id = if savepoint {
+                c.savepoint(ms(10)).unwrap()
+            } else {
+                assert_eq!(c.poll(ms(100)), vec![Decision::Trigger(1)]);
+                1
+            };
+            let out = c.decline(id, "disk full".into());
+            assert!(matches!(&out[0], Decision::Abort { id: 1, .. }), "{out:?}");
+            let Some(Decision::Fail(message)) = out.get(1) else {
+                panic!("{out:?}")
+            };
+            assert!(
+                message.contains("disk full") && message.contains("its sink waits"),
+                "{message}"
+            );
+        }
     }
 
     #[test]

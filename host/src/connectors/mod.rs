@@ -324,6 +324,15 @@ impl SinkConfig {
         }
     }
 
+    /// Whether the sink's writes after a pre-commit may wait on the locks that pre-commit
+    /// holds until a checkpoint commits it: PostgreSQL's upsert in transactions (a prepared
+    /// transaction keeps its rows locked). A checkpoint that fails after its pre-commit then
+    /// leaves the sink waiting for good, so the job restarts instead of going on.
+    pub(crate) fn waits_on_its_pre_commits(&self) -> bool {
+        matches!(self, SinkConfig::Postgres(c)
+            if c.mode == postgres_sink::WriteMode::Upsert && c.delivery == Delivery::ExactlyOnce)
+    }
+
     /// Whether a restore from a checkpoint older than the newest completed one takes back
     /// what the newer ones committed: the file sink deletes their part files, an upsert
     /// writes the same rows again, and what the print and discard sinks emit is not

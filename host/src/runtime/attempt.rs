@@ -241,6 +241,18 @@ pub(super) fn run(
         },
         _ => None,
     };
+    let waits = (spec.vertices.iter()).find(|v| match &v.kind {
+        VertexKind::Sink(sink) => sink.waits_on_its_pre_commits(),
+        _ => false,
+    });
+    if let (Some(c), Some(sink)) = (&mut coordinator, waits) {
+        c.tolerate_no_failure(format!(
+            "sink \"{}\" upserts into PostgreSQL in transactions that keep their rows locked \
+             until a checkpoint commits them, so the job restarts from its last completed \
+             checkpoint rather than wait on them",
+            sink.name
+        ));
+    }
     let mut checkpointing = Checkpointing::new(parts, metrics, store);
     checkpointing.upgrade = upgrades
         .pending
