@@ -446,6 +446,25 @@ fn a_missing_table_fails_the_job_naming_it() {
     );
 }
 
+#[test]
+fn an_upsert_into_a_table_without_a_unique_key_is_refused_by_validate_naming_the_fix() {
+    let ws = Workspace::new();
+    let mut client = client();
+    let table = table(&mut client, "no_key", "word text, count text");
+    let input = ws.write("input.txt", "a b a\n");
+    let spec = word_count_job(&ws, &input, "keyless", &table, "1s", "", "");
+    let run = crate::support::weir(&["validate"], &spec);
+    assert!(!run.success(), "{}", run.stdout());
+    let err = run.stderr();
+    assert!(
+        err.contains(&table) && err.contains("unique index on exactly the `key` columns"),
+        "{err}"
+    );
+    client
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .unwrap();
+}
+
 /// Polls until `table`'s rows equal `expected`; false if `give_up`, shown each read, says so
 /// first.
 fn wait_for_table(

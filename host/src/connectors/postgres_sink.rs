@@ -193,6 +193,15 @@ impl PostgresSinkConfig {
                 statements.columns, statements.table
             ))
             .map_err(|e| pg_error("read the columns it writes", e))?;
+        // The write itself, of no rows, rolled back: the right to insert, and an upsert's
+        // unique index on its key.
+        let mut tx = client
+            .transaction()
+            .map_err(|e| pg_error("begin a transaction", e))?;
+        tx.execute(&statements.insert, &[&"[]"])
+            .map_err(|e| pg_error(&format!("write to table {}", self.table), e))?;
+        tx.rollback()
+            .map_err(|e| pg_error("roll back the check", e))?;
         if checkpointing && self.delivery == Delivery::ExactlyOnce {
             let max: String = client
                 .query_one("SHOW max_prepared_transactions", &[])
@@ -330,14 +339,18 @@ fn pg_error(action: &str, e: postgres::Error) -> ConnectorError {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => e.to_string(),
     };
-    let hint = if e
-        .as_db_error()
-        .is_some_and(|db| db.message().contains("max_prepared_transactions"))
-    {
-        "; PostgreSQL must allow prepared transactions for two-phase commit: \
-         ALTER SYSTEM SET max_prepared_transactions = 64 and restart the server"
-    } else {
-        ""
+    let hint = match e.as_db_error() {
+        Some(db) if db.message().contains("max_prepared_transactions") => {
+            "; PostgreSQL must allow prepared transactions for two-phase commit: \
+             ALTER SYSTEM SET max_prepared_transactions = 64 and restart the server"
+        }
+        // No unique index matches ON CONFLICT.
+        Some(db) if db.code().code() == "42P10" => {
+            "; mode = \"upsert\" needs a primary key or a unique index on exactly the `key` \
+             columns: add one (ALTER TABLE ... ADD PRIMARY KEY (...)), or name its columns in \
+             `key`"
+        }
+        _ => "",
     };
     // SQLSTATE classes that another attempt cannot fix: data exceptions (22), integrity
     // violations (23), bad credentials (28), a missing database (3D), syntax errors and
