@@ -353,6 +353,17 @@ fn a_stop_savepoint_that_could_not_be_taken_is_refused_before_the_job_starts() {
     let run = weir(&inside_args, &spec);
     check_refusal(&run, "run", &["--stop-savepoint", "checkpoint directory"]);
     assert!(!ws.path("out").exists(), "the job started:\n{run}");
+    // Nor one weir cannot write (under a file: root may write anywhere else), found at the
+    // start rather than at the stop.
+    let unwritable = spec.join("savepoint");
+    let unwritable_args = [&args[..4], &[unwritable.to_str().unwrap()]].concat();
+    let run = weir(&unwritable_args, &spec);
+    check_refusal(
+        &run,
+        "run",
+        &["--stop-savepoint", "cannot create it or write"],
+    );
+    assert!(!ws.path("out").exists(), "the job started:\n{run}");
     // An empty or new directory is fine.
     std::fs::remove_file(savepoint.join("notes.txt")).unwrap();
     let run = weir(&args, &spec);

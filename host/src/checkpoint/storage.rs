@@ -58,6 +58,14 @@ pub enum CheckpointError {
         /// Why it failed.
         cause: std::io::Error,
     },
+    /// A savepoint cannot go into the directory named for it.
+    #[error("savepoint directory {path}: {cause}; name another savepoint directory")]
+    SavepointTarget {
+        /// The directory named.
+        path: PathBuf,
+        /// Why it cannot.
+        cause: std::io::Error,
+    },
     /// Reading or writing a checkpoint file failed.
     #[error("cannot {action} {path}: {cause}")]
     Io {
@@ -612,22 +620,19 @@ impl CheckpointStore {
     /// allows), then its `_metadata`, marked a savepoint, written last. Returns the bytes of
     /// its files. What a failed copy left is deleted.
     pub(crate) fn export(&self, id: u64, target: &Path) -> Result<u64, CheckpointError> {
-        let refuse = |why: &str| CheckpointError::NotWritable {
+        let refuse = |why: &str| CheckpointError::SavepointTarget {
             path: target.to_path_buf(),
             cause: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why.to_string()),
         };
         if std::fs::read_dir(target).is_ok_and(|mut entries| entries.next().is_some()) {
-            return Err(refuse(
-                "the savepoint directory exists and is not empty; name a new one",
-            ));
+            return Err(refuse("it exists and is not empty"));
         }
         if is_inside(target, &self.root) {
             return Err(refuse(
-                "the savepoint directory is inside the job's checkpoint directory, whose \
-                 retention would delete it; name one outside it",
+                "it is inside the job's checkpoint directory, whose retention would delete it",
             ));
         }
-        std::fs::create_dir_all(target).map_err(|cause| CheckpointError::NotWritable {
+        std::fs::create_dir_all(target).map_err(|cause| CheckpointError::SavepointTarget {
             path: target.to_path_buf(),
             cause,
         })?;
@@ -751,6 +756,23 @@ impl CheckpointStore {
 /// deleted by the retention of the checkpoints in `dir`.
 pub fn is_inside(path: &Path, dir: &Path) -> bool {
     resolved(path).starts_with(resolved(dir))
+}
+
+/// Checks, leaving nothing behind, that directory `dir` can be created (or exists) and
+/// written into, as a savepoint's directory must.
+pub fn check_writable(dir: &Path) -> std::io::Result<()> {
+    // The outermost directory this creates, removed again after the check.
+    let created = (dir.ancestors())
+        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+        .last()
+        .map(Path::to_path_buf);
+    let probe = dir.join(".weir-write-probe");
+    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&probe, b""));
+    let _ = std::fs::remove_file(&probe);
+    if let Some(created) = created {
+        let _ = std::fs::remove_dir_all(created);
+    }
+    written
 }
 
 /// `path` made absolute, with `..` and symbolic links resolved as far as it exists: two

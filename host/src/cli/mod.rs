@@ -709,7 +709,7 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
     }
     let taken = match std::fs::read_dir(dir) {
         Ok(mut entries) => entries.next().is_some(),
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        Err(_) => dir.exists() && !dir.is_dir(),
     };
     if taken {
         anyhow::bail!(
@@ -717,7 +717,13 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    Ok(())
+    weir::checkpoint::check_writable(dir).with_context(|| {
+        format!(
+            "--stop-savepoint {}: weir cannot create it or write into it; name a directory \
+             it can write",
+            dir.display()
+        )
+    })
 }
 
 fn load(path: &Path, engine: &WasmEngine) -> anyhow::Result<Job> {
