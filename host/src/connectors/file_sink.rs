@@ -333,13 +333,11 @@ impl Writer {
         if let Some((holder, writer)) = writers.get(dir)
             && let Some(writer) = writer.upgrade()
         {
-            return match *holder == key {
-                true => Ok(writer),
-                false => Err(taken(format!(
-                    "sink \"{}\" of job \"{}\"",
-                    holder.2, holder.0
-                ))),
-            };
+            if *holder != key {
+                let (job, _, sink) = holder;
+                return Err(taken(format!("sink \"{sink}\" of job \"{job}\"")));
+            }
+            return Ok(writer);
         }
         let path = dir.join(Self::FILE);
         let file = std::fs::OpenOptions::new()
@@ -434,7 +432,7 @@ impl Parts {
         }
     }
 
-    /// The file in-progress file `p` is now, in whatever stage.
+    /// Where in-progress file `p` is now, in whatever stage it has reached.
     fn checkpointed(&self, p: InProgress) -> Result<(PathBuf, Stage), ConnectorError> {
         let stages = [Stage::InProgress, Stage::Pending, Stage::Finished];
         (stages.into_iter())
