@@ -439,6 +439,14 @@ fn a_jobs_whole_life_through_the_api() {
     // Asked again with its request id once the job has stopped: the same operation.
     let again = server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(body), 202);
     assert_eq!(again, stop);
+    // Anything else says how to go on.
+    let path = format!("/v1/jobs/{id}/savepoints");
+    let (status, refused) = server.call("POST", &path, Some(TOKEN), Some(json!({})));
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        (refused["message"].as_str().unwrap()).contains("submit it again with `savepoint`"),
+        "{refused}"
+    );
     let history = server.ok("GET", &format!("/v1/jobs/{id}/checkpoints"), None, 200);
     assert!(
         history["history"].as_array().unwrap().len() >= 3,

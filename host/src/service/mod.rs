@@ -640,6 +640,14 @@ impl Service {
                 "the job is between two runs (a rescale or a restart is starting it again); \
                  ask again in a moment",
             ),
+            JobStatus::Stopped => ServiceError::conflict(format!(
+                "the job is not running (it is stopped); to go on, submit it again with \
+                 `savepoint` naming its stop's savepoint (the stop operation's) or its newest \
+                 checkpoint, the chk-<n> with the highest n in {}",
+                ManagedJob::checkpoints_in(&job.dir)
+                    .join(&job.record().name)
+                    .display()
+            )),
             _ => ServiceError::conflict(format!(
                 "the job is not running (it is {}); nothing to do",
                 serde_json::to_value(status)
