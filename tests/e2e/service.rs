@@ -512,6 +512,9 @@ fn rescaling_a_running_job_up_and_down_keeps_its_output_exactly_once() {
         );
         let done = server.wait_operation(&id, op["request_id"].as_str().unwrap());
         assert_eq!(done["status"], "completed", "{done}");
+        // The savepoint it restarted from.
+        let savepoint = Path::new(done["savepoint"].as_str().expect("a savepoint"));
+        assert!(savepoint.join("_metadata").is_file(), "{done}");
         let job = server.job(&id);
         let count = job["vertices"]
             .as_array()

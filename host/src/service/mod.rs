@@ -536,6 +536,7 @@ impl Service {
             .and_then(|()| self.launch(job, RestoreFrom::Path(savepoint.path.clone())));
         match rescaled {
             Ok(()) => {
+                job.savepoint_done(&rescale.request_id, &Ok(savepoint));
                 job.end_operation(&rescale.request_id, OperationStatus::Completed, None);
                 true
             }
