@@ -364,6 +364,22 @@ fn a_stop_savepoint_that_could_not_be_taken_is_refused_before_the_job_starts() {
         &["--stop-savepoint", "cannot create it or write"],
     );
     assert!(!ws.path("out").exists(), "the job started:\n{run}");
+    // Nor one inside the RocksDB state directory, which the next start clears.
+    let state = toml_path(&ws.path("state"));
+    let rocks = std::fs::read_to_string(&spec).unwrap().replace(
+        "[job]",
+        &format!("[state]\nbackend = \"rocksdb\"\ndir = {state}\n\n[job]"),
+    );
+    let rocks = ws.write("rocks.toml", rocks);
+    let in_state = ws.path("state/bad/savepoint");
+    let in_state_args = [&args[..4], &[in_state.to_str().unwrap()]].concat();
+    let run = weir(&in_state_args, &rocks);
+    check_refusal(
+        &run,
+        "run",
+        &["--stop-savepoint", "RocksDB state directory"],
+    );
+    assert!(!ws.path("out").exists(), "the job started:\n{run}");
     // An empty or new directory is fine.
     std::fs::remove_file(savepoint.join("notes.txt")).unwrap();
     let run = weir(&args, &spec);

@@ -707,6 +707,16 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
             checkpoints.display()
         );
     }
+    let state = spec.base_dir.join(&spec.state.dir);
+    if spec.state.backend == weir::BackendKind::RocksDb && weir::checkpoint::is_inside(dir, &state)
+    {
+        anyhow::bail!(
+            "--stop-savepoint {}: it is inside the RocksDB state directory {}, which a start \
+             of the job clears; name one outside it",
+            dir.display(),
+            state.display()
+        );
+    }
     let taken = match std::fs::read_dir(dir) {
         Ok(mut entries) => entries.next().is_some(),
         Err(_) => dir.exists() && !dir.is_dir(),

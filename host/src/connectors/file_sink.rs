@@ -30,12 +30,14 @@
 //! its own directory afresh, from a copy of the checkpointed part of the in-progress file: the
 //! new directory holds exactly the output a run from the savepoint makes, and the old one is
 //! left to the job it belongs to (which may still run from the same savepoint). A recorded
-//! directory that no longer exists was moved with the job: its files are looked for in the
-//! directory the spec names.
+//! directory that no longer exists was moved with the job if the directory the spec names
+//! holds its files; otherwise they are gone with it, and nothing is committed from it. A
+//! checkpointed in-progress file must still start with the bytes recorded (length and
+//! CRC-32), or it is refused: another run may have written a file of its name since.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, Write};
+use std::io::{BufRead, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -186,7 +188,7 @@ impl FileSinkConfig {
             Some(state) => {
                 // The runtime committed the pending files `state` records before the restore.
                 let handle = Handle::parse(state, &sink.parts)?;
-                let written_in = handle.written_in(&sink.parts.dir);
+                let written_in = handle.written_in(&sink.parts);
                 let mut in_progress = handle.in_progress;
                 if written_in == sink.parts.dir {
                     sink.parts.remove_uncommitted(in_progress.map(|p| p.seq))?;
@@ -232,7 +234,20 @@ impl FileSinkConfig {
             subtask: ctx.subtask,
         };
         let handle = Handle::parse(state, &parts)?;
-        parts.dir = handle.written_in(&parts.dir);
+        parts.dir = handle.written_in(&parts);
+        if handle.pending.is_empty() {
+            return Ok(());
+        }
+        if !parts.dir.exists() {
+            // Another directory, gone with the part files: a savepoint's were committed when
+            // it completed; a job starting from it writes elsewhere.
+            tracing::warn!(
+                "the checkpoint's pending part files were in {}, which is gone; not \
+                 committing them",
+                parts.dir.display()
+            );
+            return Ok(());
+        }
         for seq in handle.pending {
             parts.finish(seq)?;
         }
@@ -268,6 +283,10 @@ struct Handle {
 struct InProgress {
     seq: u64,
     len: u64,
+    /// The CRC-32 of those bytes (absent in checkpoints of earlier weir builds): a file of the
+    /// same name that another run wrote since is not taken for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    crc: Option<u32>,
 }
 
 impl Handle {
@@ -286,15 +305,28 @@ impl Handle {
         serde_json::to_value(self).expect("a handle serializes")
     }
 
-    /// The directory the handle's part files are in: the one recorded, unless it is gone
-    /// (moved with the job), then `configured`, the one the spec names.
-    fn written_in(&self, configured: &Path) -> PathBuf {
-        let recorded = self
-            .dir
-            .as_deref()
-            .and_then(|d| std::fs::canonicalize(d).ok());
-        let configured = std::fs::canonicalize(configured).unwrap_or_else(|_| configured.into());
-        recorded.unwrap_or(configured)
+    /// The directory the handle's part files are in: the one recorded. If that is gone, the
+    /// spec's (`configured`) when it holds them (moved with the job), else the recorded one
+    /// still (gone with them).
+    fn written_in(&self, configured: &Parts) -> PathBuf {
+        let spec_dir =
+            std::fs::canonicalize(&configured.dir).unwrap_or_else(|_| configured.dir.clone());
+        let Some(recorded) = &self.dir else {
+            return spec_dir;
+        };
+        if let Ok(real) = std::fs::canonicalize(recorded) {
+            return real;
+        }
+        let stages = [Stage::InProgress, Stage::Pending, Stage::Finished];
+        let files = (self.pending.iter().copied())
+            .chain(self.in_progress.map(|p| p.seq))
+            .flat_map(|seq| stages.map(|stage| configured.path(seq, stage)));
+        let mut files = files.peekable();
+        if files.peek().is_none() || files.any(|f| f.exists()) {
+            spec_dir
+        } else {
+            recorded.clone()
+        }
     }
 }
 
@@ -308,8 +340,9 @@ struct Writer {
 }
 
 /// The sink that writes into each output directory in this process: job name, the
-/// directory its spec is in, and sink name.
-type WriterKey = (String, PathBuf, String);
+/// directory its spec is in, its checkpoint directory (two jobs of a service with one name
+/// and spec directory have their own), and sink name.
+type WriterKey = (String, PathBuf, Option<PathBuf>, String);
 static WRITERS: Mutex<BTreeMap<PathBuf, (WriterKey, Weak<Writer>)>> = Mutex::new(BTreeMap::new());
 
 impl Writer {
@@ -320,6 +353,7 @@ impl Writer {
         let key = (
             ctx.job.to_string(),
             ctx.base_dir.to_path_buf(),
+            ctx.checkpoints.map(Path::to_path_buf),
             ctx.name.to_string(),
         );
         let mut writers = WRITERS.lock().unwrap_or_else(|p| p.into_inner());
@@ -334,7 +368,7 @@ impl Writer {
             && let Some(writer) = writer.upgrade()
         {
             if *holder != key {
-                let (job, _, sink) = holder;
+                let (job, _, _, sink) = holder;
                 return Err(taken(format!("sink \"{sink}\" of job \"{job}\"")));
             }
             return Ok(writer);
@@ -463,6 +497,7 @@ impl Parts {
             (_, Stage::Finished) => return Ok(None),
         }
         let mut file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .open(&path)
             .map_err(|e| ConnectorError::file("reopen the checkpointed part file", &path, e))?;
@@ -478,6 +513,16 @@ impl Parts {
                 p.len
             )));
         }
+        let crc = crc_of(&file, p.len).map_err(|e| ConnectorError::file("read", &path, e))?;
+        if p.crc.is_some_and(|recorded| recorded != crc) {
+            return Err(ConnectorError::Invalid(format!(
+                "part file {} does not start with the {} bytes the checkpoint recorded: another \
+                 run wrote a file of that name since (a fresh start into its directory, say); \
+                 restore it, or {AFRESH}",
+                path.display(),
+                p.len
+            )));
+        }
         file.set_len(p.len)
             .and_then(|()| file.seek(std::io::SeekFrom::End(0)).map(drop))
             .map_err(|e| ConnectorError::file("cut back", &path, e))?;
@@ -486,6 +531,7 @@ impl Parts {
             out: BufWriter::with_capacity(WRITE_BUFFER, file),
             path,
             len: p.len,
+            crc: crc32fast::Hasher::new_with_initial_len(crc, p.len),
             opened: Instant::now(),
         }))
     }
@@ -564,12 +610,31 @@ impl Parts {
     }
 }
 
+/// The CRC-32 of the first `len` bytes of `file`, read from its start.
+fn crc_of(file: &File, len: u64) -> std::io::Result<u32> {
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    reader.seek(std::io::SeekFrom::Start(0))?;
+    let mut reader = reader.take(len);
+    let mut crc = crc32fast::Hasher::new();
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(crc.finalize());
+        }
+        crc.update(chunk);
+        let n = chunk.len();
+        reader.consume(n);
+    }
+}
+
 /// The in-progress part file.
 struct Part {
     seq: u64,
     out: BufWriter<File>,
     path: PathBuf,
     len: u64,
+    /// Of the bytes written.
+    crc: crc32fast::Hasher,
     opened: Instant,
 }
 
@@ -617,6 +682,7 @@ impl FileSink {
             out: BufWriter::with_capacity(WRITE_BUFFER, file),
             path,
             len: 0,
+            crc: crc32fast::Hasher::new(),
             opened: Instant::now(),
         })
     }
@@ -649,6 +715,7 @@ impl FileSink {
                 Some(InProgress {
                     seq: part.seq,
                     len: part.len,
+                    crc: Some(part.crc.clone().finalize()),
                 })
             }
             None => None,
@@ -687,6 +754,7 @@ impl Sink for FileSink {
                 .write_all(&self.line)
                 .map_err(|e| ConnectorError::file("write to", &part.path, e))?;
             part.len += self.line.len() as u64;
+            part.crc.update(&self.line);
             if part.len >= self.rolling.max_part_size.as_u64() {
                 self.roll()?;
             }
@@ -752,7 +820,7 @@ mod tests {
             base_dir,
             subtask: 0,
             parallelism: 1,
-            checkpointing: true,
+            checkpoints: Some(Path::new("chk")),
         }
     }
 
@@ -1039,6 +1107,62 @@ mod tests {
         assert_eq!(read(&out, "part-0-0") + &read(&out, "part-0-1"), "a\nb\n");
     }
 
+    /// The savepoint's in-progress file was replaced by a fresh run into its directory
+    /// since: neither a start into another directory nor one into that one takes the new
+    /// file's bytes for the savepoint's.
+    #[test]
+    fn a_part_file_another_run_wrote_since_the_checkpoint_is_not_taken_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let rolling = "rolling = { on_checkpoint = false }";
+        let (cfg_a, cfg_b) = (config("a", rolling), config("b", rolling));
+        let mut sink = cfg_a.restore(&ctx(dir.path()), None).unwrap();
+        sink.write(&batch(&["one", "two"])).unwrap();
+        let savepoint = sink.snapshot(1).unwrap();
+        drop(sink);
+        let mut fresh = cfg_a.restore(&ctx(dir.path()), None).unwrap();
+        fresh.write(&batch(&["six", "ten", "more"])).unwrap();
+        fresh.flush().unwrap();
+        drop(fresh);
+        for cfg in [&cfg_b, &cfg_a] {
+            cfg.commit(&ctx(dir.path()), &savepoint).unwrap();
+            let err = cfg
+                .restore(&ctx(dir.path()), Some(&savepoint))
+                .err()
+                .unwrap();
+            assert!(err.is_permanent(), "{err}");
+            assert!(err.to_string().contains("another run wrote"), "{err}");
+        }
+        let a = dir.path().join("a");
+        assert_eq!(
+            read(&a, ".part-0-0.inprogress"),
+            "six\nten\nmore\n",
+            "left as it was"
+        );
+    }
+
+    /// The savepoint's job's directory was deleted: its pending files were committed when the
+    /// savepoint completed, and a job starting from it writes into a directory of its own.
+    #[test]
+    fn a_savepoint_whose_sink_directory_is_gone_starts_another_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg_a, cfg_b) = (config("a", ""), config("b", ""));
+        let mut sink = cfg_a.restore(&ctx(dir.path()), None).unwrap();
+        sink.write(&batch(&["a"])).unwrap();
+        let savepoint = sink.snapshot(1).unwrap();
+        cfg_a.commit(&ctx(dir.path()), &savepoint).unwrap();
+        drop(sink);
+        std::fs::remove_dir_all(dir.path().join("a")).unwrap();
+
+        cfg_b.commit(&ctx(dir.path()), &savepoint).unwrap();
+        let mut sink = cfg_b.restore(&ctx(dir.path()), Some(&savepoint)).unwrap();
+        sink.write(&batch(&["b"])).unwrap();
+        let end = sink.finish().unwrap();
+        cfg_b.commit(&ctx(dir.path()), &end).unwrap();
+        let b = dir.path().join("b");
+        assert_eq!(names(&b), ["part-0-1"]);
+        assert_eq!(read(&b, "part-0-1"), "b\n");
+    }
+
     #[test]
     fn a_directory_another_sink_writes_into_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -1055,6 +1179,12 @@ mod tests {
         let err = err.to_string();
         assert!(err.contains("sink \"out\" of job \"job\" writes"), "{err}");
         assert!(err.contains("a directory of its own"), "{err}");
+        // A job of the same name and spec, submitted twice to a service: its own checkpoints.
+        let twin = SinkContext {
+            checkpoints: Some(Path::new("jobs/2/checkpoints")),
+            ..ctx(dir.path())
+        };
+        assert!(cfg.restore(&twin, None).is_err());
         drop((first, again));
         drop(cfg.restore(&other, None).unwrap());
 

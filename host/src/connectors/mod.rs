@@ -366,7 +366,7 @@ impl SinkConfig {
             base_dir,
             subtask,
             parallelism,
-            checkpointing: false,
+            checkpoints: None,
         };
         self.restore(&ctx, None)
     }
@@ -423,7 +423,7 @@ pub enum Delivery {
 impl Delivery {
     /// Whether the sink subtask `ctx` describes commits only at completed checkpoints.
     pub(crate) fn transactional(self, ctx: &SinkContext<'_>) -> bool {
-        ctx.checkpointing && self == Delivery::ExactlyOnce
+        ctx.checkpoints.is_some() && self == Delivery::ExactlyOnce
     }
 }
 
@@ -440,9 +440,10 @@ pub struct SinkContext<'a> {
     pub subtask: usize,
     /// The sink's parallelism.
     pub parallelism: usize,
-    /// Whether the job checkpoints: a two-phase-commit sink then commits what each completed
-    /// checkpoint covers, and otherwise as it goes.
-    pub checkpointing: bool,
+    /// The job's checkpoint directory, if it checkpoints: a two-phase-commit sink then
+    /// commits what each completed checkpoint covers, and otherwise as it goes. It also tells
+    /// two jobs of one name apart.
+    pub checkpoints: Option<&'a Path>,
 }
 
 fn check_subtask(subtask: usize, parallelism: usize) -> Result<(), ConnectorError> {

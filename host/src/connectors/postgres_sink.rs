@@ -252,7 +252,7 @@ impl PostgresSinkConfig {
             client,
             names,
             transactional,
-            write_ahead: self.delivery == Delivery::WriteAhead && ctx.checkpointing,
+            write_ahead: self.delivery == Delivery::WriteAhead && ctx.checkpoints.is_some(),
             pending: Vec::new(),
             ahead: Vec::new(),
             interval: Vec::new(),
@@ -823,7 +823,7 @@ mod tests {
             base_dir: std::path::Path::new("."),
             subtask,
             parallelism: 12,
-            checkpointing: true,
+            checkpoints: Some(std::path::Path::new("chk")),
         };
         let n = Names::new(&ctx);
         (n.prefix, n.application)

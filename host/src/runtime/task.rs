@@ -407,7 +407,7 @@ pub(crate) fn sink_context(spec: &JobSpec, v: usize, s: u32) -> SinkContext<'_> 
         base_dir: &spec.base_dir,
         subtask: s as usize,
         parallelism: vertex.parallelism as usize,
-        checkpointing: spec.checkpoint.is_some(),
+        checkpoints: spec.checkpoint.as_ref().map(|c| c.dir.as_path()),
     }
 }
 
