@@ -347,39 +347,29 @@ fn a_stop_savepoint_that_could_not_be_taken_is_refused_before_the_job_starts() {
     assert!(!ws.path("out").exists(), "the job started:\n{run}");
     let kept = std::fs::read_to_string(savepoint.join("notes.txt")).unwrap();
     assert_eq!(kept, "mine");
-    // Nor one into the job's checkpoint directory, whose retention would delete it.
-    let inside = ws.path("chk/bad/savepoint");
-    let inside_args = [&args[..4], &[inside.to_str().unwrap()]].concat();
-    let run = weir(&inside_args, &spec);
-    check_refusal(&run, "run", &["--stop-savepoint", "checkpoint directory"]);
-    assert!(!ws.path("out").exists(), "the job started:\n{run}");
-    // Nor one weir cannot write (under a file: root may write anywhere else), found at the
-    // start rather than at the stop.
-    let unwritable = spec.join("savepoint");
-    let unwritable_args = [&args[..4], &[unwritable.to_str().unwrap()]].concat();
-    let run = weir(&unwritable_args, &spec);
-    check_refusal(
-        &run,
-        "run",
-        &["--stop-savepoint", "cannot create it or write"],
-    );
-    assert!(!ws.path("out").exists(), "the job started:\n{run}");
-    // Nor one inside the RocksDB state directory, which the next start clears.
+    // Nor one into a directory a start would lose it in, or one weir cannot write; each
+    // found at the start rather than at the stop.
+    let refused = |dir: &Path, spec: &Path, why: &str| {
+        let run = weir(&[&args[..4], &[dir.to_str().unwrap()]].concat(), spec);
+        check_refusal(&run, "run", &["--stop-savepoint", why]);
+        assert!(!ws.path("out").exists(), "the job started:\n{run}");
+    };
+    // The job's checkpoint directory, whose retention would delete it.
+    refused(&ws.path("chk/bad/savepoint"), &spec, "checkpoint directory");
+    // Under a file: root may write anywhere else.
+    refused(&spec.join("savepoint"), &spec, "cannot create it or write");
+    // The RocksDB state directory, which the next start clears.
     let state = toml_path(&ws.path("state"));
     let rocks = std::fs::read_to_string(&spec).unwrap().replace(
         "[job]",
         &format!("[state]\nbackend = \"rocksdb\"\ndir = {state}\n\n[job]"),
     );
     let rocks = ws.write("rocks.toml", rocks);
-    let in_state = ws.path("state/bad/savepoint");
-    let in_state_args = [&args[..4], &[in_state.to_str().unwrap()]].concat();
-    let run = weir(&in_state_args, &rocks);
-    check_refusal(
-        &run,
-        "run",
-        &["--stop-savepoint", "RocksDB state directory"],
+    refused(
+        &ws.path("state/bad/savepoint"),
+        &rocks,
+        "RocksDB state directory",
     );
-    assert!(!ws.path("out").exists(), "the job started:\n{run}");
     // An empty or new directory is fine.
     std::fs::remove_file(savepoint.join("notes.txt")).unwrap();
     let run = weir(&args, &spec);

@@ -36,7 +36,7 @@ use crate::operator::SnapshotFormat;
 pub use restart::{RestartStrategy, RestartsExhausted};
 pub use storage::{
     CheckpointError, CheckpointHistory, CheckpointOutcome, CodeVersion, Completion, HistoryEntry,
-    OperatorStats, check_writable, is_inside,
+    OperatorStats, is_inside,
 };
 
 /// The newest complete checkpoint of job `job` under `dir`: its id, and the code of each

@@ -758,23 +758,6 @@ pub fn is_inside(path: &Path, dir: &Path) -> bool {
     resolved(path).starts_with(resolved(dir))
 }
 
-/// Checks, leaving nothing behind, that directory `dir` can be created (or exists) and
-/// written into, as a savepoint's directory must.
-pub fn check_writable(dir: &Path) -> std::io::Result<()> {
-    // The outermost directory this creates, removed again after the check.
-    let created = (dir.ancestors())
-        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
-        .last()
-        .map(Path::to_path_buf);
-    let probe = dir.join(".weir-write-probe");
-    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&probe, b""));
-    let _ = std::fs::remove_file(&probe);
-    if let Some(created) = created {
-        let _ = std::fs::remove_dir_all(created);
-    }
-    written
-}
-
 /// `path` made absolute, with `..` and symbolic links resolved as far as it exists: two
 /// spellings of one directory (`chk/job/chk-3`, `out/../chk/job/chk-3`, through a link)
 /// give the same path.

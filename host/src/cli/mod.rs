@@ -727,7 +727,7 @@ fn check_stop_savepoint(dir: &Path, spec: &JobSpec) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    weir::checkpoint::check_writable(dir).with_context(|| {
+    weir::connectors::check_writable(dir).with_context(|| {
         format!(
             "--stop-savepoint {}: weir cannot create it or write into it; name a directory \
              it can write",

@@ -144,22 +144,9 @@ impl FileSinkConfig {
     /// and written into.
     pub(super) fn check(&self, base_dir: &Path) -> Result<(), ConnectorError> {
         let dir = resolve(base_dir, &self.path);
-        // The outermost directory this creates, removed again after the check.
-        let created = dir
-            .ancestors()
-            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
-            .last()
-            .map(Path::to_path_buf);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ConnectorError::file("create the output directory", &dir, e))?;
-        let probe = dir.join(".weir-write-probe");
-        let written = std::fs::write(&probe, b"")
-            .map_err(|e| ConnectorError::file("write into the output directory", &dir, e));
-        let _ = std::fs::remove_file(&probe);
-        if let Some(created) = created {
-            let _ = std::fs::remove_dir_all(created);
-        }
-        written
+        super::check_writable(&dir).map_err(|e| {
+            ConnectorError::file("create the output directory or write into it", &dir, e)
+        })
     }
 
     /// The subtask `ctx` describes, restored from `restore` (what [`Sink::snapshot`]

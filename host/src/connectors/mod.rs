@@ -455,6 +455,23 @@ fn check_subtask(subtask: usize, parallelism: usize) -> Result<(), ConnectorErro
     Ok(())
 }
 
+/// Checks, leaving nothing behind, that directory `dir` can be created (or exists) and
+/// written into: a file sink's output directory, a savepoint's.
+pub fn check_writable(dir: &Path) -> std::io::Result<()> {
+    // The outermost directory this creates, removed again after the check.
+    let created = (dir.ancestors())
+        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+        .last()
+        .map(Path::to_path_buf);
+    let probe = dir.join(".weir-write-probe");
+    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&probe, b""));
+    let _ = std::fs::remove_file(&probe);
+    if let Some(created) = created {
+        let _ = std::fs::remove_dir_all(created);
+    }
+    written
+}
+
 /// `path` as given, resolved against `base_dir` when relative.
 fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
     base_dir.join(path)
