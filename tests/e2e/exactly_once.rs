@@ -605,25 +605,39 @@ fn a_job_whose_checkpoints_cannot_be_restored_does_not_start_over() {
 
     // The count's uid changed: its state has nowhere to go. The run refuses, rather than
     // start from the beginning and write the committed output again.
+    // So does a renamed sink, which would replace the part files in its directory, and a
+    // renamed source, which would read its input again.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    for (what, from, to, needle) in [
+        (
+            "uid",
+            "uid = \"count\"",
+            "uid = \"count-2\"",
+            "operator uid \"count\"",
+        ),
+        (
+            "sink",
+            "name = \"out\"",
+            "name = \"results\"",
+            "of sink \"out\"",
+        ),
+        ("source", "\"lines\"", "\"input\"", "of source \"lines\""),
+    ] {
+        let renamed = ws.write("renamed.toml", text.replace(from, to));
+        let run = crate::support::weir(&["run", "--no-progress"], &renamed);
+        run.assert_clean_failure();
+        for needle in [needle, "--allow-non-restored-state", "--fresh"] {
+            assert!(run.stderr().contains(needle), "{what}: {needle}: {run}");
+        }
+        assert_eq!(
+            part_files(&ws.path("out")),
+            output,
+            "{what}: the output is as it was"
+        );
+    }
     let renamed = ws.write(
         "renamed.toml",
-        std::fs::read_to_string(&spec)
-            .unwrap()
-            .replace("uid = \"count\"", "uid = \"count-2\""),
-    );
-    let run = crate::support::weir(&["run", "--no-progress"], &renamed);
-    run.assert_clean_failure();
-    for needle in [
-        "operator uid \"count\"",
-        "--allow-non-restored-state",
-        "--fresh",
-    ] {
-        assert!(run.stderr().contains(needle), "{needle}: {run}");
-    }
-    assert_eq!(
-        part_files(&ws.path("out")),
-        output,
-        "the output is as it was"
+        text.replace("uid = \"count\"", "uid = \"count-2\""),
     );
     // With --allow-non-restored-state it resumes from that checkpoint, without the state.
     let run = crate::support::weir(

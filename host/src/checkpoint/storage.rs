@@ -184,6 +184,18 @@ pub(crate) enum SubtaskState {
     },
 }
 
+impl SubtaskState {
+    /// Whether this is a sink's state with output to commit or go on from (a print or
+    /// discard sink has none).
+    pub(crate) fn holds_sink_output(&self) -> bool {
+        match self {
+            SubtaskState::Sink { state } => !state.is_null(),
+            SubtaskState::FinishedSink { commit } => !commit.is_null(),
+            _ => false,
+        }
+    }
+}
+
 /// One vertex in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct VertexMeta {

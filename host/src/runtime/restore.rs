@@ -6,13 +6,14 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use super::Cause;
 use super::task::SECOND_INPUT;
+use super::{Cause, role};
 use crate::batch::Batch;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::storage::{self, Metadata, SubtaskState};
 use crate::job::spec::{JobSpec, Vertex, VertexKind};
 use crate::key_group::{key_group, key_group_range};
+use crate::role::Role;
 #[cfg(doc)]
 use crate::state::redistribute;
 use crate::state::{OperatorStates, restore_operator_states};
@@ -282,6 +283,36 @@ pub(crate) fn fits(
         }
     }
     for m in &meta.vertices {
+        // A source or sink is matched by name: one renamed or removed starts over (a source
+        // reads its input again, a file sink replaces the part files in its directory).
+        let holds = match m.role {
+            Role::Source => "the position in its input of source",
+            Role::Sink if m.subtasks.iter().any(SubtaskState::holds_sink_output) => {
+                "the pre-committed output of sink"
+            }
+            _ => continue,
+        };
+        let kept = (spec.vertices.iter()).any(|v| v.name == m.name && role(&v.kind) == m.role);
+        if kept {
+            continue;
+        }
+        if !allow_non_restored {
+            return Err(format!(
+                "it holds {holds} \"{name}\", which the job no longer has; name a {role} \
+                 \"{name}\" again (a {role} under a new name starts over: a source reads its \
+                 input again, a file sink replaces the part files in its directory), or let it \
+                 go with --allow-non-restored-state (or start with --fresh)",
+                name = m.name,
+                role = m.role,
+            ));
+        }
+        tracing::warn!(
+            "not restoring {holds} \"{}\": the job has none of that name \
+             (allow_non_restored_state)",
+            m.name
+        );
+    }
+    for m in &meta.vertices {
         let Some(uid) = &m.uid else { continue };
         let has_state = !m.in_flight.is_empty()
             || m.subtasks.iter().any(|s| {
@@ -355,7 +386,7 @@ mod tests {
                 .iter()
                 .map(|v| storage::VertexMeta {
                     name: v.name.clone(),
-                    role: crate::role::Role::Operator,
+                    role: role(&v.kind),
                     uid: match &v.kind {
                         VertexKind::Operator { uid, .. } => Some(uid.clone()),
                         _ => None,
@@ -452,6 +483,34 @@ mod tests {
             fits(&meta, &renamed, true),
             Ok(()),
             "its state may be let go"
+        );
+        // Sources and sinks are matched by name: one renamed would start over.
+        let mut renamed = spec("j", 2, 2);
+        renamed.vertices[0].name = "events".into();
+        let err = fits(&meta, &renamed, false).unwrap_err();
+        assert!(
+            err.contains("position in its input of source \"gen\""),
+            "{err}"
+        );
+        assert_eq!(fits(&meta, &renamed, true), Ok(()), "it may be let go");
+        let mut renamed = spec("j", 2, 2);
+        renamed.vertices[2].name = "discarded".into();
+        assert_eq!(
+            fits(&meta, &renamed, false),
+            Ok(()),
+            "a sink without output to commit may be renamed"
+        );
+        let mut with_output = meta.clone();
+        with_output.vertices[2].subtasks = vec![
+            SubtaskState::Sink {
+                state: serde_json::json!({ "pending": ["part-0-3"] })
+            };
+            2
+        ];
+        let err = fits(&with_output, &renamed, false).unwrap_err();
+        assert!(
+            err.contains("pre-committed output of sink \"out\""),
+            "{err}"
         );
         let savepoint = Metadata {
             savepoint: true,
