@@ -200,7 +200,11 @@ fn a_misspelt_or_impossible_limit() {
     refused(
         &ws,
         &job.text(&ws),
-        &["\"split\"", "memroy", "the keys are"],
+        &[
+            "[limits]: unknown field",
+            "memroy",
+            "expected one of `memory`",
+        ],
     );
     let mut job = Job::new(&ws);
     job.count.push_str("limits = { memory = \"8 GiB\" }\n");

@@ -416,6 +416,14 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     state.validate().map_err(|e| format!("[state]: {e}"))?;
     let restart = restart_strategy(raw.restart, raw.checkpoint.is_some())?;
     restart.validate()?;
+    // Checked on its own, so that a mistake there is not blamed on the first operator (nor
+    // missed in a job without WebAssembly operators).
+    if let Some(limits) = &raw.limits {
+        Limits::resolve(Some(limits), None).map_err(|e| match e.strip_prefix("limits") {
+            Some(rest) => format!("[limits]{rest}"),
+            None => e,
+        })?;
+    }
 
     // Collect every vertex with its unresolved inputs.
     struct Pending {
@@ -603,6 +611,22 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
             kind: VertexKind::Sink(config),
             role: "sink",
         });
+    }
+
+    // Two file sinks in one directory would delete each other's part files.
+    let mut file_sinks: HashMap<PathBuf, &str> = HashMap::new();
+    for p in &pending {
+        if let VertexKind::Sink(SinkConfig::File(file)) = &p.kind {
+            let dir = crate::checkpoint::storage::resolved(&base_dir.join(&file.path));
+            if let Some(other) = file_sinks.insert(dir, &p.common.name) {
+                return Err(format!(
+                    "sinks \"{other}\" and \"{}\" both write part files into {}; give each \
+                     file sink a directory of its own",
+                    p.common.name,
+                    base_dir.join(&file.path).display()
+                ));
+            }
+        }
     }
 
     if !pending
@@ -864,6 +888,17 @@ fn restart_strategy(
             );
         }
         table.insert("strategy".into(), default.name().into());
+    }
+    if table.get("strategy").and_then(|s| s.as_str()) == Some("none") && table.len() > 1 {
+        let settings: Vec<&str> = (table.keys())
+            .filter(|k| *k != "strategy")
+            .map(String::as_str)
+            .collect();
+        return Err(format!(
+            "[restart]: strategy = \"none\" never restarts and takes no settings, but {} \
+             set; remove them, or choose strategy = \"fixed_delay\" or \"exponential_delay\"",
+            settings.join(", ") + if settings.len() == 1 { " is" } else { " are" }
+        ));
     }
     RestartStrategy::deserialize(toml::Value::Table(table))
         .map_err(|e| format!("[restart]: {}", e.message()))
@@ -1279,6 +1314,30 @@ mod tests {
     }
 
     #[test]
+    fn two_file_sinks_in_one_directory_are_refused() {
+        let sink = |name: &str, path: &str| {
+            format!(
+                "[[sink]]\nname = \"{name}\"\ntype = \"file\"\ninput = \"gen\"\npath = \"{path}\"\n"
+            )
+        };
+        let err = parse(&format!("{GEN}{}{}", sink("a", "out"), sink("b", "./out/"))).unwrap_err();
+        assert!(
+            err.starts_with("sinks \"a\" and \"b\" both write part files into"),
+            "{err}"
+        );
+        parse(&format!("{GEN}{}{}", sink("a", "out"), sink("b", "out-2"))).unwrap();
+    }
+
+    #[test]
+    fn a_mistake_in_the_jobs_limits_is_named_as_there() {
+        // Also in a job without WebAssembly operators, which would never read them.
+        let err = parse(&format!("[limits]\nmemry = \"64 MiB\"\n{GEN}")).unwrap_err();
+        assert!(err.starts_with("[limits]: unknown field `memry`"), "{err}");
+        let err = parse(&format!("[limits]\ncall_deadline = 5\n{GEN}")).unwrap_err();
+        assert!(err.starts_with("[limits]: invalid type"), "{err}");
+    }
+
+    #[test]
     fn a_restart_table_without_strategy_tunes_the_default() {
         let chk = "[checkpoint]\ninterval = \"1s\"\n";
         let spec = parse(&format!("{chk}[restart]\nattempts = 5\n{GEN}")).unwrap();
@@ -1286,6 +1345,14 @@ mod tests {
             RestartStrategy::ExponentialDelay(e) => assert_eq!(e.attempts, Some(5)),
             other => panic!("{other:?}"),
         }
+        let err = parse(&format!(
+            "[restart]\nstrategy = \"none\"\nattempts = 3\n{GEN}"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("strategy = \"none\" never restarts") && err.contains("attempts is set"),
+            "{err}"
+        );
         let spec = parse(&format!("{chk}[restart]\n{GEN}")).unwrap();
         assert_eq!(spec.restart, RestartStrategy::default_for(true));
         // Without checkpoints the default is "none", which has no settings.

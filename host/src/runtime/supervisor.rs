@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::attempt::{Finals, Outcome, TICK, run, spawn};
-use super::checkpointing::{all_tasks, commit_finals, commit_recorded, export, summarize};
+use super::checkpointing::{all_tasks, commit_finals, commit_recorded, export, record, summarize};
 use super::restore::Restored;
 use super::task;
 use super::upgrade::{Pending, UpgradeOutcome, Upgrades};
@@ -153,18 +153,20 @@ fn run_attempts(
         }
         let error = match outcome {
             Outcome::Finished(finals) => {
-                return finish_job(&parts, &flags, store.as_ref(), &finals, origin).map(|()| {
-                    // Without checkpoints a stop ends the input: the job drained, unless every
-                    // source had read all of its input before the stop came.
-                    if store.is_none() && flags.was_input_cut_short() {
-                        JobEnd::Stopped {
-                            checkpoint: None,
-                            problem: None,
+                return finish_job(&parts, &flags, &metrics, store.as_ref(), &finals, origin).map(
+                    |()| {
+                        // Without checkpoints a stop ends the input: the job drained, unless every
+                        // source had read all of its input before the stop came.
+                        if store.is_none() && flags.was_input_cut_short() {
+                            JobEnd::Stopped {
+                                checkpoint: None,
+                                problem: None,
+                            }
+                        } else {
+                            JobEnd::Finished
                         }
-                    } else {
-                        JobEnd::Finished
-                    }
-                });
+                    },
+                );
             }
             Outcome::Stopped(n) => {
                 return Ok(JobEnd::Stopped {
@@ -319,6 +321,7 @@ fn stopped_at_newest(
 fn finish_job(
     parts: &JobParts,
     flags: &Shared,
+    metrics: &Metrics,
     store: Option<&CheckpointStore>,
     finals: &Finals,
     origin: Instant,
@@ -333,8 +336,9 @@ fn finish_job(
         completed: origin.elapsed(),
         tasks: all_tasks(parts).map(|t| (t, TaskState::Finished)).collect(),
     };
-    let (meta, _) = summarize(parts, parts, &done, unix_ms(), finals);
+    let (meta, entry) = summarize(parts, parts, &done, unix_ms(), finals);
     store.write_metadata(&meta)?;
+    record(store, spec, metrics, entry);
     failpoint::hit("finish.after-final-checkpoint");
     commit_recorded(spec, &meta)?;
     failpoint::hit("finish.after-commit");

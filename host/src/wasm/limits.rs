@@ -108,19 +108,24 @@ impl Limits {
         let mut merged = job.cloned().unwrap_or_default();
         merged.extend(operator.cloned().unwrap_or_default());
         let limits = Limits::deserialize(toml::Value::Table(merged)).map_err(|e| {
-            format!(
-                "limits: {}; the keys are memory, table_elements, instances, call_deadline, \
-                 output_records, output_bytes, state_value, host_call_bytes, side_outputs, \
-                 states, timers, host_memory, wasm_size and compile_time",
-                e.message()
-            )
+            let message = e.message();
+            if message.contains("expected one of") {
+                format!("limits: {message}")
+            } else {
+                format!(
+                    "limits: {message}; the keys are memory, table_elements, instances, \
+                     call_deadline, output_records, output_bytes, state_value, \
+                     host_call_bytes, side_outputs, states, timers, host_memory, wasm_size and \
+                     compile_time"
+                )
+            }
         })?;
         limits.validate()?;
         Ok(limits)
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.memory.as_u64() == 0 || self.memory.as_u64() > MAX_MEMORY {
+        if self.memory.as_u64() < 1 << 20 || self.memory.as_u64() > MAX_MEMORY {
             return Err(format!(
                 "limits: memory = \"{}\" is out of range; use 1 MiB to 4 GiB, the most a 32-bit \
                  WebAssembly instance can address",
@@ -322,8 +327,11 @@ mod tests {
         assert!(err("output_records = 0").contains("output_records"));
         let unknown = err("memroy = 5");
         assert!(
-            unknown.contains("memroy") && unknown.contains("the keys are"),
+            unknown.contains("memroy") && unknown.contains("expected one of `memory`"),
             "{unknown}"
         );
+        assert!(err("memory = 5").contains("out of range; use 1 MiB to 4 GiB"));
+        let mistyped = err("call_deadline = 5");
+        assert!(mistyped.contains("the keys are memory"), "{mistyped}");
     }
 }
