@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::exactly_once::tally;
 use crate::postgres::{CONNECTION, client, table};
-use crate::support::{Workspace, operator, part_files, toml_path, toml_str, weir, weir_bin};
+use crate::support::{Workspace, operator, part_files, repo, toml_path, toml_str, weir, weir_bin};
 
 pub(crate) const TOKEN: &str = "test-token-full-access-0123456789";
 const READ_TOKEN: &str = "test-token-read-only-0123456789";
@@ -383,6 +383,13 @@ fn a_jobs_whole_life_through_the_api() {
     let id = server.submit(json!({ "spec": spec }));
     server.wait_status(&id, "running", Duration::from_secs(60));
     server.wait_checkpoints(&id, 2);
+    // A running job is not deleted.
+    let (status, refused) = server.call("DELETE", &format!("/v1/jobs/{id}"), Some(TOKEN), None);
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        (refused["message"].as_str().unwrap()).contains("cancel or stop it first"),
+        "{refused}"
+    );
 
     // A savepoint, asked twice with one request id: one savepoint.
     let body = json!({ "request_id": "first" });
@@ -489,6 +496,43 @@ fn a_jobs_whole_life_through_the_api() {
     );
     let listed = server.ok("GET", "/v1/jobs", None, 200);
     assert_eq!(listed.as_array().unwrap().len(), 2);
+
+    // The components stay while a job uses them; ended jobs are deleted, their savepoints
+    // kept, and then the components go too.
+    let (status, refused) = server.call(
+        "DELETE",
+        &format!("/v1/components/{split}"),
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains(&id),
+        "{refused}"
+    );
+    let job_dir = ws.path("data/jobs").join(&id);
+    assert!(job_dir.join("checkpoints").is_dir());
+    server.ok("DELETE", &format!("/v1/jobs/{id}"), None, 204);
+    assert!(!job_dir.exists(), "the job's checkpoints stayed");
+    assert!(first.join("_metadata").is_file(), "its savepoint went");
+    assert_eq!(
+        server
+            .call("GET", &format!("/v1/jobs/{id}"), Some(TOKEN), None)
+            .0,
+        404
+    );
+    let used = server.ok("GET", &format!("/v1/components/{split}"), None, 200);
+    assert_eq!(used["used_by"], json!([second]), "{used}");
+    server.ok("DELETE", &format!("/v1/jobs/{second}"), None, 204);
+    server.ok("DELETE", &format!("/v1/components/{split}"), None, 204);
+    assert_eq!(server.ok("GET", "/v1/jobs", None, 200), json!([]));
+    // Nor does a delete come back with the next start, one cut off (a directory being
+    // removed) included.
+    std::fs::create_dir_all(ws.path("data/jobs/.deleted-0123/checkpoints")).unwrap();
+    server.kill();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    assert_eq!(server.ok("GET", "/v1/jobs", None, 200), json!([]));
+    assert!(!ws.path("data/jobs/.deleted-0123").exists());
 }
 
 #[test]
@@ -967,6 +1011,10 @@ fn the_cli_client_runs_a_job_on_a_server() {
         !ok && err.contains("not running") && err.contains("conflict"),
         "{err}"
     );
+    let (ok, deleted, err) = client(&["delete", &id]);
+    assert!(ok && deleted.contains("deleted"), "{err}");
+    let (ok, table, err) = client(&["list"]);
+    assert!(ok && !table.contains(&id), "{table}{err}");
     let output = Command::new(weir_bin())
         .args(["list", "--server", &format!("http://{}", server.addr)])
         .env_remove("WEIR_TOKEN")
@@ -987,6 +1035,97 @@ fn the_cli_client_runs_a_job_on_a_server() {
         lines.extend(text.lines().map(String::from));
     }
     assert!(!lines.is_empty());
+}
+
+/// The README's quick start of `weir serve`, command by command, on
+/// `examples/wordcount/serve.toml`: each command succeeds, and what the two jobs committed
+/// through a savepoint, a rescale, an upgrade, a stop and a restore is exactly once (each
+/// word's counts are 1, 2, ... without a gap or a repeat).
+#[test]
+fn the_readme_quick_start_of_weir_serve_runs_as_written() {
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let example = std::fs::read_to_string(repo().join("examples/wordcount/serve.toml")).unwrap();
+    let spec = ws.write(
+        "serve.toml",
+        example
+            .replace(
+                "../../build/operators/wordcount_split.wasm",
+                operator("wordcount_split").to_str().unwrap(),
+            )
+            .replace(
+                "../../build/operators/wordcount_count.wasm",
+                operator("wordcount_count").to_str().unwrap(),
+            ),
+    );
+    let spec = spec.to_str().unwrap();
+    let weir = |args: &[&str]| {
+        let output = server.cli(args);
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        assert!(
+            output.status.success(),
+            "weir {args:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let id = weir(&["submit", spec]);
+    server.wait_checkpoints(&id, 1);
+    assert!(weir(&["list"]).contains(&id));
+    assert!(weir(&["status", &id]).contains("count"));
+    let savepoint = weir(&["savepoint", &id]);
+    assert!(
+        Path::new(&savepoint).join("_metadata").is_file(),
+        "{savepoint}"
+    );
+    weir(&["rescale", &id, "count=4"]);
+    let count = (server.job(&id)["vertices"].as_array().unwrap().iter())
+        .find(|v| v["name"] == "count")
+        .cloned()
+        .unwrap();
+    assert_eq!(count["parallelism"], 4, "{count}");
+    // A new build of the count: the test's second version, writing counts as the first.
+    let count_v2 = operator("weir_test_recount");
+    weir(&[
+        "upload",
+        count_v2.to_str().unwrap(),
+        "--name",
+        "count",
+        "--version",
+        "2",
+    ]);
+    let config = r#"count={"prefix": ""}"#;
+    weir(&[
+        "upgrade",
+        &id,
+        "count=count@2",
+        "--config",
+        config,
+        "--probation",
+        "1s",
+    ]);
+    let stopped = weir(&["stop", &id]);
+    let second = weir(&["submit", "-s", &stopped, spec]);
+    server.wait_checkpoints(&second, 1);
+    weir(&["cancel", &second]);
+    server.wait_status(&second, "cancelled", Duration::from_secs(60));
+    weir(&["exceptions", &second]);
+    weir(&["delete", &second]);
+
+    let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in part_files(&ws.path("served")).into_values().flatten() {
+        let (word, n) = line.split_once('\t').unwrap();
+        counts
+            .entry(word.into())
+            .or_default()
+            .push(n.parse().unwrap());
+    }
+    assert!(!counts.is_empty());
+    for (word, mut seen) in counts {
+        seen.sort_unstable();
+        let expected: Vec<u64> = (1..=seen.len() as u64).collect();
+        assert_eq!(seen, expected, "the counts committed for {word:?}");
+    }
 }
 
 #[test]

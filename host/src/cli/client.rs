@@ -1,5 +1,5 @@
 //! The CLI client of `weir serve`: `weir upload`, `submit`, `list`, `status`, `savepoint`,
-//! `stop`, `cancel`, `rescale`, `exceptions`, `components`. The server is `--server` (or
+//! `stop`, `cancel`, `delete`, `rescale`, `exceptions`, `components`. The server is `--server` (or
 //! `WEIR_SERVER`), the token `WEIR_TOKEN`. Errors are the server's own message and code, never
 //! a stack trace.
 
@@ -68,19 +68,20 @@ impl Client {
         }
     }
 
-    fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let mut request = self.agent.get(self.url(path));
-        if let Some(t) = &self.token {
-            request = request.header("Authorization", format!("Bearer {t}"));
+    /// `request` with the token, if there is one.
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => request.header("Authorization", format!("Bearer {t}")),
+            None => request,
         }
-        self.answer(request.call())
+    }
+
+    fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.answer(self.authorized(self.agent.get(self.url(path))).call())
     }
 
     fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
-        let mut request = self.agent.post(self.url(path));
-        if let Some(t) = &self.token {
-            request = request.header("Authorization", format!("Bearer {t}"));
-        }
+        let request = self.authorized(self.agent.post(self.url(path)));
         self.answer(request.send_json(body))
     }
 
@@ -103,10 +104,7 @@ impl Client {
         if let Some(version) = version {
             request = request.query("version", version);
         }
-        if let Some(t) = &self.token {
-            request = request.header("Authorization", format!("Bearer {t}"));
-        }
-        self.answer(request.send(&bytes[..]))
+        self.answer(self.authorized(request).send(&bytes[..]))
             .with_context(|| format!("upload of {}", path.display()))
     }
 
@@ -167,6 +165,11 @@ impl Client {
 
     pub fn components(&self) -> anyhow::Result<Vec<ComponentInfo>> {
         self.get("/v1/components")
+    }
+
+    pub fn delete_job(&self, job: &str) -> anyhow::Result<()> {
+        let request = self.agent.delete(self.url(&format!("/v1/jobs/{job}")));
+        self.answer(self.authorized(request).call())
     }
 
     pub fn cancel(&self, job: &str) -> anyhow::Result<JobOverview> {

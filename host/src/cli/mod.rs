@@ -169,6 +169,13 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Delete a job that has ended: its record, checkpoints and state (its savepoints stay).
+    Delete {
+        /// The job's id.
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Change the parallelism of a job's operators (`count=4`); waits for the restart.
     Rescale {
         /// The job's id.
@@ -365,6 +372,12 @@ fn client_command(command: Command) -> anyhow::Result<ExitCode> {
             let job = server.client().cancel(&id)?;
             client::print(server.json, &job, |j| {
                 format!("job {} is cancelling\n", j.id)
+            });
+        }
+        Command::Delete { id, server } => {
+            server.client().delete_job(&id)?;
+            client::print(server.json, &serde_json::json!({ "deleted": id }), |_| {
+                format!("job {id} deleted\n")
             });
         }
         Command::Rescale {

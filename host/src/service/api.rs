@@ -62,6 +62,14 @@ impl JobStatus {
             JobStatus::Finished | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Stopped
         )
     }
+
+    /// Its name in the API (`running`, `stopped`, ...).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    }
 }
 
 /// One job, in a list.

@@ -78,6 +78,9 @@ impl std::fmt::Debug for Service {
     }
 }
 
+/// The prefix of a deleted job's directory while it is being removed.
+const DELETED: &str = ".deleted-";
+
 /// The checkpoint interval of a job whose spec has no `[checkpoint]` table.
 const DEFAULT_INTERVAL: &str = "10s";
 
@@ -150,6 +153,17 @@ impl Service {
         let dir = self.data_dir.join("jobs");
         for entry in std::fs::read_dir(&dir).map_err(|e| ServiceError::io("list", &dir, e))? {
             let path = entry.map_err(|e| ServiceError::io("list", &dir, e))?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name.starts_with(DELETED) {
+                // A job whose delete did not finish.
+                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    tracing::warn!("cannot remove the deleted job {}: {e}", path.display());
+                }
+                continue;
+            }
             let Some(id) = path
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -282,7 +296,7 @@ impl Service {
         if let Some(users) = self.used_by().remove(sha256) {
             return Err(ServiceError::conflict(format!(
                 "component sha256:{sha256} is used by job(s) {}; a restore of those needs it \
-                 (delete it once they are gone)",
+                 (delete them first: DELETE /v1/jobs/<id> once they have ended)",
                 users.join(", ")
             )));
         }
@@ -651,10 +665,7 @@ impl Service {
             )),
             _ => ServiceError::conflict(format!(
                 "the job is not running (it is {}); nothing to do",
-                serde_json::to_value(status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
+                status.name()
             )),
         })
     }
@@ -668,6 +679,36 @@ impl Service {
         run.control.cancel();
         let overview = job.record().overview();
         Ok(overview)
+    }
+
+    /// Deletes job `id`, which has ended: its record, checkpoints and RocksDB state (its
+    /// savepoints stay, under `<data>/savepoints/<id>/`), so that the components it used can
+    /// be deleted. Refused while it runs or is about to run again (a rescale's restart).
+    pub fn delete_job(&self, id: &str) -> Result<(), ServiceError> {
+        let job = self.job(id)?;
+        let _change = job.begin_change()?;
+        // Lock order: the job list, then a job's record (as `used_by` takes them).
+        let mut jobs = self.jobs();
+        let status = job.record().status;
+        if !status.is_final() || job.run().is_some() || job.rescaling() {
+            return Err(ServiceError::conflict(format!(
+                "job {id} has not ended (it is {}); cancel or stop it first, then delete it",
+                status.name()
+            )));
+        }
+        // Renamed at once, so that a crash while the directory is removed leaves no job
+        // behind, only a directory the next start removes.
+        let gone = self.data_dir.join("jobs").join(format!("{DELETED}{id}"));
+        std::fs::rename(&job.dir, &gone).map_err(|e| ServiceError::io("delete", &job.dir, e))?;
+        jobs.remove(id);
+        drop(jobs);
+        if let Err(e) = std::fs::remove_dir_all(&gone) {
+            tracing::warn!(
+                "cannot remove {} (the next start will): {e}",
+                gone.display()
+            );
+        }
+        Ok(())
     }
 
     /// Registers operation `kind` under the caller's request id (or a new one). An id seen

@@ -214,7 +214,7 @@ pub fn api() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(upload_component, list_components))
         .routes(routes!(get_component, delete_component))
         .routes(routes!(submit_job, list_jobs))
-        .routes(routes!(get_job))
+        .routes(routes!(get_job, delete_job))
         .routes(routes!(job_checkpoints))
         .routes(routes!(job_exceptions))
         .routes(routes!(cancel_job))
@@ -397,6 +397,19 @@ async fn get_job(
     ApiPath(path): ApiPath<JobPath>,
 ) -> ApiResult<Json<JobDetails>> {
     Ok(Json(state.service.details(&path.id)?))
+}
+
+/// Deletes a job that has ended (finished, failed, cancelled or stopped): its record,
+/// checkpoints and state; its savepoints stay. The components it used can be deleted then.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(JobPath),
+    responses((status = 204, description = "Deleted")))]
+async fn delete_job(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<JobPath>,
+) -> ApiResult<StatusCode> {
+    let service = Arc::clone(&state.service);
+    blocking(move || service.delete_job(&path.id)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// A job's checkpoint history.
