@@ -587,14 +587,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 engine,
             )
         }
-        Command::Validate { job } => {
-            let job = load(&job, &engine)?;
+        Command::Validate { job: path } => {
+            let job = load(&path, &engine)?;
             job.check()?;
             let spec = job.spec();
             println!(
                 "{}: job \"{}\" is valid ({} vertices, max_parallelism {}); every operator \
                  opened with its config and every sink can write",
-                spec.base_dir.display(),
+                path.display(),
                 spec.name,
                 spec.vertices.len(),
                 spec.max_parallelism
