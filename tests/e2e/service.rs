@@ -675,6 +675,43 @@ fn a_killed_server_resumes_its_three_jobs_exactly_once() {
 }
 
 #[test]
+fn a_job_waiting_to_restart_is_stopped_without_a_savepoint_and_refuses_one() {
+    let ws = Workspace::new();
+    let server = Server::start(&ws, &ws.path("data"), &[]);
+    let hostile = server.component("weir_test_hostile");
+    // It traps on its first record and waits an hour to restart.
+    let spec = format!(
+        "[job]\nname = \"restarting\"\n[checkpoint]\ninterval = \"200ms\"\n\
+         [restart]\nstrategy = \"fixed_delay\"\ndelay = \"1h\"\n\
+         [[source]]\nname = \"in\"\ntype = \"generator\"\nrate = 100\n\
+         [[operator]]\nname = \"bad\"\nuid = \"bad\"\nwasm = \"sha256:{hostile}\"\ninput = \"in\"\n\
+         config = {{ trap_after_ms = 0 }}\n\
+         [[sink]]\nname = \"out\"\ntype = \"discard\"\ninput = \"bad\"\n"
+    );
+    let id = server.submit(json!({ "spec": spec }));
+    server.wait_status(&id, "restarting", Duration::from_secs(60));
+    // A stop with a savepoint, or a rescale, would end it without one.
+    for (path, body) in [
+        ("stop", json!({})),
+        ("rescale", json!({ "parallelism": { "bad": 2 } })),
+    ] {
+        let path = format!("/v1/jobs/{id}/{path}");
+        let (status, refused) = server.call("POST", &path, Some(TOKEN), Some(body));
+        assert_eq!(status, 409, "{path}: {refused}");
+        let message = refused["message"].as_str().unwrap();
+        assert!(
+            message.contains("a savepoint needs it running") && message.contains("--no-savepoint"),
+            "{path}: {refused}"
+        );
+    }
+    let body = json!({ "savepoint": false, "request_id": "halt" });
+    server.ok("POST", &format!("/v1/jobs/{id}/stop"), Some(body), 202);
+    let stop = server.wait_operation(&id, "halt");
+    assert_eq!(stop["status"], "completed", "{stop}");
+    server.wait_status(&id, "stopped", Duration::from_secs(60));
+}
+
+#[test]
 fn a_hostile_job_does_not_disturb_a_healthy_one() {
     const LINES: u64 = 40_000;
     let ws = Workspace::new();

@@ -670,6 +670,23 @@ impl Service {
         })
     }
 
+    /// Refuses what needs a savepoint (`what`) while the job restarts after a failure: the
+    /// stop would end it during its restart delay without one (as Flink refuses a
+    /// stop-with-savepoint of a job that is not running).
+    fn refuse_while_restarting(job: &ManagedJob, what: &str) -> Result<(), ServiceError> {
+        let status = job.record().status;
+        if matches!(status, JobStatus::Restarting | JobStatus::Failing) {
+            return Err(ServiceError::conflict(format!(
+                "the job is {} after a failure (see its exceptions), and a savepoint needs it \
+                 running; {what} once it runs again, or stop it without a savepoint \
+                 (\"savepoint\": false, weir stop --no-savepoint), which keeps its newest \
+                 checkpoint",
+                status.name()
+            )));
+        }
+        Ok(())
+    }
+
     /// Cancels job `id`: its tasks end at once, output after its last checkpoint is not
     /// committed.
     pub fn cancel(&self, id: &str) -> Result<JobOverview, ServiceError> {
@@ -780,6 +797,9 @@ impl Service {
             return Ok(op);
         }
         let run = Self::running(&job)?;
+        if request.savepoint {
+            Self::refuse_while_restarting(&job, "stop it with a savepoint")?;
+        }
         // Held until the stop is asked for, so that a rescale cannot come in between.
         let rescale = job.rescale.lock().unwrap_or_else(|p| p.into_inner());
         if rescale.is_some() {
@@ -819,6 +839,7 @@ impl Service {
                  or rolled back",
             ));
         }
+        Self::refuse_while_restarting(&job, "rescale it")?;
         // Check the new spec before anything stops.
         let spec_text = rescaled_spec(&job.record().spec, &request.parallelism)?;
         let base_dir = job.record().base_dir.clone();
