@@ -879,6 +879,12 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
             "source": [{ "name": "g", "type": "generator", "count": 10 }],
             "sink": [{ "name": "o", "type": "discard", "input": "g" }],
         } }),
+        // Too long a name for its directories.
+        json!({ "spec": {
+            "job": { "name": "x".repeat(300) },
+            "source": [{ "name": "g", "type": "generator", "count": 10 }],
+            "sink": [{ "name": "o", "type": "discard", "input": "g" }],
+        } }),
     ];
     for body in bad {
         let (status, e) = server.call("POST", "/v1/jobs", Some(TOKEN), Some(body.clone()));
@@ -889,6 +895,14 @@ fn bad_requests_get_their_4xx_and_lose_nothing() {
         );
         assert!(!e["message"].as_str().unwrap().is_empty());
     }
+    // A spec naming a local file, sent as it is rather than by `weir submit`.
+    let local = json!({ "spec": "[job]\nname = \"x\"\n[[operator]]\nname = \"a\"\nuid = \"a\"\nwasm = \"/ops/split.wasm\"\n" });
+    let (status, e) = server.call("POST", "/v1/jobs", Some(TOKEN), Some(local));
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        (e["message"].as_str().unwrap()).contains("looks like a file"),
+        "{e}"
+    );
     let (status, e) = server.call(
         "POST",
         "/v1/jobs",

@@ -385,8 +385,19 @@ fn check_job_name(name: &str) -> Result<(), String> {
              `/` or `\\`), e.g. name = \"wordcount\""
         ));
     }
+    if name.len() > MAX_NAME {
+        return Err(format!(
+            "[job] name is {} bytes long; a job's name names its checkpoint and state \
+             directories, so it may be at most {MAX_NAME} bytes",
+            name.len()
+        ));
+    }
     Ok(())
 }
+
+/// The longest name of a job or a vertex, in bytes: they name directories and files, whose
+/// names take at most 255 bytes with what weir adds.
+const MAX_NAME: usize = 128;
 
 fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, String> {
     let job = raw.job.unwrap_or_default();
@@ -639,6 +650,15 @@ fn build(raw: RawFile, base_dir: &Path, default_name: &str) -> Result<JobSpec, S
     for (i, p) in pending.iter().enumerate() {
         if p.common.name.is_empty() {
             return Err(format!("a {} has an empty name", p.role));
+        }
+        if p.common.name.len() > MAX_NAME {
+            return Err(format!(
+                "{} \"{}...\": the name is {} bytes long; names of files in checkpoints are \
+                 made of it, so it may be at most {MAX_NAME} bytes",
+                p.role,
+                p.common.name.chars().take(20).collect::<String>(),
+                p.common.name.len()
+            ));
         }
         if p.common.name.contains('.') {
             return Err(format!(
@@ -1072,6 +1092,14 @@ mod tests {
                 "must be one file name",
             ),
             (&format!("[job]\nname = \"..\"\n{GEN}"), "cannot name a job"),
+            (
+                &format!("[job]\nname = \"{}\"\n{GEN}", "x".repeat(129)),
+                "[job] name is 129 bytes long",
+            ),
+            (
+                &GEN.replace("\"gen\"", &format!("\"{}\"", "g".repeat(200))),
+                "the name is 200 bytes long",
+            ),
             (&format!("[job]\nname = \"\"\n{GEN}"), "cannot name a job"),
             (
                 &format!("{EVENTS}watermark = {{ max_out_of_orderness = \"soon\" }}\n"),

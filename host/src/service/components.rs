@@ -299,10 +299,19 @@ impl Components {
             .max_by_key(|(_, (_, _, uploaded_ms))| *uploaded_ms)
             .map(|(r, _)| r.sha256.clone())
             .ok_or_else(|| {
-                format!(
-                    "no component {reference:?} was uploaded; upload it (`weir upload --name \
-                     {name}`), or name it by `sha256:<hex>`"
-                )
+                if reference.ends_with(".wasm") || reference.contains('/') {
+                    format!(
+                        "no component is named {reference:?}, which looks like a file: the \
+                         server runs uploaded components only; upload the file first (`weir \
+                         submit` uploads the .wasm files a spec names) and name it by \
+                         `sha256:<hex>` or by the name it was uploaded under"
+                    )
+                } else {
+                    format!(
+                        "no component {reference:?} was uploaded; upload it (`weir upload \
+                         --name {name}`), or name it by `sha256:<hex>`"
+                    )
+                }
             })
     }
 
