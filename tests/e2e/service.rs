@@ -1163,20 +1163,7 @@ fn the_readme_quick_start_of_weir_serve_runs_as_written() {
     weir(&["exceptions", &second]);
     weir(&["delete", &second]);
 
-    let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    for line in part_files(&ws.path("served")).into_values().flatten() {
-        let (word, n) = line.split_once('\t').unwrap();
-        counts
-            .entry(word.into())
-            .or_default()
-            .push(n.parse().unwrap());
-    }
-    assert!(!counts.is_empty());
-    for (word, mut seen) in counts {
-        seen.sort_unstable();
-        let expected: Vec<u64> = (1..=seen.len() as u64).collect();
-        assert_eq!(seen, expected, "the counts committed for {word:?}");
-    }
+    counted_once(part_files(&ws.path("served")).into_values().flatten());
 }
 
 #[test]
@@ -1255,8 +1242,14 @@ fn drained(savepoint: bool) {
     // The input ended early and what was read was processed and committed: a job that
     // finished, each word counted 1, 2, ... once (without a savepoint too).
     server.wait_status(&id, "finished", Duration::from_secs(60));
+    counted_once(committed(&out));
+}
+
+/// Asserts that `lines` of a word count (`word<TAB>count`) count each word 1, 2, ...
+/// without a gap or a repeat: exactly once, whatever stopped and resumed the job.
+fn counted_once(lines: impl IntoIterator<Item = String>) {
     let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    for line in committed(&out) {
+    for line in lines {
         let (word, n) = line.split_once('\t').unwrap();
         counts
             .entry(word.into())
@@ -1267,7 +1260,7 @@ fn drained(savepoint: bool) {
     for (word, mut n) in counts {
         n.sort_unstable();
         let expected: Vec<u64> = (1..=n.len() as u64).collect();
-        assert_eq!(n, expected, "{word}");
+        assert_eq!(n, expected, "the counts committed for {word:?}");
     }
 }
 
