@@ -281,9 +281,10 @@ fn a_rollback_is_one_call_and_state_the_new_code_does_not_use_is_kept() {
         "{job}"
     );
     server.wait_status(&id, "running", Duration::from_secs(60));
-    // Committed this time, through the CLI, which waits for the commit.
+    // Committed this time, through the CLI, which waits for the commit (and uploads the
+    // local file it is given).
     let config = format!("count={config}");
-    let component = format!("count=sha256:{recount}");
+    let component = format!("count={}", operator("weir_test_recount").display());
     let upgraded = cli(
         &server,
         &[

@@ -1036,6 +1036,17 @@ fn the_cli_client_runs_a_job_on_a_server() {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     };
+    // A local file that is not there is said to be missing, not looked for on the server.
+    let split = operator("wordcount_split");
+    let missing = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace(split.to_str().unwrap(), "/nowhere/split.wasm");
+    let missing = ws.write("missing.toml", missing);
+    let (ok, _, err) = client(&["submit", missing.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("operator \"split\"") && err.contains("/nowhere/split.wasm is no file"),
+        "{err}"
+    );
     let (ok, id, err) = client(&["submit", spec.to_str().unwrap()]);
     assert!(ok, "{err}");
     let id = id.trim().to_string();

@@ -130,12 +130,13 @@ impl Client {
                 let Some(wasm) = op.get("wasm").and_then(|w| w.as_str()) else {
                     continue;
                 };
-                let local = dir.join(wasm);
-                if wasm.starts_with("sha256:") || !local.is_file() {
-                    continue; // a component of the server, by hash or name
+                let name = op.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+                if let Some(uploaded) = self
+                    .uploaded(wasm, &dir)
+                    .with_context(|| format!("operator {name:?}"))?
+                {
+                    op.insert("wasm".into(), uploaded.into());
                 }
-                let info = self.upload(&local, None, None)?;
-                op.insert("wasm".into(), format!("sha256:{}", info.sha256).into());
             }
         }
         let savepoint = match savepoint {
@@ -149,6 +150,28 @@ impl Client {
             allow_non_restored_state,
         };
         self.post("/v1/jobs", &request)
+    }
+
+    /// A component named `component` in a spec or an upgrade: a local `.wasm` file (relative
+    /// to `dir`) is uploaded and named by its hash (`Some`); a component of the server
+    /// (`sha256:<hex>`, `name@version`, `name`) stays as it is (`None`).
+    pub fn uploaded(&self, component: &str, dir: &Path) -> anyhow::Result<Option<String>> {
+        let local = dir.join(component);
+        if component.starts_with("sha256:") {
+            return Ok(None);
+        }
+        if local.is_file() {
+            let info = self.upload(&local, None, None)?;
+            return Ok(Some(format!("sha256:{}", info.sha256)));
+        }
+        if component.ends_with(".wasm") || component.contains('/') {
+            bail!(
+                "{} is no file; build it first, or name a component of the server by \
+                 `sha256:<hex>`, `name@version` or `name`",
+                local.display()
+            );
+        }
+        Ok(None)
     }
 
     pub fn list(&self) -> anyhow::Result<Vec<JobOverview>> {

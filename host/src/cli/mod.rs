@@ -192,7 +192,8 @@ enum Command {
         /// The job's id.
         id: String,
         /// `UID=COMPONENT` (`sha256:<hex>`, `name@version` or `name` of an uploaded
-        /// component), one or more: all switch at the same barrier.
+        /// component, or a local .wasm file, uploaded first), one or more: all switch at the
+        /// same barrier.
         #[arg(required = true, value_parser = parse_assignment)]
         operators: Vec<(String, String)>,
         /// `UID=JSON`: a new `config` for an operator.
@@ -408,16 +409,23 @@ fn client_command(command: Command) -> anyhow::Result<ExitCode> {
                     Ok((uid, config))
                 })
                 .collect::<anyhow::Result<_>>()?;
+            let client = server.client();
+            let here = std::env::current_dir()?;
             let request = UpgradeRequest {
                 operators: operators
                     .into_iter()
-                    .map(|(uid, component)| OperatorUpgradeRequest {
-                        config: configs.remove(&uid),
-                        limits: None,
-                        uid,
-                        component,
+                    .map(|(uid, component)| {
+                        let component = (client.uploaded(&component, &here))
+                            .with_context(|| format!("operator uid {uid:?}"))?
+                            .unwrap_or(component);
+                        Ok(OperatorUpgradeRequest {
+                            config: configs.remove(&uid),
+                            limits: None,
+                            uid,
+                            component,
+                        })
                     })
-                    .collect(),
+                    .collect::<anyhow::Result<_>>()?,
                 probation_ms: Some(probation.as_millis() as u64),
                 probation_records: Some(probation_records),
                 request_id: None,
@@ -425,7 +433,7 @@ fn client_command(command: Command) -> anyhow::Result<ExitCode> {
             if let Some(uid) = configs.keys().next() {
                 anyhow::bail!("--config {uid}=...: the upgrade names no operator {uid}");
             }
-            let op = server.client().upgrade(&id, request)?;
+            let op = client.upgrade(&id, request)?;
             client::print(server.json, &op, |_| "upgraded\n".into());
         }
         Command::Rollback { id, server } => {
