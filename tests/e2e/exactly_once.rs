@@ -573,6 +573,22 @@ fn a_corrupt_newest_checkpoint_is_skipped_for_the_one_before() {
     let summary = ws.summary();
     assert_eq!(summary["checkpoints"]["restored_from"], older);
     assert_exactly_once(&ws, &expected);
+    // The last checkpoint, which records the finish, is counted in the history like any.
+    let read = |file: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(ws.path(&format!("chk/crashy/{file}"))).unwrap())
+            .unwrap()
+    };
+    let last = read("finished.json")["checkpoint"].clone();
+    let completed: Vec<serde_json::Value> = (read("history.json")["checkpoints"].as_array())
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "completed")
+        .map(|c| c["id"].clone())
+        .collect();
+    assert!(
+        completed.contains(&last),
+        "checkpoint {last} is not among the completed {completed:?}"
+    );
 }
 
 /// Runs the job `spec` until a checkpoint completed, then kills it; returns the newest.
